@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh machine with Python 3.11 and make:
+#   make book   -- virtual environment + pinned packages, execute (quick profile) and render the book
+#   make test   -- the whole test suite, which includes a full quick-profile build of the book
+PYTHON  ?= $(shell command -v python3.11 || command -v python3)
+VENV    ?= .venv
+PROFILE ?= quick
+BIN      = $(VENV)/bin
+STAMP    = $(VENV)/.installed
+
+.PHONY: book test venv bench clean help
+
+help:
+	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
+	@echo "make test                         run the test suite (includes a quick book build)"
+	@echo "make bench                        run the benchmarks in benchmarks/"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/python -m attnsvm.book build --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/svm_speed.py
+	$(BIN)/python benchmarks/train_speed.py
+
+clean:
+	rm -rf _build

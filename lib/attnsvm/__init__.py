@@ -1,0 +1,45 @@
+"""attnsvm: the implicit bias of gradient descent in self-attention.
+
+The helper library of the book *Attention as an SVM*. Modules, by concept:
+
+``data``     seeded data models (attention instances, separable data)
+``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality
+``models``   the attention classifier in its parameterizations, losses
+``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
+``train``    the batched training engine ``fit``
+``metrics``  correlations, direction errors, attention sparsity, rate fits
+``plot``     the book's figure style
+``book``     the book's build (``python -m attnsvm.book build``)
+
+Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
+``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "book")
+
+#: public name -> submodule that defines it
+_EXPORTS = {
+    "data": ["AttnData", "LinearData"],
+    "plot": ["use_style", "figure", "trial_band", "save_or_glue"],
+}
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    for mod, names in _EXPORTS.items():
+        if name in names:
+            return getattr(importlib.import_module(f".{mod}", __name__), name)
+    raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES) | {n for v in _EXPORTS.values() for n in v})
+
+
+__all__ = [n for v in _EXPORTS.values() for n in v]

@@ -1,0 +1,560 @@
+"""The book's build: execute the notebooks with papermill under a profile, then render.
+
+Usage::
+
+    python -m attnsvm.book build [--profile quick|paper] [--only NOTEBOOK] [--force]
+    python -m attnsvm.book list  [--profile quick|paper]
+
+Steps of ``build``:
+
+1. Read ``_toc.yml``; every notebook in it is executed by papermill with the parameters of the
+   chosen profile (``profiles.yml``, one versioned file). A notebook's own ``parameters`` cell
+   holds the ``quick`` defaults, so ``papermill notebooks/x.ipynb out.ipynb -p name value`` works
+   on its own.
+2. Executed notebooks go to ``_build/executed/<profile>/``; sources stay output-free. A staging
+   tree ``_build/stage`` (configuration, chapters, executed notebooks, the generated execution
+   report page) is rendered by ``jupyter-book build`` with its own execution off and warnings as
+   errors (``-W -n --keep-going``). HTML lands in ``_build/html``.
+3. Cache: a notebook is re-executed only when its source, its parameters, the library's source,
+   the pinned package versions or the device changed. Executions are written atomically and a
+   failed or interrupted one is never recorded in the cache.
+4. A notebook that raises makes the build exit non-zero naming the notebook, the cell and the
+   exception; nothing is rendered, so no stale page is published as if it were new.
+5. One progress line per notebook, ``_build/execution-report.json`` and a rendered execution
+   report page.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+
+__all__ = [
+    "BuildError",
+    "NotebookFailed",
+    "NotebookResult",
+    "find_root",
+    "load_profiles",
+    "toc_notebooks",
+    "notebook_parameters",
+    "resolve_profile",
+    "resolve_device",
+    "cache_key",
+    "execute_notebooks",
+    "build",
+    "main",
+]
+
+PROFILES_FILE = "profiles.yml"
+BUILD_DIR = "_build"
+REPORT_TEMPLATE = "book/execution_report.md"
+REPORT_MARKER = "<!-- execution-report-table -->"
+#: packages whose versions are shown on the execution report page
+REPORTED_PACKAGES = ("numpy", "scipy", "torch", "cvxpy", "clarabel", "matplotlib", "papermill",
+                     "jupyter-book", "myst-nb")
+#: files of the repository copied into the staging tree (besides book/ and executed notebooks)
+STAGED_FILES = ("_config.yml", "_toc.yml")
+
+
+class BuildError(RuntimeError):
+    """A build problem found before or after execution (bad profile, unknown notebook, ...)."""
+
+
+class NotebookFailed(BuildError):
+    """A notebook raised during execution."""
+
+
+@dataclasses.dataclass
+class NotebookResult:
+    """One row of the execution report."""
+
+    notebook: str
+    profile: str
+    parameters: dict
+    executed_path: str | None
+    seconds: float | None
+    cached: bool
+    device: str
+    status: str  # "ok", "failed", "skipped"
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def find_root(start: str | os.PathLike | None = None) -> Path:
+    """The book's root: the first directory upwards from ``start`` holding ``_toc.yml``."""
+    here = Path(start or os.getcwd()).resolve()
+    for cand in (here, *here.parents):
+        if (cand / "_toc.yml").is_file():
+            return cand
+    raise BuildError(f"no _toc.yml found in {here} or any parent directory")
+
+
+def load_profiles(root: Path) -> dict:
+    """Read ``profiles.yml``: ``{profile: {"description": str, "notebooks": {path: params}}}``."""
+    path = Path(root) / PROFILES_FILE
+    if not path.is_file():
+        raise BuildError(f"profile file {path} is missing")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not data:
+        raise BuildError(f"{path} must map profile names to their settings")
+    for name, prof in data.items():
+        if not isinstance(prof, dict) or not isinstance(prof.get("notebooks", {}), dict):
+            raise BuildError(f"profile {name!r} in {path} must have a 'notebooks' mapping")
+    return data
+
+
+def _toc_files(entries) -> list[str]:
+    out = []
+    for entry in entries or []:
+        if not isinstance(entry, dict):
+            continue
+        if "file" in entry:
+            out.append(entry["file"])
+        for key in ("parts", "chapters", "sections"):
+            if key in entry:
+                out.extend(_toc_files(entry[key]))
+    return out
+
+
+def toc_files(root: Path) -> list[str]:
+    """All document paths named in ``_toc.yml`` (without extension), in reading order."""
+    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text())
+    files = [toc["root"]] if "root" in toc else []
+    return files + _toc_files([toc])
+
+
+def toc_notebooks(root: Path) -> list[str]:
+    """Paths (relative to ``root``, with ``.ipynb``) of the notebooks named in ``_toc.yml``."""
+    out = []
+    for f in toc_files(root):
+        p = f if f.endswith(".ipynb") else f + ".ipynb"
+        if (Path(root) / p).is_file():
+            out.append(p)
+    return out
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict:
+    """The names defined in a notebook's cell tagged ``parameters``, with their source defaults.
+
+    Raises
+    ------
+    BuildError
+        When the notebook has no cell tagged ``parameters``.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise BuildError(f"{path}: no cell tagged 'parameters'")
+    import papermill
+
+    params = papermill.inspect_notebook(str(path))
+    return {name: info["default"] for name, info in params.items()}
+
+
+def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None) -> dict:
+    """The parameters each notebook receives under ``profile``, validated before anything runs.
+
+    Every notebook of the table of contents must appear in the profile (an empty mapping means
+    "the notebook's own defaults"), the profile may name no other notebook, and every parameter it
+    gives must be defined in that notebook's ``parameters`` cell.
+    """
+    profiles = load_profiles(root)
+    if profile not in profiles:
+        raise BuildError(f"unknown profile {profile!r}; known profiles: {sorted(profiles)}")
+    table = profiles[profile].get("notebooks", {}) or {}
+    toc = toc_notebooks(root) if notebooks is None else notebooks
+    unknown = sorted(set(table) - set(toc))
+    if unknown:
+        raise BuildError(f"profile {profile!r} names notebooks that are not in _toc.yml: {unknown}")
+    missing = [nb for nb in toc if nb not in table]
+    if missing:
+        raise BuildError(f"profile {profile!r} has no entry for notebooks {missing} "
+                         "(use an empty mapping {} for the notebook's own defaults)")
+    out = {}
+    for nb in toc:
+        params = dict(table[nb] or {})
+        defined = notebook_parameters(Path(root) / nb)
+        extra = sorted(set(params) - set(defined))
+        if extra:
+            raise BuildError(f"profile {profile!r} gives {nb} parameters {extra} that its "
+                             f"parameters cell does not define (defined: {sorted(defined)})")
+        out[nb] = params
+    return out
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` -> ``"cuda"`` when a CUDA device is present, else ``"cpu"``; others unchanged."""
+    if device != "auto":
+        return device
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a requirement
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _device_label(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{device} ({torch.cuda.get_device_name(0)})"
+    return device
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()
+
+
+def notebook_source_hash(path: Path) -> str:
+    """Hash of a notebook's cells (type, source, tags); outputs and other metadata are ignored."""
+    nb = json.loads(Path(path).read_text())
+    cells = [(c.get("cell_type"), "".join(c.get("source", "")),
+              sorted(c.get("metadata", {}).get("tags", []))) for c in nb.get("cells", [])]
+    return _sha(json.dumps(cells, sort_keys=True).encode())
+
+
+def library_hash(root: Path) -> str:
+    """Hash of every file of the ``attnsvm`` package source (``lib/``)."""
+    files = sorted(p for p in (Path(root) / "lib").rglob("*.py") if "__pycache__" not in p.parts)
+    return _sha(*(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() for p in files))
+
+
+def environment_hash(root: Path) -> str:
+    """Hash of the pinned package versions and the Python version."""
+    parts = [platform.python_version().encode()]
+    for name in ("requirements.txt", "constraints.txt"):
+        p = Path(root) / name
+        parts.append(p.read_bytes() if p.is_file() else b"")
+    return _sha(*parts)
+
+
+def cache_key(root: Path, notebook: str, parameters: dict, device: str,
+              lib_hash: str | None = None, env_hash: str | None = None) -> str:
+    """The cache key of one execution: source, parameters, library, environment and device."""
+    return _sha(notebook_source_hash(Path(root) / notebook).encode(),
+                json.dumps(parameters, sort_keys=True, default=str).encode(),
+                (lib_hash or library_hash(root)).encode(),
+                (env_hash or environment_hash(root)).encode(),
+                device.encode())
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _describe_failure(notebook: str, exc: BaseException) -> str:
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        return (f"{notebook}: cell {exc.cell_index} (execution count {exc.exec_count}) raised "
+                f"{exc.ename}: {exc.evalue}")
+    return f"{notebook}: execution failed with {type(exc).__name__}: {exc}"
+
+
+def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
+                 failed_path: Path, kernel_name: str) -> None:
+    """Run one notebook with papermill; write it atomically to ``out_path`` only on success."""
+    import papermill
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    failed_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=".tmp-", suffix=".ipynb")
+    os.close(fd)
+    try:
+        papermill.execute_notebook(
+            str(Path(root) / notebook), tmp, parameters=parameters, kernel_name=kernel_name,
+            cwd=str((Path(root) / notebook).parent), progress_bar=False, log_output=False,
+        )
+        os.replace(tmp, out_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            # keep the executed-with-error notebook for inspection, never in the cache tree
+            os.replace(tmp, failed_path)
+        raise
+
+
+def execute_notebooks(root: Path, profile: str, *, only: str | None = None, force: bool = False,
+                      build_dir: Path | None = None, kernel_name: str = "python3",
+                      log=print) -> list[NotebookResult]:
+    """Execute the notebooks of ``_toc.yml`` under ``profile``, using the cache.
+
+    Returns one :class:`NotebookResult` per notebook. With ``only``, the other notebooks are
+    reported from the cache when they are cached there and as ``skipped`` otherwise.
+    """
+    root = Path(root)
+    build_dir = Path(build_dir or root / BUILD_DIR)
+    toc = toc_notebooks(root)
+    if only is not None:
+        norm = only if only.endswith(".ipynb") else only + ".ipynb"
+        matches = [nb for nb in toc if nb == norm or Path(nb).name == Path(norm).name]
+        if not matches:
+            raise BuildError(f"unknown notebook {only!r}; notebooks in _toc.yml: {toc}")
+        only = matches[0]
+    table = resolve_profile(root, profile, toc)  # validates everything before anything runs
+    lib_h, env_h = library_hash(root), environment_hash(root)
+    results = []
+    for k, nb in enumerate(toc, 1):
+        params = table[nb]
+        defaults = notebook_parameters(root / nb)
+        dev_param = params.get("device", _literal(defaults.get("device", "'auto'")))
+        device = resolve_device(str(dev_param))
+        key = cache_key(root, nb, params, device, lib_h, env_h)
+        out_path = build_dir / "executed" / profile / nb
+        record_path = build_dir / "cache" / profile / (nb + ".json")
+        failed_path = build_dir / "failed" / profile / nb
+        record = _read_json(record_path)
+        cached = (not force and record is not None and record.get("key") == key
+                  and out_path.is_file())
+        tag = f"[{k:>2}/{len(toc)}] {nb}"
+        if cached:
+            results.append(NotebookResult(nb, profile, params, str(out_path), record["seconds"],
+                                          True, record["device"], "ok"))
+            log(f"{tag}: cached ({record['seconds']:.1f} s when executed, {record['device']})")
+            continue
+        if only is not None and nb != only:
+            results.append(NotebookResult(nb, profile, params, None, None, False, device,
+                                          "skipped"))
+            log(f"{tag}: skipped (--only {only}; not cached under this profile)")
+            continue
+        if record_path.exists():
+            record_path.unlink()  # the old record no longer describes what will be there
+        t0 = time.perf_counter()
+        try:
+            _execute_one(root, nb, params, out_path, failed_path, kernel_name)
+        except Exception as exc:  # report, keep going with the other notebooks
+            seconds = time.perf_counter() - t0
+            msg = _describe_failure(nb, exc)
+            results.append(NotebookResult(nb, profile, params, None, seconds, False, device,
+                                          "failed", msg))
+            log(f"{tag}: FAILED after {seconds:.1f} s -- {msg}")
+            continue
+        seconds = time.perf_counter() - t0
+        label = _device_label(device)
+        _atomic_write_text(record_path, json.dumps(
+            {"key": key, "seconds": seconds, "device": label, "parameters": params}, indent=1))
+        results.append(NotebookResult(nb, profile, params, str(out_path), seconds, False, label,
+                                      "ok"))
+        log(f"{tag}: executed in {seconds:.1f} s ({label})")
+    return results
+
+
+def _literal(src: str):
+    import ast
+
+    try:
+        return ast.literal_eval(src)
+    except (ValueError, SyntaxError):
+        return src
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- report and render
+
+
+def package_versions() -> dict:
+    """Versions of Python and the packages listed in :data:`REPORTED_PACKAGES`."""
+    out = {"python": platform.python_version()}
+    for name in REPORTED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def write_report(results: list[NotebookResult], path: Path) -> dict:
+    """Write the machine-readable execution report (JSON) and return it."""
+    report = {
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "packages": package_versions(),
+        "notebooks": [dataclasses.asdict(r) for r in results],
+    }
+    _atomic_write_text(Path(path), json.dumps(report, indent=1, default=str))
+    return report
+
+
+def report_markdown(report: dict) -> str:
+    """The table of the rendered execution report page."""
+    rows = ["| Notebook | Profile | Parameters | Runtime (s) | Cached | Device | Status |",
+            "|---|---|---|---|---|---|---|"]
+    for r in report["notebooks"]:
+        params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items()) or "defaults"
+        secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
+        rows.append(f"| {r['notebook']} | {r['profile']} | {params} | {secs} | "
+                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | {r['status']} |")
+    pk = ["| Package | Version |", "|---|---|"]
+    pk += [f"| {k} | {v} |" for k, v in report["packages"].items()]
+    return ("\n".join(rows) + f"\n\nGenerated {report['generated']}. Runtime is the wall-clock "
+            "time of the execution that produced the page (for a cached notebook, the time it "
+            "took when it was executed).\n\n" + "\n".join(pk) + "\n")
+
+
+def _sync_file(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_file() and dst.read_bytes() == src.read_bytes():
+        return
+    shutil.copy2(src, dst)
+
+
+def _sync_text(text: str, dst: Path) -> None:
+    if dst.is_file() and dst.read_text() == text:
+        return
+    _atomic_write_text(dst, text)
+
+
+def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Path) -> None:
+    """Assemble the tree that Jupyter Book renders: configuration, chapters, executed notebooks."""
+    root, stage_dir = Path(root), Path(stage_dir)
+    wanted = set()
+    for name in STAGED_FILES:
+        _sync_file(root / name, stage_dir / name)
+        wanted.add(stage_dir / name)
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    mathjax = os.environ.get("ATTNSVM_MATHJAX_PATH")
+    if mathjax:  # offline math: a local MathJax 3 bundle (tex-chtml.js)
+        config.setdefault("sphinx", {}).setdefault("config", {})["mathjax_path"] = mathjax
+        _sync_text(yaml.safe_dump(config, sort_keys=False), stage_dir / "_config.yml")
+    for src in sorted((root / "book").rglob("*")):
+        if src.is_file() and "__pycache__" not in src.parts:
+            dst = stage_dir / src.relative_to(root)
+            _sync_file(src, dst)
+            wanted.add(dst)
+    for r in results:
+        dst = stage_dir / r.notebook
+        if r.executed_path is None:
+            raise BuildError(f"{r.notebook} has no executed copy to stage")
+        _sync_file(Path(r.executed_path), dst)
+        wanted.add(dst)
+    page = stage_dir / REPORT_TEMPLATE
+    template = (root / REPORT_TEMPLATE).read_text()
+    if REPORT_MARKER not in template:
+        raise BuildError(f"{REPORT_TEMPLATE} lacks the marker {REPORT_MARKER}")
+    _sync_text(template.replace(REPORT_MARKER, report_markdown(report)), page)
+    # remove staged files that no longer exist in the sources (no stale pages)
+    for p in sorted(stage_dir.rglob("*"), reverse=True):
+        if p.is_file() and p not in wanted and "_build" not in p.relative_to(stage_dir).parts:
+            p.unlink()
+
+
+def render(stage_dir: Path, out_root: Path, *, strict: bool = True) -> None:
+    """Run ``jupyter-book build`` on the staging tree; HTML goes to ``out_root/_build/html``."""
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(stage_dir),
+           "--path-output", str(out_root)]
+    if strict:
+        cmd += ["-W", "-n", "--keep-going"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
+        raise BuildError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
+
+
+def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
+          only: str | None = None, force: bool = False, render_html: bool = True,
+          build_dir: str | os.PathLike | None = None, log=print) -> dict:
+    """Execute (with cache) and render the book. Returns the execution report.
+
+    ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``.
+
+    Raises
+    ------
+    BuildError
+        Bad configuration (before anything runs) or a failed render.
+    NotebookFailed
+        One or more notebooks raised; the message names each notebook, cell and exception.
+    """
+    root = find_root(root)
+    build_dir = Path(build_dir) if build_dir is not None else root / BUILD_DIR
+    if build_dir.name != BUILD_DIR:
+        raise BuildError(f"build_dir must be a directory named {BUILD_DIR!r}, got {build_dir}")
+    t0 = time.perf_counter()
+    results = execute_notebooks(root, profile, only=only, force=force, build_dir=build_dir,
+                                log=log)
+    report = write_report(results, build_dir / "execution-report.json")
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise NotebookFailed("notebook execution failed; nothing was rendered:\n  "
+                             + "\n  ".join(r.error for r in failed))
+    skipped = [r for r in results if r.status == "skipped"]
+    if render_html and skipped:
+        log(f"rendering skipped: {len(skipped)} notebook(s) have no cached execution under "
+            f"profile {profile!r}; run a full build")
+        return report
+    if render_html:
+        stage(root, results, report, build_dir / "stage")
+        render(build_dir / "stage", build_dir.parent)
+        log(f"built in {time.perf_counter() - t0:.1f} s: {build_dir / 'html' / 'index.html'}")
+    return report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnsvm.book", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="execute the notebooks (cached) and render the book")
+    b.add_argument("--profile", default="quick", help="profile of profiles.yml (default: quick)")
+    b.add_argument("--only", default=None, help="execute only this notebook (path or file name)")
+    b.add_argument("--force", action="store_true", help="ignore the cache and re-execute")
+    b.add_argument("--no-render", action="store_true", help="execute only; do not render HTML")
+    b.add_argument("--root", default=None, help="the book's root (default: found from the cwd)")
+    ls = sub.add_parser("list", help="list the notebooks and their parameters under a profile")
+    ls.add_argument("--profile", default="quick")
+    ls.add_argument("--root", default=None)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            root = find_root(args.root)
+            for nb, params in resolve_profile(root, args.profile).items():
+                print(f"{nb}: {params or 'defaults'}")
+            return 0
+        build(args.root, args.profile, only=args.only, force=args.force,
+              render_html=not args.no_render)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

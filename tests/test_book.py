@@ -1,0 +1,241 @@
+"""The build's units: profile resolution, cache key, execution, caching and failure reporting.
+
+These tests build a small throw-away book in a temporary directory (two or three tiny
+notebooks), so they run in seconds; the full book is built in ``test_book_full.py``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from attnsvm import book
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _notebook(path: Path, params_src: str, body: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell(params_src)
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [p, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+@pytest.fixture
+def minibook(tmp_path):
+    """A tiny book: one good notebook that counts its executions, lib/ and pinned files."""
+    root = tmp_path / "mini"
+    (root / "book").mkdir(parents=True)
+    (root / "lib" / "pkg").mkdir(parents=True)
+    (root / "lib" / "pkg" / "mod.py").write_text("X = 1\n")
+    (root / "requirements.txt").write_text("numpy==1\n")
+    (root / "constraints.txt").write_text("numpy==1\n")
+    (root / "_config.yml").write_text("title: mini\nexecute:\n  execute_notebooks: 'off'\n")
+    (root / "book" / "intro.md").write_text("# Mini\n")
+    (root / "book" / "execution_report.md").write_text(
+        "# Report\n\n" + book.REPORT_MARKER + "\n")
+    toc = {"format": "jb-book", "root": "book/intro",
+           "chapters": [{"file": "notebooks/good"}, {"file": "book/execution_report"}]}
+    (root / "_toc.yml").write_text(yaml.safe_dump(toc))
+    counter = root / "runs.txt"
+    _notebook(root / "notebooks" / "good.ipynb", "size = 3\ndevice = 'cpu'",
+              f"with open({str(counter)!r}, 'a') as fh:\n    fh.write(str(size) + '\\n')")
+    profiles = {"quick": {"notebooks": {"notebooks/good.ipynb": {}}},
+                "paper": {"notebooks": {"notebooks/good.ipynb": {"size": 30}}}}
+    (root / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    return root
+
+
+def _runs(root):
+    p = root / "runs.txt"
+    return p.read_text().split() if p.exists() else []
+
+
+def _add_notebook(root, name, params_src, body, profiles_entry=None):
+    _notebook(root / "notebooks" / f"{name}.ipynb", params_src, body)
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    toc["chapters"].insert(1, {"file": f"notebooks/{name}"})
+    (root / "_toc.yml").write_text(yaml.safe_dump(toc))
+    prof = yaml.safe_load((root / "profiles.yml").read_text())
+    for p in prof.values():
+        p["notebooks"][f"notebooks/{name}.ipynb"] = dict(profiles_entry or {})
+    (root / "profiles.yml").write_text(yaml.safe_dump(prof))
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+def test_repository_profiles_cover_every_notebook_of_the_toc():
+    for profile in book.load_profiles(REPO):
+        table = book.resolve_profile(REPO, profile)
+        assert set(table) == set(book.toc_notebooks(REPO))
+    assert book.toc_notebooks(REPO), "the book has no notebook in _toc.yml"
+
+
+def test_profile_parameters_reach_the_notebook(minibook):
+    book.build(minibook, "paper", render_html=False, log=lambda m: None)
+    assert _runs(minibook) == ["30"]
+    book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    assert _runs(minibook) == ["30", "3"]
+
+
+def test_unknown_profile_is_a_clear_error_before_anything_runs(minibook):
+    with pytest.raises(book.BuildError, match="unknown profile 'nope'.*paper.*quick"):
+        book.build(minibook, "nope", render_html=False)
+    assert not (minibook / "_build" / "executed").exists()
+
+
+def test_unknown_notebook_is_a_clear_error(minibook):
+    with pytest.raises(book.BuildError, match="unknown notebook 'missing'"):
+        book.build(minibook, "quick", only="missing", render_html=False)
+    assert _runs(minibook) == []
+
+
+def test_undefined_parameter_is_a_clear_error_before_anything_runs(minibook):
+    prof = yaml.safe_load((minibook / "profiles.yml").read_text())
+    prof["quick"]["notebooks"]["notebooks/good.ipynb"] = {"sise": 4}
+    (minibook / "profiles.yml").write_text(yaml.safe_dump(prof))
+    with pytest.raises(book.BuildError, match=r"good\.ipynb parameters \['sise'\]"):
+        book.build(minibook, "quick", render_html=False)
+    assert _runs(minibook) == []
+
+
+def test_profile_must_list_every_toc_notebook(minibook):
+    _add_notebook(minibook, "other", "a = 1", "b = a + 1")
+    prof = yaml.safe_load((minibook / "profiles.yml").read_text())
+    del prof["quick"]["notebooks"]["notebooks/other.ipynb"]
+    (minibook / "profiles.yml").write_text(yaml.safe_dump(prof))
+    with pytest.raises(book.BuildError, match=r"no entry for notebooks \['notebooks/other.ipynb'\]"):
+        book.resolve_profile(minibook, "quick")
+
+
+def test_notebook_without_parameters_cell_is_rejected(minibook):
+    nb = nbformat.read(str(minibook / "notebooks" / "good.ipynb"), as_version=4)
+    nb.cells[0].metadata["tags"] = []
+    nbformat.write(nb, str(minibook / "notebooks" / "good.ipynb"))
+    with pytest.raises(book.BuildError, match="no cell tagged 'parameters'"):
+        book.resolve_profile(minibook, "quick")
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def test_cache_key_tracks_source_parameters_library_environment_and_device(minibook):
+    nb = "notebooks/good.ipynb"
+    base = book.cache_key(minibook, nb, {}, "cpu")
+    assert book.cache_key(minibook, nb, {}, "cpu") == base
+    assert book.cache_key(minibook, nb, {"size": 4}, "cpu") != base
+    assert book.cache_key(minibook, nb, {}, "cuda") != base
+    (minibook / "lib" / "pkg" / "mod.py").write_text("X = 2\n")
+    lib_changed = book.cache_key(minibook, nb, {}, "cpu")
+    assert lib_changed != base
+    (minibook / "constraints.txt").write_text("numpy==2\n")
+    env_changed = book.cache_key(minibook, nb, {}, "cpu")
+    assert env_changed != lib_changed
+    # outputs and execution counts are not part of the source
+    path = minibook / nb
+    nbj = json.loads(path.read_text())
+    nbj["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hi"}]
+    nbj["cells"][1]["execution_count"] = 7
+    path.write_text(json.dumps(nbj))
+    assert book.cache_key(minibook, nb, {}, "cpu") == env_changed
+    nbj["cells"][1]["source"] = "pass"
+    path.write_text(json.dumps(nbj))
+    assert book.cache_key(minibook, nb, {}, "cpu") != env_changed
+
+
+def test_rebuild_with_nothing_changed_executes_nothing(minibook):
+    lines = []
+    r1 = book.build(minibook, "quick", render_html=False, log=lines.append)
+    r2 = book.build(minibook, "quick", render_html=False, log=lines.append)
+    assert _runs(minibook) == ["3"]
+    assert [n["cached"] for n in r1["notebooks"]] == [False]
+    assert [n["cached"] for n in r2["notebooks"]] == [True]
+    assert "cached" in lines[-1]
+    # --force re-executes; a source change re-executes
+    book.build(minibook, "quick", force=True, render_html=False, log=lines.append)
+    assert _runs(minibook) == ["3", "3"]
+    (minibook / "lib" / "pkg" / "mod.py").write_text("X = 3\n")
+    book.build(minibook, "quick", render_html=False, log=lines.append)
+    assert _runs(minibook) == ["3", "3", "3"]
+
+
+def test_report_has_one_entry_per_notebook_with_the_documented_fields(minibook):
+    book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    report = json.loads((minibook / "_build" / "execution-report.json").read_text())
+    (entry,) = report["notebooks"]
+    for field in ("notebook", "profile", "parameters", "executed_path", "seconds", "cached",
+                  "device", "status"):
+        assert field in entry
+    assert entry["notebook"] == "notebooks/good.ipynb"
+    assert entry["status"] == "ok" and entry["device"] == "cpu" and entry["profile"] == "quick"
+    assert Path(entry["executed_path"]).is_file()
+    assert "torch" in report["packages"]
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def test_failing_notebook_fails_the_build_naming_it_and_caches_nothing(minibook):
+    _add_notebook(minibook, "broken", "k = 0", "x = 1\ny = x / k")
+    with pytest.raises(book.NotebookFailed) as err:
+        book.build(minibook, "quick", log=lambda m: None)
+    msg = str(err.value)
+    assert "notebooks/broken.ipynb" in msg and "cell 1" in msg and "ZeroDivisionError" in msg
+    assert "nothing was rendered" in msg
+    assert not (minibook / "_build" / "cache" / "quick" / "notebooks" / "broken.ipynb.json").exists()
+    assert not (minibook / "_build" / "executed" / "quick" / "notebooks" / "broken.ipynb").exists()
+    assert (minibook / "_build" / "failed" / "quick" / "notebooks" / "broken.ipynb").is_file()
+    assert not (minibook / "_build" / "html").exists()
+    report = json.loads((minibook / "_build" / "execution-report.json").read_text())
+    status = {e["notebook"]: e["status"] for e in report["notebooks"]}
+    assert status == {"notebooks/good.ipynb": "ok", "notebooks/broken.ipynb": "failed"}
+    # the next build executes it again (nothing was cached), and fails again
+    with pytest.raises(book.NotebookFailed):
+        book.build(minibook, "quick", render_html=False, log=lambda m: None)
+
+
+def test_cli_exits_nonzero_naming_the_notebook(minibook, capsys):
+    _add_notebook(minibook, "broken", "k = 0", "raise RuntimeError('boom')")
+    code = book.main(["build", "--root", str(minibook), "--no-render"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "notebooks/broken.ipynb" in err and "RuntimeError: boom" in err
+
+
+def test_interrupted_execution_leaves_no_cache_and_no_partial_file(minibook, monkeypatch):
+    import papermill
+
+    def interrupted(inp, out, **kw):
+        Path(out).write_text("{partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    executed = minibook / "_build" / "executed" / "quick" / "notebooks"
+    assert not (executed / "good.ipynb").exists()
+    assert not list(executed.glob(".tmp-*"))
+    assert not (minibook / "_build" / "cache" / "quick" / "notebooks" / "good.ipynb.json").exists()
+
+
+def test_only_executes_one_notebook_and_skips_rendering_when_others_are_not_cached(minibook):
+    _add_notebook(minibook, "other", "a = 1", "b = a + 1")
+    lines = []
+    report = book.build(minibook, "quick", only="other", log=lines.append)
+    status = {e["notebook"]: e["status"] for e in report["notebooks"]}
+    assert status == {"notebooks/good.ipynb": "skipped", "notebooks/other.ipynb": "ok"}
+    assert _runs(minibook) == []
+    assert any("rendering skipped" in line for line in lines)
+
+
+def test_resolve_device():
+    assert book.resolve_device("cpu") == "cpu"
+    assert book.resolve_device("auto") in ("cpu", "cuda")
