@@ -239,3 +239,16 @@ def test_only_executes_one_notebook_and_skips_rendering_when_others_are_not_cach
 def test_resolve_device():
     assert book.resolve_device("cpu") == "cpu"
     assert book.resolve_device("auto") in ("cpu", "cuda")
+
+
+def test_partial_toc_builds_only_its_notebooks(minibook):
+    _add_notebook(minibook, "other", "a = 1", "b = a + 1")
+    part = minibook / "part_toc.yml"
+    part.write_text(yaml.safe_dump({"format": "jb-book", "root": "book/intro",
+                                    "chapters": [{"file": "notebooks/other"}]}))
+    report = book.build(minibook, "quick", toc=part, render_html=False, log=lambda m: None)
+    assert [e["notebook"] for e in report["notebooks"]] == ["notebooks/other.ipynb"]
+    assert _runs(minibook) == []
+    # the full table of contents still insists on complete profiles
+    with pytest.raises(book.BuildError, match="not in _toc.yml"):
+        book.resolve_profile(minibook, "quick", ["notebooks/good.ipynb"])

@@ -130,17 +130,17 @@ def _toc_files(entries) -> list[str]:
     return out
 
 
-def toc_files(root: Path) -> list[str]:
-    """All document paths named in ``_toc.yml`` (without extension), in reading order."""
-    toc = yaml.safe_load((Path(root) / "_toc.yml").read_text())
+def toc_files(root: Path, toc: str | os.PathLike | None = None) -> list[str]:
+    """All document paths named in ``_toc.yml`` (or ``toc``), without extension, in reading order."""
+    toc = yaml.safe_load(Path(toc or Path(root) / "_toc.yml").read_text())
     files = [toc["root"]] if "root" in toc else []
     return files + _toc_files([toc])
 
 
-def toc_notebooks(root: Path) -> list[str]:
+def toc_notebooks(root: Path, toc: str | os.PathLike | None = None) -> list[str]:
     """Paths (relative to ``root``, with ``.ipynb``) of the notebooks named in ``_toc.yml``."""
     out = []
-    for f in toc_files(root):
+    for f in toc_files(root, toc):
         p = f if f.endswith(".ipynb") else f + ".ipynb"
         if (Path(root) / p).is_file():
             out.append(p)
@@ -167,12 +167,14 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
     return {name: info["default"] for name, info in params.items()}
 
 
-def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None) -> dict:
+def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None, *,
+                    subset: bool = False) -> dict:
     """The parameters each notebook receives under ``profile``, validated before anything runs.
 
     Every notebook of the table of contents must appear in the profile (an empty mapping means
     "the notebook's own defaults"), the profile may name no other notebook, and every parameter it
-    gives must be defined in that notebook's ``parameters`` cell.
+    gives must be defined in that notebook's ``parameters`` cell. With ``subset=True`` (a partial
+    table of contents), profile entries for other notebooks are ignored.
     """
     profiles = load_profiles(root)
     if profile not in profiles:
@@ -180,7 +182,7 @@ def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None
     table = profiles[profile].get("notebooks", {}) or {}
     toc = toc_notebooks(root) if notebooks is None else notebooks
     unknown = sorted(set(table) - set(toc))
-    if unknown:
+    if unknown and not subset:
         raise BuildError(f"profile {profile!r} names notebooks that are not in _toc.yml: {unknown}")
     missing = [nb for nb in toc if nb not in table]
     if missing:
@@ -310,22 +312,24 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
 
 def execute_notebooks(root: Path, profile: str, *, only: str | None = None, force: bool = False,
                       build_dir: Path | None = None, kernel_name: str = "python3",
-                      log=print) -> list[NotebookResult]:
+                      toc: str | os.PathLike | None = None, log=print) -> list[NotebookResult]:
     """Execute the notebooks of ``_toc.yml`` under ``profile``, using the cache.
 
     Returns one :class:`NotebookResult` per notebook. With ``only``, the other notebooks are
-    reported from the cache when they are cached there and as ``skipped`` otherwise.
+    reported from the cache when they are cached there and as ``skipped`` otherwise. ``toc``
+    replaces ``_toc.yml`` by another table of contents (a part of the book).
     """
     root = Path(root)
     build_dir = Path(build_dir or root / BUILD_DIR)
-    toc = toc_notebooks(root)
+    subset = toc is not None
+    toc = toc_notebooks(root, toc)
     if only is not None:
         norm = only if only.endswith(".ipynb") else only + ".ipynb"
         matches = [nb for nb in toc if nb == norm or Path(nb).name == Path(norm).name]
         if not matches:
             raise BuildError(f"unknown notebook {only!r}; notebooks in _toc.yml: {toc}")
         only = matches[0]
-    table = resolve_profile(root, profile, toc)  # validates everything before anything runs
+    table = resolve_profile(root, profile, toc, subset=subset)  # validates before anything runs
     lib_h, env_h = library_hash(root), environment_hash(root)
     results = []
     for k, nb in enumerate(toc, 1):
@@ -444,12 +448,14 @@ def _sync_text(text: str, dst: Path) -> None:
     _atomic_write_text(dst, text)
 
 
-def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Path) -> None:
+def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Path,
+          toc: str | os.PathLike | None = None) -> None:
     """Assemble the tree that Jupyter Book renders: configuration, chapters, executed notebooks."""
     root, stage_dir = Path(root), Path(stage_dir)
     wanted = set()
     for name in STAGED_FILES:
-        _sync_file(root / name, stage_dir / name)
+        src = Path(toc) if (toc is not None and name == "_toc.yml") else root / name
+        _sync_file(src, stage_dir / name)
         wanted.add(stage_dir / name)
     config = yaml.safe_load((root / "_config.yml").read_text())
     mathjax = os.environ.get("ATTNSVM_MATHJAX_PATH")
@@ -493,10 +499,12 @@ def render(stage_dir: Path, out_root: Path, *, strict: bool = True) -> None:
 
 def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
           only: str | None = None, force: bool = False, render_html: bool = True,
-          build_dir: str | os.PathLike | None = None, log=print) -> dict:
+          build_dir: str | os.PathLike | None = None, toc: str | os.PathLike | None = None,
+          log=print) -> dict:
     """Execute (with cache) and render the book. Returns the execution report.
 
-    ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``.
+    ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``. ``toc``
+    builds a part of the book from another table of contents (for working on a few chapters).
 
     Raises
     ------
@@ -511,7 +519,7 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
         raise BuildError(f"build_dir must be a directory named {BUILD_DIR!r}, got {build_dir}")
     t0 = time.perf_counter()
     results = execute_notebooks(root, profile, only=only, force=force, build_dir=build_dir,
-                                log=log)
+                                toc=toc, log=log)
     report = write_report(results, build_dir / "execution-report.json")
     failed = [r for r in results if r.status == "failed"]
     if failed:
@@ -523,7 +531,7 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
             f"profile {profile!r}; run a full build")
         return report
     if render_html:
-        stage(root, results, report, build_dir / "stage")
+        stage(root, results, report, build_dir / "stage", toc=toc)
         render(build_dir / "stage", build_dir.parent)
         log(f"built in {time.perf_counter() - t0:.1f} s: {build_dir / 'html' / 'index.html'}")
     return report
@@ -538,6 +546,10 @@ def main(argv=None) -> int:
     b.add_argument("--force", action="store_true", help="ignore the cache and re-execute")
     b.add_argument("--no-render", action="store_true", help="execute only; do not render HTML")
     b.add_argument("--root", default=None, help="the book's root (default: found from the cwd)")
+    b.add_argument("--build-dir", default=None,
+                   help="build directory, named _build (default: <root>/_build)")
+    b.add_argument("--toc", default=None,
+                   help="another table of contents, to build a part of the book")
     ls = sub.add_parser("list", help="list the notebooks and their parameters under a profile")
     ls.add_argument("--profile", default="quick")
     ls.add_argument("--root", default=None)
@@ -549,7 +561,7 @@ def main(argv=None) -> int:
                 print(f"{nb}: {params or 'defaults'}")
             return 0
         build(args.root, args.profile, only=args.only, force=args.force,
-              render_html=not args.no_render)
+              render_html=not args.no_render, build_dir=args.build_dir, toc=args.toc)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -69,6 +69,7 @@ __all__ = [
     "AttentionClassifier",
     "LinearClassifier",
     "grad_coefficients",
+    "log_mean_loss",
 ]
 
 
@@ -191,11 +192,6 @@ def log_mean_loss(loss, u):
 
 
 # ----------------------------------------------------------------------------- models
-def _bmv(M, x):
-    """Batched matrix-vector product: M (..., p, q), x (..., q) -> (..., p)."""
-    return (M * x.unsqueeze(-2)).sum(-1)
-
-
 class AttentionClassifier:
     r"""The single-layer attention classifier :math:`f(X) = \psi(X^\top \mathrm{softmax}(a))`.
 
@@ -337,7 +333,7 @@ class AttentionClassifier:
         return (hid * c.reshape(c.shape[:1] + lead + c.shape[1:])).sum(-1)
 
     def forward(self, params, batch):
-        """Margins ``u = y f(X)`` (B,n) and a cache for :meth:`backward`."""
+        """Margins ``u = y f(X)`` (B,n) and a cache (``s``: attention (B,n,T); ``W``)."""
         W = self.matrix(params) if self.param != "prompt" else None
         a = self.scores(params, batch, W)
         s = torch.softmax(a, dim=-1)
@@ -353,47 +349,94 @@ class AttentionClassifier:
         u = batch["y"] * f
         return u, {"s": s, "G": G, "f": f, "W": W}
 
-    def backward(self, params, batch, cache, coef):
-        r"""Hand-derived :math:`\nabla \sum_i c_i u_i` for the trainable parameters.
+    def grad(self, params, batch, loss):
+        r"""Margins and the log-scaled loss gradient, by the hand-derived formulas.
 
-        See the module docstring for the formulas. ``coef`` has shape (B,n).
+        Returns ``(u, grads, log_scales)`` with :math:`\nabla_j L = e^{\sigma_j}\tilde g_j`:
+        ``grads[j]`` is :math:`\tilde g_j` and ``log_scales[j]`` is :math:`\sigma_j` (B,).
+
+        Notes
+        -----
+        The softmax Jacobian term is evaluated without cancellation or underflow. The naive
+        :math:`r_t = s_t(g_t - f)` is rounding noise for the top token once
+        :math:`1 - s_{\mathrm{top}} < 10^{-16}` (score gaps above ~37): :math:`g_{\mathrm{top}} - f`
+        is the difference of two nearly equal numbers (autograd's softmax backward has the same
+        defect), and every :math:`s_t` underflows at gaps above ~745. With the top token
+        :math:`t^\star` (largest score), the second largest log-probability
+        :math:`\lambda_2 = \log s_{(2)}` and the rescaled probabilities
+        :math:`\hat s_\tau = e^{\log s_\tau - \lambda_2}` (:math:`\le 1` for
+        :math:`\tau \ne t^\star`; :math:`\hat s_{t^\star} := 0`), exactly
+
+        .. math::
+
+            r_t = s_t \sum_\tau s_\tau (g_t - g_\tau) = e^{\lambda_2}\rho_t, \qquad
+            \rho_{t^\star} = s_{t^\star}\Big(g_{t^\star}\sum_\tau \hat s_\tau
+            - \sum_\tau \hat s_\tau g_\tau\Big), \qquad
+            \rho_t = \hat s_t (g_t - f)\ \ (t \ne t^\star),
+
+        where no step cancels catastrophically (the :math:`\hat s_\tau` are O(1), the second
+        largest is 1) and only negligible terms can underflow, however large the gap. The
+        per-sequence factor :math:`e^{\lambda_{2,i}}(-\ell'(u_i)/n)` stays in log space; its
+        maximum over the trial's sequences is :math:`e^{\sigma}`, so
+        :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
+        :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
         """
         if self.autograd:
-            raise RuntimeError("the MLP head uses autograd; call autograd_backward")
+            return self._autograd_grad(params, batch, loss)
         X, y = batch["X"], batch["y"]
-        s, G, f = cache["s"], cache["G"], cache["f"]
-        cy = coef * y                                          # (B,n)
-        q = cy.unsqueeze(-1) * s * (G - f.unsqueeze(-1))       # (B,n,T)
+        W = self.matrix(params) if self.param != "prompt" else None
+        a = self.scores(params, batch, W)
+        ls = a - torch.logsumexp(a, dim=-1, keepdim=True)       # log-softmax, (B,n,T)
+        s = torch.exp(ls)
+        G = batch.get("G")
+        if G is None or self.train_v:
+            G = self.head_values(params, X)
+        f = (s * G).sum(-1)
+        u = y * f
+        logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
+        is_top = torch.zeros_like(ls, dtype=torch.bool).scatter_(
+            -1, ls.argmax(-1, keepdim=True), True)                 # one top token per sequence
+        lam2 = ls.masked_fill(is_top, -math.inf).amax(-1, keepdim=True)   # (B,n,1)
+        sh = torch.exp(ls - lam2).masked_fill_(is_top, 0.0)     # s_tau / s_(2), top -> 0
+        top_term = s * (G * sh.sum(-1, keepdim=True) - (sh * G).sum(-1, keepdim=True))
+        rho = torch.where(is_top, top_term, sh * (G - f.unsqueeze(-1)))
+        lam2 = lam2.squeeze(-1)
+        lw = logc + lam2
+        sig = lw.amax(-1)
+        q = rho * (torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1)
         xbar = (X * q.unsqueeze(-1)).sum(-2)                   # (B,n,d)
-        grads = {}
+        grads, scales = {}, {}
         if self.param == "prompt":
             grads["p"] = xbar.sum(-2)
+            scales["p"] = sig
         else:
             gW = xbar.transpose(-1, -2) @ batch["Z"]           # (B,d,d)
             if self.param == "W":
                 grads["W"] = gW
+                scales["W"] = sig
             else:
                 grads["K"] = gW @ params["Q"]
                 grads["Q"] = gW.transpose(-1, -2) @ params["K"]
+                scales["K"] = scales["Q"] = sig
         if self.train_v:
+            sv = logc.amax(-1)
+            cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
             h = (X * s.unsqueeze(-1)).sum(-2)                  # (B,n,d)
             grads["v"] = (cy.unsqueeze(-1) * h).sum(-2)
-        return grads
+            scales["v"] = sv
+        return u, grads, scales
 
-    def autograd_backward(self, params, batch, coef):
-        r""":math:`\nabla \sum_i c_i u_i` by autograd (trials are independent, so one backward
-        pass of the sum over trials gives every trial's gradient). Returns (grads, u)."""
+    def _autograd_grad(self, params, batch, loss):
+        r"""Autograd version of :meth:`grad` (used for the MLP head): backpropagates
+        :math:`\sum_{b,i} c_{bi} u_{bi}` with :math:`c = -e^{\log(-\ell'/n) - \sigma}` detached;
+        trials are independent, so one backward pass gives every trial's gradient."""
         with torch.enable_grad():
             leaves = {k: (p.detach().requires_grad_(True) if k in self.trainable else p)
                       for k, p in params.items()}
             u, _ = self.forward(leaves, batch)
-            c = coef(u.detach()) if callable(coef) else coef
-            if isinstance(c, tuple):
-                c, extra = c
-            else:
-                extra = None
-            gs = torch.autograd.grad((c.detach() * u).sum(), [leaves[k] for k in self.trainable])
-        return dict(zip(self.trainable, gs)), u.detach(), extra
+            coef, sig = grad_coefficients(loss, u.detach())
+            gs = torch.autograd.grad((coef * u).sum(), [leaves[k] for k in self.trainable])
+        return u.detach(), dict(zip(self.trainable, gs)), {k: sig for k in self.trainable}
 
     def token_scores(self, params, batch):
         r""":math:`\gamma_{it} = y_i \psi(x_{it})` (B,n,T); the optimal token is its argmax."""
@@ -438,8 +481,13 @@ class LinearClassifier:
         u = batch["y"] * (batch["X"] * params["w"].unsqueeze(-2)).sum(-1)
         return u, {}
 
-    def backward(self, params, batch, cache, coef):
-        return {"w": ((coef * batch["y"]).unsqueeze(-1) * batch["X"]).sum(-2)}
+    def grad(self, params, batch, loss):
+        """Margins and log-scaled gradient ``(u, {"w": g}, {"w": sigma})`` (see
+        :meth:`AttentionClassifier.grad`)."""
+        u, _ = self.forward(params, batch)
+        coef, sig = grad_coefficients(loss, u)
+        g = ((coef * batch["y"]).unsqueeze(-1) * batch["X"]).sum(-2)
+        return u, {"w": g}, {"w": sig}
 
 
 def _stack(arrs):
@@ -455,4 +503,4 @@ def _broadcast_init(name, value, B, shape, kw):
         a = np.broadcast_to(a, (B,) + shape)
     elif a.shape != (B,) + shape:
         raise ValueError(f"init for {name} must have shape {shape} or {(B,) + shape}, got {a.shape}")
-    return torch.as_tensor(np.ascontiguousarray(a), **kw)
+    return torch.as_tensor(np.array(a, copy=True), **kw)

@@ -86,13 +86,15 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
     ----------
     rule : {"gd", "ngd", "ngd_param", "polyak", "adam", "sign"}
     grads : list of Tensor
-        Log-scaled gradients :math:`\tilde g_j` (true gradient :math:`e^{\sigma}\tilde g_j`).
+        Log-scaled gradients :math:`\tilde g_j`; the true gradient is
+        :math:`e^{\sigma_j}\tilde g_j`.
     state : dict, optional
         From :func:`init_state` (needed by ``"adam"``; updated in place).
     lr : float
         Step size :math:`\eta` (for ``"polyak"`` a multiplier of the Polyak step).
-    log_scale : Tensor (B,) or 0-d, optional
-        :math:`\sigma`; ``None`` means 0.
+    log_scale : None, Tensor, or list of Tensor
+        :math:`\sigma_j`, per trial ((B,) or 0-d): one for all gradients or one per gradient.
+        ``None`` means 0.
     log_loss : Tensor (B,) or 0-d
         :math:`\log L` (``"polyak"`` only).
     eta_max : float, optional
@@ -105,10 +107,22 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
     -------
     list of Tensor
         Increments, one per gradient.
+
+    Notes
+    -----
+    The global norm is :math:`\log\|g\| = \tfrac12\operatorname{logsumexp}_j\,
+    2(\sigma_j + \log\|\tilde g_j\|)`; normalized increments are :math:`-\eta\,\tilde g_j
+    e^{\sigma_j - \log\|g\|}` and Polyak increments :math:`-\tilde g_j e^{\log\eta_t + \sigma_j}`,
+    so no quantity that can underflow is ever formed.
     """
+    if log_scale is None or torch.is_tensor(log_scale):
+        scales = [log_scale] * len(grads)
+    else:
+        scales = list(log_scale)
+        if len(scales) != len(grads):
+            raise ValueError("log_scale must be one tensor or one per gradient")
     if rule == "gd" or rule == "adam":
-        if log_scale is not None:
-            grads = [g * _bc(torch.exp(log_scale), g) for g in grads]
+        grads = [g if sc is None else g * _bc(torch.exp(sc), g) for g, sc in zip(grads, scales)]
         if rule == "gd":
             return [-lr * g for g in grads]
         b1, b2 = betas
@@ -122,32 +136,42 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
             out.append(-(lr / bc1) * m / (v.sqrt() / bc2s + eps))
         return out
-    if rule == "ngd":
-        nrm = torch.sqrt(sum(_sqnorm(g, batch_ndim) for g in grads))
-        nrm = torch.where(nrm > 0, nrm, torch.ones_like(nrm))
-        return [g * _bc(-lr / nrm, g) for g in grads]
     if rule == "ngd_param":
         out = []
         for g in grads:
-            nrm = torch.sqrt(_sqnorm(g, batch_ndim))
-            nrm = torch.where(nrm > 0, nrm, torch.ones_like(nrm))
-            out.append(g * _bc(-lr / nrm, g))
+            dims = tuple(range(batch_ndim, g.ndim))
+            nrm = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+            nrm = torch.where(nrm > 0, nrm, 1.0)              # zero gradient: no step
+            out.append(g * _bc(nrm.reciprocal_().mul_(-lr), g))
         return out
     if rule == "sign":
         return [-lr * torch.sign(g) for g in grads]
-    if rule == "polyak":
-        if log_loss is None:
-            raise ValueError("the Polyak step needs log_loss")
+    if rule not in ("ngd", "polyak"):
+        raise ValueError(f"optimizer must be one of {sorted(RULES)!r}, got {rule!r}")
+    if all(sc is None for sc in scales) or len(grads) == 1:
         lg = log_norm(grads, batch_ndim)
-        sigma = 0.0 if log_scale is None else log_scale
-        log_eta = math.log(lr) + log_loss - 2 * sigma - 2 * lg
-        if eta_max is not None:
-            log_eta = torch.clamp(log_eta, max=math.log(eta_max))
-        # increment = -eta * e^sigma * g~  ->  coefficient exp(log_eta + sigma)
-        coef = -torch.exp(log_eta + sigma)
-        coef = torch.where(torch.isfinite(lg), coef, torch.zeros_like(coef))  # zero gradient
-        return [g * _bc(coef, g) for g in grads]
-    raise ValueError(f"optimizer must be one of {sorted(RULES)!r}, got {rule!r}")
+        sc0 = scales[0]
+        lg_tot = lg if sc0 is None else lg + sc0
+    else:
+        terms = [log_norm([g], batch_ndim) + (0.0 if sc is None else sc)
+                 for g, sc in zip(grads, scales)]
+        lg_tot = 0.5 * torch.logsumexp(2 * torch.stack(terms), dim=0)
+    zero = ~torch.isfinite(lg_tot)                      # zero gradient: no step
+    if rule == "ngd":
+        expo = [(-lg_tot if sc is None else sc - lg_tot) for sc in scales]
+        return [g * _bc(torch.where(zero, torch.zeros_like(lg_tot), -lr * torch.exp(e)), g)
+                for g, e in zip(grads, expo)]
+    if log_loss is None:
+        raise ValueError("the Polyak step needs log_loss")
+    log_eta = math.log(lr) + log_loss - 2 * lg_tot
+    if eta_max is not None:
+        log_eta = torch.clamp(log_eta, max=math.log(eta_max))
+    out = []
+    for g, sc in zip(grads, scales):
+        coef = -torch.exp(log_eta if sc is None else log_eta + sc)
+        coef = torch.where(zero, torch.zeros_like(coef), coef)
+        out.append(g * _bc(coef, g))
+    return out
 
 
 # ----------------------------------------------------------------------------- torch.optim

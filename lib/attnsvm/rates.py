@@ -1,0 +1,389 @@
+r"""Global convergence, finite-time rates and sparsification of attention (Part III).
+
+The chapters on rates work in the *equal-score* data model (the book's
+{prf:ref}`def-equal-scores`): in every sequence the optimal token has score
+:math:`\gamma^\star_i` and every other token the same lower score :math:`\gamma^\circ_i`,
+:math:`\Delta_i = \gamma^\star_i - \gamma^\circ_i > 0`. The model then depends on ``W`` only
+through the margins :math:`m_{it} = \langle A_{it}, W\rangle` of the lifted features
+:math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`, and
+
+.. math::
+
+    u_i = \gamma^\star_i - \Delta_i (1 - s_i),\qquad
+    s_i = \frac{1}{1 + q_i},\qquad q_i = \sum_{t \ne \mathrm{opt}_i} e^{-m_{it}} .
+
+This module holds
+
+* data: :func:`score_data` (equal or distinct non-optimal scores), :func:`find_trap`
+  (an instance with a locally optimal token choice other than ``opt``);
+* constants of the proofs: :func:`constants` (:math:`R_A`, :math:`\gamma_A`,
+  :math:`\kappa`, :math:`\lambda`, :math:`\mu`, :math:`H`, :math:`\varepsilon_0`, ...);
+* exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
+  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`;
+* experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
+  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
+  :func:`exp_rate`, :func:`sensitivity`;
+* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`.
+
+All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import metrics, svm, train
+from .data import AttnData
+
+__all__ = [
+    "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
+    "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
+    "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
+    "svm_batch",
+]
+
+
+# ----------------------------------------------------------------------------- logistic loss
+def _ell(u):
+    return np.logaddexp(0.0, -u)
+
+
+def _beta(u):
+    """:math:`-\\ell'(u) = 1/(1+e^{u})`."""
+    return 0.5 * (1.0 - np.tanh(0.5 * u))
+
+
+# ----------------------------------------------------------------------------- data
+def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
+               spread=0.8, seed=0):
+    r"""Seeded attention instances with prescribed token scores (cross-attention queries).
+
+    Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with :math:`g_{it}\sim N(0, I_d/d)`,
+    a unit head ``v``, unit queries :math:`z_i`, a random optimal position
+    :math:`\mathrm{opt}_i`, so the token scores are exactly :math:`\gamma_{it} = c_{it}`:
+    :math:`c_{i,\mathrm{opt}_i} = \gamma^\star` (``gamma_opt``) and, for the other tokens,
+    :math:`\gamma^\circ` (``gamma_other``, the equal-score model, ``distinct=False``) or,
+    with ``distinct=True``, distinct values drawn uniformly in
+    :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
+
+    Returns
+    -------
+    data : AttnData, batched (trials, n, T, d)
+    opt : ndarray (trials, n) int
+    """
+    if not gamma_opt > gamma_other:
+        raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
+    if not 0 < spread < 1:
+        raise ValueError(f"spread must be in (0, 1), got {spread}")
+    rng = np.random.default_rng([seed, 8])
+    v = rng.standard_normal((trials, d))
+    v /= np.linalg.norm(v, axis=-1, keepdims=True)
+    G = rng.standard_normal((trials, n, T, d)) / np.sqrt(d)
+    G -= np.einsum("bntd,bd->bnt", G, v)[..., None] * v[:, None, None, :]
+    y = rng.choice([-1.0, 1.0], size=(trials, n))
+    opt = rng.integers(T, size=(trials, n))
+    c = np.full((trials, n, T), float(gamma_other))
+    if distinct:
+        c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(trials, n, T))
+    np.put_along_axis(c, opt[..., None], float(gamma_opt), axis=-1)
+    X = G + (y[..., None] * c)[..., None] * v[:, None, None, :]
+    Z = rng.standard_normal((trials, n, d))
+    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+    return AttnData(X, y, Z, v), opt.astype(np.int64)
+
+
+def svm_batch(data, alpha):
+    """Frobenius Att-SVM of every trial for the token choice ``alpha`` (trials, n): (B, d, d)."""
+    return np.stack([svm.att_svm(data.X[b], data.Z[b], alpha[b]) for b in range(data.trials)])
+
+
+def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
+    r"""A distinct-score instance with a locally optimal choice :math:`\alpha \ne \mathrm{opt}`.
+
+    Draws instances ``score_data(n, T, d, distinct=True, seed=seed + k)`` for
+    ``k = 0, 1, ...`` and, for each, tries the choices that swap one sequence's optimal token for
+    its second-best token; returns the first locally optimal one (checked with
+    ``attnsvm.svm.is_locally_optimal``).
+
+    Returns
+    -------
+    data : AttnData, unbatched
+    opt, alpha : ndarray (n,) int
+    tries : int, the number of instances drawn
+    """
+    for k in range(max_tries):
+        data, opt = score_data(n, T, d, trials=1, distinct=True, seed=seed + k, **kw)
+        one = data.trial(0)
+        g = svm.token_scores(one.X, one.y, one.v)
+        second = np.argsort(-g, axis=-1)[:, 1]
+        for i in range(n):
+            alpha = opt[0].copy()
+            alpha[i] = second[i]
+            if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
+                return one, opt[0], alpha, k + 1
+    raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
+
+
+# ----------------------------------------------------------------------------- constants
+def _lead(data):
+    X, y, Z, v = data.X, data.y, data.Z, data.v
+    if not data.batched:
+        X, y, Z, v = X[None], y[None], Z[None], v[None]
+    return X, y, Z, v
+
+
+def features(data, opt):
+    r"""Lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`.
+
+    Returns ``U`` (B, n, T, d) with rows :math:`x_{i,\mathrm{opt}_i} - x_{it}` (zero at the
+    optimal token) and ``Z`` (B, n, d); :math:`A_{it} = U_{it} z_i^\top`.
+    """
+    X, _, Z, _ = _lead(data)
+    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
+    xo = np.take_along_axis(X, opt[..., None, None], axis=2)
+    return xo - X, Z
+
+
+def _scores(data, opt):
+    X, y, _, v = _lead(data)
+    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    opt = np.asarray(opt).reshape(g.shape[:2])
+    gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
+    mask = np.ones(g.shape, dtype=bool)
+    np.put_along_axis(mask, opt[..., None], False, axis=-1)
+    return g, gs, mask, opt
+
+
+def constants(data, opt, W_mm):
+    r"""The constants of the proofs, per trial (dict of (B,) arrays).
+
+    ``R_A`` :math:`\max_{it}\|A_{it}\|_F`; ``gamma_A`` :math:`1/\|W_{mm}\|_F`;
+    ``kappa`` :math:`\gamma_A/R_A`; ``Delta_min``, ``Delta_max`` (equal-score model:
+    :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
+    ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
+    -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
+    ``mu`` :math:`\tfrac23\gamma_A\lambda`; ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
+    ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
+    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem).
+    """
+    U, Z = features(data, opt)
+    g, gs, mask, _ = _scores(data, opt)
+    W_mm = np.asarray(W_mm).reshape(U.shape[0], U.shape[-1], U.shape[-1])
+    n = U.shape[1]
+    RA = (np.linalg.norm(U, axis=-1) * np.linalg.norm(Z, axis=-1)[..., None]).max(axis=(1, 2))
+    gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
+    go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
+    Delta = gs - go
+    bm, bp = _beta(gs), _beta(np.where(mask, g, np.inf).min(axis=-1))
+    lam = (bm / bp).min(axis=-1)
+    mu = 2.0 / 3.0 * gA * lam
+    H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
+    return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
+                b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
+                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_ell(gs).mean(-1),
+                eta_ngd=np.minimum(np.log(2) / RA, mu / H))
+
+
+# ----------------------------------------------------------------------------- exact metrics
+def _margins(data, opt, W):
+    """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
+    U, Z = features(data, opt)
+    Wz = np.einsum("...bde,bne->...bnd", W, Z)
+    m = np.einsum("bntd,...bnd->...bnt", U, Wz)
+    _, _, mask, _ = _scores(data, opt)
+    return np.where(mask, m, np.inf)
+
+
+def _log_q(data, opt, W):
+    m = _margins(data, opt, W)
+    mx = np.min(m, axis=-1, keepdims=True)
+    return -mx[..., 0] + np.log(np.sum(np.exp(-(m - mx)), axis=-1))
+
+
+def nonopt_mass(data, opt, W, *, log=False):
+    r"""Softmax mass on the non-optimal tokens, :math:`1 - s_{i,\mathrm{opt}_i}`, shape (..., B, n).
+
+    Computed in log space (:math:`\log(1-s_i) = \log q_i - \log(1+q_i)`), exact far below
+    :math:`10^{-16}`. ``log=True`` returns the logarithm.
+    """
+    lq = _log_q(data, opt, np.asarray(W, dtype=float))
+    out = lq - np.logaddexp(0.0, lq)
+    return out if log else np.exp(out)
+
+
+def excess_loss(data, opt, W, *, log=False):
+    r"""Excess logistic risk :math:`E(W) = \mathcal{L}(W) - \mathcal{L}^\star`, shape (..., B).
+
+    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)` (the infimum in the equal-score
+    model). Per sequence, with :math:`\delta_i = \gamma^\star_i - u_i = \sum_t s_{it}
+    (\gamma^\star_i - \gamma_{it})`, :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star)
+    = \log(1 + \sigma(-\gamma^\star)(e^{\delta} - 1))` is evaluated with ``log1p``/``expm1``;
+    accurate at any size. ``log=True`` returns :math:`\log E`.
+    """
+    W = np.asarray(W, dtype=float)
+    g, gs, mask, _ = _scores(data, opt)
+    m = _margins(data, opt, W)
+    lq = _log_q(data, opt, W)
+    log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
+    Dl = np.where(mask, gs[..., None] - g, 0.0)
+    delta = np.sum(np.where(mask, np.exp(log_s_t) * Dl, 0.0), axis=-1)
+    Ei = np.log1p(_beta(gs) * np.expm1(delta))
+    E = Ei.mean(axis=-1)
+    return np.log(E) if log else E
+
+
+def min_margin(data, opt, W):
+    r"""Smallest margin :math:`\min_{i,t\neq\mathrm{opt}_i}\langle A_{it}, W\rangle`, shape (..., B)."""
+    return _margins(data, opt, np.asarray(W, dtype=float)).min(axis=(-2, -1))
+
+
+def grad(data, W):
+    r"""The logistic-risk gradient :math:`\nabla\mathcal{L}(W)` (B, d, d), from the chapter's
+    formula :math:`-\nabla\mathcal{L} = \frac1n\sum_i \beta_i \sum_t s_{it}(\gamma_{it} - u_i)
+    x_{it} z_i^\top` (numpy, float64)."""
+    X, y, Z, v = _lead(data)
+    W = np.asarray(W, dtype=float).reshape(X.shape[0], X.shape[-1], X.shape[-1])
+    a = np.einsum("bntd,bde,bne->bnt", X, W, Z)
+    s = metrics.softmax(a)
+    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    u = (s * g).sum(-1)
+    c = _beta(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
+    return -np.einsum("bnt,bntd,bne->bde", c, X, Z)
+
+
+def one_minus_corr(W, W_ref):
+    r""":math:`1 - \mathrm{corr}(W, W_{\mathrm{ref}}) = \tfrac12\|\hat W - \hat W_{\mathrm{ref}}\|_F^2`,
+    computed from the normalized difference (no cancellation), shape (...)."""
+    return 0.5 * metrics.direction_error(W, W_ref) ** 2
+
+
+# ----------------------------------------------------------------------------- experiments
+def random_inits(d, trials, *, radius, seed=0):
+    r"""``trials`` Gaussian matrices (trials, d, d) rescaled to Frobenius norm ``radius``."""
+    rng = np.random.default_rng([seed, 9])
+    W = rng.standard_normal((trials, d, d))
+    return radius * W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
+
+
+#: the default optimizer settings of the rates experiments
+DEFAULTS = {"gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_max=10.0),
+            "adam": dict(lr=0.01)}
+
+
+def run(data, W_mm, *, settings=None, steps=10000, init=None, n_records=120, seed=0,
+        device="auto"):
+    r"""Train every optimizer of ``settings`` (name -> ``fit`` keyword arguments) on all trials at
+    once: one ``attnsvm.train.fit`` call per optimizer, snapshots of ``W`` on the record grid.
+
+    Returns dict name -> ``History``.
+    """
+    settings = DEFAULTS if settings is None else settings
+    out = {}
+    for name, kw in settings.items():
+        kw = dict(kw)
+        opt_name = kw.pop("optimizer", name)
+        out[name] = train.fit(data, model="W", optimizer=opt_name, steps=steps, init=init,
+                              refs={"W_mm": W_mm}, snapshots=True, n_records=n_records, seed=seed,
+                              device=device, **kw)
+    return out
+
+
+def trajectory_metrics(data, opt, W_mm, hist):
+    r"""Exact metrics along a recorded run (dict of (K, B) arrays, plus ``t`` (K,)).
+
+    ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
+    ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
+    non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
+    ``loss``.
+    """
+    S = hist.snapshots                                              # (K, B, d, d)
+    lm = nonopt_mass(data, opt, S, log=True)                        # (K, B, n)
+    mx = lm.max(-1, keepdims=True)
+    log_mass = mx[..., 0] + np.log(np.exp(lm - mx).mean(-1))
+    return dict(t=hist.steps, one_minus_corr=one_minus_corr(S, W_mm[None]),
+                dir_err=metrics.direction_error(S, W_mm[None]), norm=hist.norm,
+                excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
+                mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
+                min_margin=min_margin(data, opt, S), loss=hist.loss)
+
+
+def slopes(t, series, *, tail=0.1):
+    r"""Per-trial log-log slope of ``series`` (K, B) against ``t`` on the last decade
+    ``[t_max * tail, t_max]`` (``attnsvm.metrics.fit_rate``). Trials whose series is not
+    positive there give NaN."""
+    t = np.asarray(t, dtype=float)
+    series = np.asarray(series, dtype=float)
+    lo = t.max() * tail
+    out = np.full(series.shape[1], np.nan)
+    keep = t >= lo
+    for b in range(series.shape[1]):
+        col = series[keep, b]
+        if np.all(np.isfinite(col)) and np.all(col > 0):
+            out[b] = metrics.fit_rate(t[keep], col)
+    return out
+
+
+def exp_rate(t, log_series, *, tail=0.5):
+    r"""Per-trial exponential rate :math:`r` of :math:`\log(\mathrm{series}) \approx c - r t`
+    (least squares on the last ``tail`` fraction of the record steps), shape (B,)."""
+    t = np.asarray(t, dtype=float)
+    keep = t >= t.max() * (1 - tail)
+    Amat = np.stack([np.ones(keep.sum()), t[keep]], axis=1)
+    coef, *_ = np.linalg.lstsq(Amat, np.asarray(log_series)[keep], rcond=None)
+    return -coef[1]
+
+
+def sensitivity(data, opt, W_mm, *, optimizer, values, key="lr", base=None, steps=5000, init=None,
+                seed=0, device="auto"):
+    r"""Final ``1 - corr`` and ``norm`` for a sweep of one hyper-parameter (``lr`` or
+    ``eta_max``): one batched ``fit`` per value. Returns dict with ``values`` (V,),
+    ``one_minus_corr`` (V, B), ``norm`` (V, B), ``log_excess`` (V, B)."""
+    base = dict(base or {})
+    oc, nr, le = [], [], []
+    for val in values:
+        kw = dict(base)
+        kw[key] = val
+        h = train.fit(data, model="W", optimizer=optimizer, steps=steps, init=init, n_records=2,
+                      seed=seed, device=device, **kw)
+        oc.append(one_minus_corr(h.W, W_mm))
+        nr.append(h.norm[-1])
+        le.append(excess_loss(data, opt, h.W, log=True))
+    return dict(values=np.asarray(values, dtype=float), one_minus_corr=np.array(oc),
+                norm=np.array(nr), log_excess=np.array(le))
+
+
+# ----------------------------------------------------------------------------- theory curves
+def ngd_norm_bounds(t, *, eta, kappa, W0_norm, W0_proj=None):
+    r"""NGD's norm bounds of the chapter: lower :math:`\langle W_0,\hat W_{mm}\rangle + \eta\kappa t`
+    (``W0_proj``; default :math:`-\|W_0\|`) and upper :math:`\|W_0\| + \eta t`; shape (K,) or,
+    for per-trial ``kappa`` (B,), (K, B)."""
+    t = np.asarray(t, dtype=float)
+    kappa = np.asarray(kappa, dtype=float)
+    if kappa.ndim:
+        t = t[:, None]
+    p = -np.asarray(W0_norm, dtype=float) if W0_proj is None else np.asarray(W0_proj, dtype=float)
+    return p + eta * kappa * t, W0_norm + eta * t
+
+
+def orth_floor(data, opt, W0, norms):
+    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
+    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
+    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}`. ``W0`` (B, d, d), ``norms`` (K, B);
+    returns (K, B)."""
+    U, Z = features(data, opt)
+    _, _, mask, _ = _scores(data, opt)
+    W0 = np.asarray(W0, dtype=float)
+    out = []
+    for b in range(U.shape[0]):
+        A = np.einsum("ktd,ke->ktde", U[b], Z[b])[mask[b]].reshape(-1, U.shape[-1] ** 2)
+        Q, _ = np.linalg.qr(A.T)
+        w = W0[b].ravel()
+        perp = w - Q @ (Q.T @ w)
+        out.append(np.linalg.norm(perp))
+    r = np.minimum(np.array(out)[None, :] / np.asarray(norms), 1.0)
+    return -np.expm1(0.5 * np.log1p(-r ** 2))
+
+
+def polyak_cap_threshold(consts, eta_max):
+    r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
+    :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
+    return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]

@@ -1,0 +1,576 @@
+r"""Attention as token selection: the experiments of Part II (chapters on the nuclear norm,
+prompt attention and multi-token selection).
+
+Everything that loops over trials, calls a solver or trains lives here; the notebooks only
+call these functions and plot.
+
+Data models
+-----------
+* :func:`unit_instances`: the setting of "Transformers as SVMs" (tokens, queries and head
+  drawn :math:`N(0, I)` and normalized to unit length, labels random signs).
+* :func:`prompt_instances`: a planted token-selection model with a controlled *score gap*
+  for prompt attention (``d = 2`` gives the two-dimensional picture).
+
+Selections and SVMs
+-------------------
+* :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
+  parameter (argmax of the scores; the set of tokens keeping softmax mass).
+* :func:`svm_per_trial`: an attention SVM per trial (Frobenius or nuclear, for ``opt``, for
+  any choice :math:`\alpha` or for token sets), infeasible trials flagged, identical
+  selections solved once.
+* :func:`balanced_factors`, :func:`factor_cost`: the factorization that attains
+  :math:`\|W\|_* = \min_{KQ^\top = W} (\|K\|_F^2 + \|Q\|_F^2)/2`.
+
+Experiments
+-----------
+* :func:`compare_w_kq` (chapter "(K,Q) and the nuclear norm");
+* :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
+  attention");
+* :func:`multi_token_selection` (chapter "Beyond a single token").
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._checks import as_float_array, check_int, check_positive
+from .data import AttnData
+from . import metrics as _metrics
+from . import svm as _svm
+from . import train as _train
+
+__all__ = [
+    "unit_instances",
+    "prompt_instances",
+    "selected_tokens",
+    "selected_sets",
+    "svm_per_trial",
+    "balanced_factors",
+    "factor_cost",
+    "imbalance",
+    "KQComparison",
+    "compare_w_kq",
+    "PromptRun",
+    "prompt_joint",
+    "prompt_loss_sweep",
+    "prompt_gap_sweep",
+    "MultiTokenRun",
+    "multi_token_selection",
+]
+
+
+@contextlib.contextmanager
+def _cpu_threads(device):
+    """Run torch on one CPU thread: on a shared, loaded CPU the tiny tensors of these
+    experiments are 10-50x slower with several threads (thread contention)."""
+    dev = _train.resolve_device(device)
+    if dev.type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _unit(a):
+    return a / np.linalg.norm(a, axis=-1, keepdims=True)
+
+
+# ----------------------------------------------------------------------------- data
+def unit_instances(n, T, d, *, trials=1, seed=0):
+    r"""Random instances in the setting of "Transformers as SVMs".
+
+    Tokens :math:`x_{it}`, queries :math:`z_i` and the head :math:`v` are drawn
+    :math:`N(0, I_d)` and normalized to unit length; :math:`y_i` are random signs. The queries
+    are drawn separately from the tokens (cross-attention). Trial ``b`` draws from the key
+    ``(seed, b)`` only, so a trial does not depend on ``trials``.
+
+    Returns
+    -------
+    AttnData, batched with ``trials`` trials.
+    """
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    d = check_int("d", d, minimum=1)
+    trials = check_int("trials", trials, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    out = []
+    for b in range(trials):
+        r = np.random.default_rng([seed, b, 5])
+        X = _unit(r.standard_normal((n, T, d)))
+        Z = _unit(r.standard_normal((n, d)))
+        v = _unit(r.standard_normal(d))
+        y = np.where(r.standard_normal(n) >= 0, 1.0, -1.0)
+        out.append(AttnData(X, y, Z, v))
+    return AttnData.stack(out)
+
+
+def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
+    r"""A planted selection model for prompt attention with score gap ``gap``.
+
+    With the *key* direction :math:`a = e_1` and the *label* direction :math:`b = e_2`
+    (so ``d >= 2``), sequence :math:`i` has one relevant token
+    :math:`x = a + y_i b + \sigma\xi`, one distractor :math:`x = (1 - \mathrm{gap})\, y_i b +
+    \sigma\xi` and :math:`T - 2` background tokens :math:`x = c\, y_i b + \sigma \xi` with
+    :math:`c \sim U[-1, 1 - \mathrm{gap}]`, all :math:`\xi \sim N(0, I_d)`, at random
+    positions; :math:`v = b`. Without noise the token scores are :math:`1` (relevant),
+    :math:`1 - \mathrm{gap}` (distractor) and at most :math:`1 - \mathrm{gap}` (background), so
+    the score gap :math:`\gamma_{i,\mathrm{opt}_i} - \max_{t\ne\mathrm{opt}_i}\gamma_{it}` is
+    ``gap``; with noise ``sigma`` it is ``gap`` up to :math:`O(\sigma)`.
+
+    Returns
+    -------
+    data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
+    planted : ndarray of int, shape (trials, n): the position of the relevant token
+    """
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    d = check_int("d", d, minimum=2)
+    trials = check_int("trials", trials, minimum=1)
+    gap = check_positive("gap", gap)
+    noise = check_positive("noise", noise, allow_zero=True)
+    seed = check_int("seed", seed, minimum=0)
+    a, bvec = np.eye(d)[0], np.eye(d)[1]
+    out, planted = [], []
+    for b in range(trials):
+        r = np.random.default_rng([seed, b, 6])
+        y = np.where(r.standard_normal(n) >= 0, 1.0, -1.0)
+        c = np.empty((n, T))
+        c[:, 0] = 1.0
+        c[:, 1] = 1.0 - gap
+        c[:, 2:] = r.uniform(0.0, 1.0 - gap, size=(n, T - 2)) if gap < 1 else 0.0
+        X = (c * y[:, None])[..., None] * bvec + noise * r.standard_normal((n, T, d))
+        X[:, 0] += a
+        perm = np.argsort(r.random((n, T)), axis=1)
+        X = np.take_along_axis(X, perm[..., None], axis=1)
+        planted.append(np.argmax(perm == 0, axis=1))
+        out.append(AttnData(X, y, np.broadcast_to(a, (n, d)).copy(), bvec.copy()))
+    return AttnData.stack(out), np.stack(planted).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- selections
+def _scores(X, W, Z=None):
+    if Z is None:
+        return np.einsum("...ntd,...d->...nt", X, W)
+    return np.einsum("...ntd,...nd->...nt", X, np.einsum("...de,...ne->...nd", W, Z))
+
+
+def selected_tokens(X, W, Z=None):
+    r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
+    :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
+
+    Shapes broadcast over a leading trials axis: X (..., n, T, d), W (..., d, d) or (..., d).
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    W = as_float_array("W", W)
+    return np.argmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
+
+
+def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
+    r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
+    :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
+
+    Returns a list (one per trial; a single list for unbatched input) of ``n`` sorted tuples.
+    The argmax token is always in its set.
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    mass_tol = check_positive("mass_tol", mass_tol)
+    if mass_tol >= 1:
+        raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
+    W = as_float_array("W", W)
+    S = _metrics.softmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)))
+    keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
+
+    def sets(k):
+        return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
+
+    return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
+
+
+def svm_per_trial(X, Z, selection, *, norm="fro"):
+    r"""One attention SVM per trial, for a selection per trial.
+
+    Parameters
+    ----------
+    X : (B, n, T, d); Z : (B, n, d)
+    selection : int array (B, n) (one token per sequence) or a list of B lists of token sets
+    norm : "fro" or "nuc"
+
+    Returns
+    -------
+    W : (B, d, d), zeros where infeasible
+    feasible : (B,) bool
+    """
+    X = as_float_array("X", X, ndim=4)
+    B, n, T, d = X.shape
+    Z = as_float_array("Z", Z, shape=(B, n, d))
+    if len(selection) != B:
+        raise ValueError(f"selection must have one entry per trial ({B}), got {len(selection)}")
+    W = np.zeros((B, d, d))
+    feas = np.zeros(B, dtype=bool)
+    for b in range(B):
+        sel = selection[b]
+        if not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel):
+            opt = [tuple(s) for s in sel]
+        else:
+            opt = np.asarray(sel, dtype=np.int64)
+        try:
+            W[b] = _svm.att_svm(X[b], Z[b], opt, norm=norm)
+            feas[b] = True
+        except _svm.InfeasibleError:
+            pass
+    return W, feas
+
+
+# ----------------------------------------------------------------------------- factorization
+def balanced_factors(W, m=None):
+    r"""Factors :math:`K = A\Sigma^{1/2}`, :math:`Q = B\Sigma^{1/2}` of :math:`W = A\Sigma B^\top`
+    (SVD), padded with zero columns to width ``m`` (default ``d``; needs ``m >= rank W``).
+    They satisfy :math:`KQ^\top = W`, :math:`K^\top K = Q^\top Q` and
+    :math:`(\|K\|_F^2 + \|Q\|_F^2)/2 = \|W\|_*`."""
+    W = as_float_array("W", W, ndim=2)
+    d1, d2 = W.shape
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    r = int(np.sum(s > 1e-12 * max(s[0], 1e-300))) if s.size else 0
+    m = min(d1, d2) if m is None else check_int("m", m, minimum=1)
+    if m < r:
+        raise ValueError(f"m = {m} is smaller than rank(W) = {r}: W = K Q^T needs m >= rank W")
+    K = np.zeros((d1, m))
+    Q = np.zeros((d2, m))
+    k = min(m, s.size)
+    K[:, :k] = U[:, :k] * np.sqrt(s[:k])
+    Q[:, :k] = Vt[:k].T * np.sqrt(s[:k])
+    return K, Q
+
+
+def factor_cost(K, Q):
+    r""":math:`(\|K\|_F^2 + \|Q\|_F^2)/2`, batched over leading axes."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    return 0.5 * (np.sum(K * K, axis=(-2, -1)) + np.sum(Q * Q, axis=(-2, -1)))
+
+
+def imbalance(K, Q):
+    r"""Relative imbalance :math:`\|K^\top K - Q^\top Q\|_F / (\|K\|_F^2 + \|Q\|_F^2)`,
+    batched over leading axes (0 for balanced factors)."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    D = np.swapaxes(K, -1, -2) @ K - np.swapaxes(Q, -1, -2) @ Q
+    return np.linalg.norm(D, axis=(-2, -1)) / (2 * factor_cost(K, Q))
+
+
+# ----------------------------------------------------------------------------- chapter: (K,Q)
+@dataclass
+class KQComparison:
+    """Result of :func:`compare_w_kq` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    data : AttnData
+    opt : (B, n) optimal tokens
+    selected : dict model -> (B, n) tokens selected at the end ("W", "KQ")
+    svm : dict (norm, basis) -> (B, d, d); norm "fro"/"nuc", basis "opt", "W" or "KQ" (the
+        tokens selected at the end by that model)
+    feasible : dict (norm, basis) -> (B,) bool
+    history : dict model -> History (with snapshots of the main matrix)
+    corr : dict (model, norm, basis) -> (K, B) correlation of the iterate with that SVM
+    steps : (K,) record steps
+    """
+
+    data: AttnData
+    opt: np.ndarray
+    selected: dict
+    svm: dict
+    feasible: dict
+    history: dict
+    corr: dict
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    def final_corr(self, model, norm, basis=None):
+        """Final correlation per trial; ``basis`` defaults to the model's own selection.
+        NaN on trials whose SVM is infeasible."""
+        c = self.corr[(model, norm, basis or model)][-1].copy()
+        c[~self.feasible[(norm, basis or model)]] = np.nan
+        return c
+
+    def singular_values(self, which):
+        """Singular values normalized by the largest, (B, d): ``which`` is a key of
+        :attr:`svm` or ``"iter_W"`` / ``"iter_KQ"`` (the final iterates)."""
+        M = self.history[which[5:]].params["W"] if isinstance(which, str) else self.svm[which]
+        s = np.linalg.svd(M, compute_uv=False)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s / s[:, :1]
+
+
+def _svm_cache(X, Z, sels, norm):
+    """Solve each distinct (trial, selection) once."""
+    B = X.shape[0]
+    out, feas = {}, {}
+    cache = {}
+    for key, sel in sels.items():
+        W = np.zeros((B,) + (X.shape[-1],) * 2)
+        f = np.zeros(B, dtype=bool)
+        for b in range(B):
+            ck = (b, tuple(int(t) for t in sel[b]))
+            if ck not in cache:
+                Wb, fb = svm_per_trial(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
+                cache[ck] = (Wb[0], fb[0])
+            W[b], f[b] = cache[ck]
+        out[(norm, key)], feas[(norm, key)] = W, f
+    return out, feas
+
+
+def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, init_scale=0.01,
+                 n_records=60, seed=0, device="auto"):
+    r"""Train the ``W`` and the ``(K, Q)`` parameterizations on the same instances and compare
+    their final directions with the Frobenius and nuclear-norm SVMs.
+
+    Both models start from small random parameters (scale ``init_scale``; ``(K,Q)`` cannot
+    start at zero, a saddle), use the same step rule (default ``"ngd_param"``: each
+    parameter's gradient divided by its own Frobenius norm, step ``lr``) and the logistic
+    loss. SVMs are solved for three selections per trial: ``opt``, and the tokens selected at
+    the end by each model.
+
+    Returns
+    -------
+    KQComparison
+    """
+    steps = check_int("steps", steps, minimum=1)
+    X, Z, y, v = data.X, data.Z, data.y, data.v
+    opt = _svm.optimal_tokens(X, y, v)
+    hist = {}
+    with _cpu_threads(device):
+        for model in ("W", "KQ"):
+            kw = dict(m=m) if model == "KQ" else {}
+            hist[model] = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
+                                     init="random", init_scale=init_scale, n_records=n_records,
+                                     snapshots=True, seed=seed, device=device, **kw)
+    sel = {"opt": opt}
+    for model in ("W", "KQ"):
+        sel[model] = selected_tokens(X, hist[model].params["W"], Z)
+    svms, feas = {}, {}
+    for norm in ("fro", "nuc"):
+        s, f = _svm_cache(X, Z, sel, norm)
+        svms.update(s)
+        feas.update(f)
+    corr = {}
+    for model in ("W", "KQ"):
+        snaps = hist[model].snapshots                       # (K, B, d, d)
+        for (norm, basis), R in svms.items():
+            corr[(model, norm, basis)] = _metrics.corr(snaps, R[None])
+    return KQComparison(data=data, opt=opt, selected={k: sel[k] for k in ("W", "KQ")}, svm=svms,
+                        feasible=feas, history=hist, corr=corr, steps=hist["W"].steps,
+                        config=dict(steps=steps, lr=lr, optimizer=optimizer, m=m,
+                                    init_scale=init_scale, seed=seed))
+
+
+# ----------------------------------------------------------------------------- chapter: prompt
+@dataclass
+class PromptRun:
+    r"""Result of :func:`prompt_joint` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    history : History (snapshots of p; final p and v in ``history.params``)
+    selected : (B, n) tokens selected by the final p
+    planted : (B, n) or None, the planted relevant tokens
+    p_mm, v_mm : (B, d) SVMs built from ``selected`` (``p_svm`` and ``head_svm``); zeros where
+        infeasible (``feasible_p``, ``feasible_v``)
+    centroid : (B, d) :math:`\frac1n\sum_i y_i x_{i\alpha_i}` on the selected tokens
+    corr_p : (K, B) corr of :math:`p_t` with ``p_mm``
+    corr_v, corr_v_centroid : (K, B) corr of :math:`v_t` with ``v_mm`` / ``centroid``
+        (only when the head is trained; recorded only at the end otherwise)
+    """
+
+    history: object
+    selected: np.ndarray
+    planted: np.ndarray | None
+    p_mm: np.ndarray
+    v_mm: np.ndarray
+    feasible_p: np.ndarray
+    feasible_v: np.ndarray
+    centroid: np.ndarray
+    corr_p: np.ndarray
+    corr_v: np.ndarray | None
+    corr_v_centroid: np.ndarray | None
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    def final(self, what):
+        """Final value per trial of ``"corr_p"``, ``"corr_v"`` or ``"corr_v_centroid"``,
+        NaN where the corresponding SVM is infeasible."""
+        c = getattr(self, what)[-1].copy()
+        bad = ~(self.feasible_p if what == "corr_p" else self.feasible_v)
+        c[bad] = np.nan
+        return c
+
+
+def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
+                 lr=0.1, steps=2000, v_init_scale=0.01, n_records=60, seed=0, device="auto"):
+    r"""Train prompt attention :math:`f(X) = v^\top X^\top\mathrm{softmax}(Xp)` from
+    :math:`p_0 = 0`, jointly with the head when ``train_v`` (then :math:`v_0` is random with
+    scale ``v_init_scale``, drawn from the key ``(seed, b)``), and compare the final
+    directions with :math:`p_{mm}` and :math:`v_{mm}` built from the tokens selected at the end.
+
+    Returns
+    -------
+    PromptRun
+    """
+    X, y = data.X, data.y
+    B, n, T, d = X.shape
+    if train_v:
+        v0 = np.stack([np.random.default_rng([seed, b, 7]).standard_normal(d) * v_init_scale
+                       for b in range(B)])
+        init = {"p": np.zeros((B, d)), "v": v0}
+    else:
+        init = "zeros"
+    with _cpu_threads(device):
+        h = _train.fit(data, model="prompt", train_v=train_v, loss=loss, optimizer=optimizer,
+                       lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
+                       seed=seed, device=device)
+    p = h.params["p"]
+    sel = selected_tokens(X, p)
+    p_mm = np.zeros((B, d))
+    v_mm = np.zeros((B, d))
+    fp = np.zeros(B, dtype=bool)
+    fv = np.zeros(B, dtype=bool)
+    cen = np.zeros((B, d))
+    for b in range(B):
+        try:
+            p_mm[b] = _svm.p_svm(X[b], sel[b])
+            fp[b] = True
+        except _svm.InfeasibleError:
+            pass
+        try:
+            v_mm[b] = _svm.head_svm(X[b], y[b], sel[b])
+            fv[b] = True
+        except _svm.InfeasibleError:
+            pass
+        cen[b] = (y[b][:, None] * X[b][np.arange(n), sel[b]]).mean(0)
+    corr_p = _metrics.corr(h.snapshots, p_mm[None], elem_ndim=1)
+    if train_v:
+        vfin = h.params["v"]
+        # v is not snapshotted by the engine: its trajectory is recorded only at the end
+        corr_v = _metrics.corr(vfin, v_mm, elem_ndim=1)[None]
+        corr_vc = _metrics.corr(vfin, cen, elem_ndim=1)[None]
+    else:
+        corr_v = corr_vc = None
+    return PromptRun(history=h, selected=sel, planted=planted, p_mm=p_mm, v_mm=v_mm,
+                     feasible_p=fp, feasible_v=fv, centroid=cen, corr_p=corr_p, corr_v=corr_v,
+                     corr_v_centroid=corr_vc, steps=h.steps,
+                     config=dict(train_v=train_v, loss=loss, optimizer=optimizer, lr=lr,
+                                 steps=steps, seed=seed))
+
+
+def prompt_loss_sweep(data, *, losses=("logistic", "exponential", "correlation"), **kw):
+    """:func:`prompt_joint` for each loss; returns ``{loss: PromptRun}``."""
+    return {loss: prompt_joint(data, loss=loss, **kw) for loss in losses}
+
+
+def prompt_gap_sweep(n, T, d, *, gaps, trials=8, noise=0.1, seed=0, **kw):
+    r""":func:`prompt_joint` on :func:`prompt_instances` for each score gap in ``gaps``
+    (same seed, so the same noise draws); returns ``{gap: PromptRun}``."""
+    out = {}
+    for g in gaps:
+        data, planted = prompt_instances(n, T, d, trials=trials, gap=g, noise=noise, seed=seed)
+        out[float(g)] = prompt_joint(data, planted=planted, seed=seed, **kw)
+    return out
+
+
+# ----------------------------------------------------------------------------- chapter: beyond
+@dataclass
+class MultiTokenRun:
+    """Result of :func:`multi_token_selection` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    history : History (snapshots of W)
+    sets : list of B lists of n tuples: tokens with final softmax mass >= ``mass_tol``
+    set_sizes : (B, n) int
+    resolved : (B,) bool: every sequence leaves at least one token out of its set (otherwise
+        the trial has selected nothing in some sequence and no SVM is built)
+    W_gen : (B, d, d) the generalized SVM of ``sets`` (zeros where infeasible or unresolved)
+    feasible : (B,) bool: resolved and the generalized SVM is feasible
+    W_single : (B, d, d) the single-token SVM of the argmax tokens (for comparison)
+    feasible_single : (B,) bool
+    corr_gen, corr_single : (K, B) correlation of :math:`W_t` with ``W_gen`` / ``W_single``
+    predicted : (B,) bool: feasible and final ``corr_gen >= threshold``
+    """
+
+    history: object
+    sets: list
+    set_sizes: np.ndarray
+    resolved: np.ndarray
+    W_gen: np.ndarray
+    feasible: np.ndarray
+    W_single: np.ndarray
+    feasible_single: np.ndarray
+    corr_gen: np.ndarray
+    corr_single: np.ndarray
+    predicted: np.ndarray
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    @property
+    def fraction_predicted(self):
+        """Fraction of all trials on which the generalized SVM predicts the limit direction."""
+        return float(np.mean(self.predicted))
+
+    @property
+    def multi(self):
+        """(B,) bool: some sequence keeps more than one token."""
+        return (self.set_sizes > 1).any(axis=1)
+
+
+def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="logistic",
+                          optimizer="ngd", lr=0.1, steps=2000, mass_tol=1e-3, threshold=0.95,
+                          n_records=60, seed=0, device="auto"):
+    r"""Train ``W`` (from 0) with a linear or MLP head and test the generalized SVM.
+
+    At the end, :math:`S_i` is the set of tokens with softmax mass at least ``mass_tol``
+    (:func:`selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
+    :math:`S_i` get equal scores, all others at least 1 lower). The generalized SVM
+    *predicts the limit direction* on a trial when it is feasible and the final correlation
+    :math:`\mathrm{corr}(W_T, W^{S}_{mm}) \ge` ``threshold``.
+
+    Returns
+    -------
+    MultiTokenRun
+    """
+    X, Z = data.X, data.Z
+    B, n, T, d = X.shape
+    threshold = float(threshold)
+    with _cpu_threads(device):
+        h = _train.fit(data, model="W", head=head, width=width, train_v=train_v, loss=loss,
+                       optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
+                       snapshots=True, seed=seed, device=device)
+    W = h.params["W"]
+    sets = selected_sets(X, W, Z, mass_tol=mass_tol)
+    sizes = np.array([[len(s) for s in st] for st in sets])
+    resolved = (sizes < T).all(axis=1)        # a set of all T tokens: no selection at all
+    Wg = np.zeros((B, d, d))
+    fg = np.zeros(B, dtype=bool)
+    idx = np.flatnonzero(resolved)
+    if idx.size:
+        Wg[idx], fg[idx] = svm_per_trial(X[idx], Z[idx], [sets[b] for b in idx])
+    single = selected_tokens(X, W, Z)
+    Ws, fs = svm_per_trial(X, Z, single)
+    cg = _metrics.corr(h.snapshots, Wg[None])
+    cs = _metrics.corr(h.snapshots, Ws[None])
+    cg[:, ~fg] = np.nan
+    cs[:, ~fs] = np.nan
+    pred = fg & (np.nan_to_num(cg[-1], nan=-1.0) >= threshold)
+    return MultiTokenRun(history=h, sets=sets, set_sizes=sizes, resolved=resolved, W_gen=Wg,
+                         feasible=fg,
+                         W_single=Ws, feasible_single=fs, corr_gen=cg, corr_single=cs,
+                         predicted=pred, steps=h.steps,
+                         config=dict(head=head, width=width, train_v=train_v, loss=loss,
+                                     optimizer=optimizer, lr=lr, steps=steps,
+                                     mass_tol=mass_tol, threshold=threshold, seed=seed))

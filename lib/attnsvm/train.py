@@ -1,0 +1,516 @@
+r"""The batched training engine: many independent trials as one tensor program.
+
+:func:`fit` trains ``B`` independent trials at once. Data and parameters carry a leading
+trials axis; each trial has its own data, its own initialization (seeded from
+``(seed, b)``) and its own mini-batch stream, and every norm in a step rule is taken per
+trial. Trial ``b``'s trajectory does not depend on ``B`` or on the other trials: running the
+trials one at a time (with ``seed=[(seed, b)]``) gives the same numbers.
+
+One step, for every trial at once:
+
+1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
+2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
+   formulas (autograd only for the MLP head), see
+   :func:`attnsvm.models.grad_coefficients`;
+3. the step rule's increment (:func:`attnsvm.optim.update`).
+
+Metrics are computed only on the record grid (log-spaced by default).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._checks import as_float_array, check_choice, check_int, check_positive
+from .data import AttnData, LinearData
+from .models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
+from .optim import init_state, update
+
+__all__ = ["fit", "History", "NonFiniteError", "resolve_device", "record_grid", "OPTIMIZERS"]
+
+#: optimizer name -> (step rule, stochastic, default lr)
+OPTIMIZERS = {
+    "gd": ("gd", False, 0.1),
+    "ngd": ("ngd", False, 0.1),
+    "ngd_param": ("ngd_param", False, 0.1),
+    "polyak": ("polyak", False, 1.0),
+    "adam": ("adam", False, 0.01),
+    "sign": ("sign", False, 0.01),
+    "sgd": ("gd", True, 0.1),
+    "sngd": ("ngd", True, 0.1),
+    "sps": ("polyak", True, 1.0),
+}
+
+
+class NonFiniteError(FloatingPointError):
+    """A trial's iterate became NaN or inf. Attributes ``trial`` and ``step``."""
+
+    def __init__(self, msg, trial, step):
+        super().__init__(msg)
+        self.trial = trial
+        self.step = step
+
+
+def resolve_device(device="auto"):
+    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(device)``."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device, got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} requested but CUDA is not available")
+    return dev
+
+
+def record_grid(steps, record_every="log", n_records=100):
+    """Sorted unique record steps in ``[0, steps]`` (always containing 0 and ``steps``).
+
+    ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
+    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``.
+    """
+    if isinstance(record_every, str):
+        check_choice("record_every", record_every, ("log",))
+        n_records = check_int("n_records", n_records, minimum=2)
+        g = np.round(np.geomspace(1, steps, n_records - 1)).astype(np.int64)
+        return np.unique(np.concatenate([[0], g, [steps]]))
+    k = check_int("record_every", record_every, minimum=1)
+    return np.unique(np.concatenate([np.arange(0, steps + 1, k), [steps]])).astype(np.int64)
+
+
+@dataclass
+class History:
+    """Recorded trajectory of a batched :func:`fit` (numpy arrays; ``K`` records, ``B`` trials).
+
+    Attributes
+    ----------
+    steps : (K,) int
+        Record steps (number of updates applied; 0 = initialization).
+    loss, log_loss : (K, B)
+        Full-data loss :math:`L` and :math:`\\log L` (``log_loss`` is NaN for the correlation
+        loss). ``log_loss`` stays accurate when ``loss`` underflows to 0.
+    norm : (K, B)
+        :math:`\\|W\\|_F` (``K Q^T`` for "KQ"), :math:`\\|p\\|` or :math:`\\|w\\|`.
+    corr : dict name -> (K, B)
+        Correlation of that matrix with each reference in ``refs`` (NaN while it is 0).
+    opt_mass : (K, B) or None
+        Mean over sequences of the softmax mass on the optimal token.
+    selected : (K, B, n) int or None
+        :math:`\\arg\\max_t` of the attention scores of each sequence.
+    margin : (K, B) or None
+        Linear model: normalized margin :math:`\\min_i y_i w^\\top x_i / \\|w\\|`.
+    opt : (B, n) int or None
+        The optimal tokens used for ``opt_mass`` at initialization.
+    params : dict name -> ndarray
+        Final parameters with the trials axis (``W`` always present for "W"/"KQ").
+    snapshots : (K, B, ...) or None
+        The main matrix at each record step (``snapshots=True``).
+    config : dict
+        The resolved arguments of the run.
+    """
+
+    steps: np.ndarray
+    loss: np.ndarray
+    log_loss: np.ndarray
+    norm: np.ndarray
+    corr: dict = field(default_factory=dict)
+    opt_mass: np.ndarray | None = None
+    selected: np.ndarray | None = None
+    margin: np.ndarray | None = None
+    opt: np.ndarray | None = None
+    params: dict = field(default_factory=dict)
+    snapshots: np.ndarray | None = None
+    config: dict = field(default_factory=dict)
+
+    @property
+    def trials(self):
+        return self.loss.shape[1]
+
+    def _p(self, name):
+        if name not in self.params:
+            raise AttributeError(f"this run has no parameter {name!r}; it has {sorted(self.params)}")
+        return self.params[name]
+
+    W = property(lambda self: self._p("W"), doc="Final W (B,d,d) (K Q^T for 'KQ').")
+    K = property(lambda self: self._p("K"), doc="Final K (B,d,m).")
+    Q = property(lambda self: self._p("Q"), doc="Final Q (B,d,m).")
+    p = property(lambda self: self._p("p"), doc="Final prompt p (B,d).")
+    v = property(lambda self: self._p("v"), doc="Final head v (B,d).")
+    w = property(lambda self: self._p("w"), doc="Final linear classifier w (B,d).")
+
+    def series(self, name):
+        """The recorded (K, B) series ``name``: a metric field or a key of :attr:`corr`."""
+        if name in self.corr:
+            return self.corr[name]
+        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected"):
+            val = getattr(self, name)
+            if val is None:
+                raise ValueError(f"{name!r} was not recorded for this model")
+            return val
+        raise ValueError(f"name must be a metric ('loss', 'log_loss', 'norm', 'opt_mass', "
+                         f"'margin', 'selected') or a corr key {sorted(self.corr)}, got {name!r}")
+
+    def final(self, name):
+        """The last record of ``name`` (one value per trial)."""
+        return self.series(name)[-1]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _trial_keys(seed, B):
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        return [(int(seed), b) for b in range(B)]
+    try:
+        keys = [tuple(int(x) for x in np.atleast_1d(s)) for s in seed]
+    except (TypeError, ValueError):
+        raise ValueError(f"seed must be an int or a sequence of B per-trial seeds, got {seed!r}") from None
+    if len(keys) != B:
+        raise ValueError(f"seed as a sequence must have one entry per trial ({B}), got {len(keys)}")
+    if any(x < 0 for k in keys for x in k):
+        raise ValueError("seed entries must be >= 0")
+    return keys
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _hash32(x):
+    """A 32-bit integer mixer on int64 tensors (values in [0, 2^32)); no int64 overflow."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    return (x >> 16) ^ x
+
+
+def _minibatch(keys32, step, n, bs, ar_n):
+    """Per-trial sample of ``bs`` of ``n`` indices without replacement, a pure function of
+    (trial key, step): a random permutation from hashed sort keys."""
+    h = _hash32((keys32 + step * 0x9E3779B1) & _M32)                     # (B,)
+    hk = _hash32((h.unsqueeze(-1) + (ar_n + 1) * 0x85EBCA6B) & _M32)      # (B,n)
+    order = torch.argsort(hk * n + ar_n, dim=-1)
+    return order[:, :bs]
+
+
+def _bcast(x, g):
+    return x.reshape(x.shape + (1,) * (g.ndim - 1))
+
+
+def _gather(full, idx):
+    rows = torch.arange(idx.shape[0], device=idx.device).unsqueeze(-1)
+    return {k: (v[rows, idx] if k != "v" else v) for k, v in full.items()}
+
+
+def _ref_tensor(name, R, B, shape, kw):
+    a = as_float_array(f"refs[{name!r}]", R)
+    if a.shape == shape:
+        a = np.broadcast_to(a, (B,) + shape)
+    elif a.shape != (B,) + shape:
+        raise ValueError(f"refs[{name!r}] must have shape {shape} or {(B,) + shape}, got {a.shape}")
+    return torch.as_tensor(np.array(a, copy=True), **kw)
+
+
+# ----------------------------------------------------------------------------- fit
+def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss="logistic",
+        optimizer="gd", lr=None, eta_max=None, betas=(0.9, 0.999), eps=1e-8, steps=2000,
+        batch_size=None, penalty=0.0, init=None, init_scale=None, refs=None, opt=None, record_every="log",
+        n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
+        progress=None, num_threads=None):
+    r"""Train ``B`` independent trials of a model at once and record their trajectories.
+
+    Parameters
+    ----------
+    data : AttnData or LinearData
+        With or without a leading trials axis (without it, ``B = 1``).
+    model : {"W", "KQ", "prompt", "linear"}
+        Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
+        linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`).
+    m : int, optional
+        Inner dimension of K, Q (default d).
+    head : {"linear", "mlp"}
+        Linear head :math:`v^\top h` (``v`` from the data) or a ReLU MLP head
+        :math:`c^\top\mathrm{relu}(Uh)` of hidden size ``width`` (default 2d).
+    train_v : bool
+        Train the head jointly with the attention (``v``, or ``U`` and ``c``).
+    loss : {"logistic", "exponential", "correlation"}
+    optimizer : {"gd", "ngd", "ngd_param", "polyak", "adam", "sign", "sgd", "sngd", "sps"}
+        Step rule (:mod:`attnsvm.optim`); "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on
+        mini-batches and need ``batch_size``; every other rule also accepts ``batch_size``.
+    lr : float, optional
+        Step size :math:`\eta` (> 0). Default 0.1 (gd, ngd, ngd_param, sgd, sngd), 1.0 (the
+        Polyak multiplier: polyak, sps), 0.01 (adam, sign).
+    eta_max : float, optional
+        Cap on the Polyak step size (polyak, sps only).
+    betas, eps : Adam's constants.
+    steps : int
+        Number of updates (>= 1).
+    batch_size : int, optional
+        Mini-batch size in [1, n]: each step, trial ``b`` draws ``batch_size`` sequences without
+        replacement, a deterministic function of ``(seed_b, step)``.
+    penalty : float
+        :math:`\lambda \ge 0`: adds :math:`\lambda \sum_j \|\theta_j\|_F^2` over the attention
+        parameters (W; K and Q; p; w) to the training objective (the recorded ``loss`` is the
+        data loss alone). The earlier public code used :math:`\lambda \approx 2.2\cdot 10^{-16}`
+        for (K,Q); it matters only once the loss gradient has become that small.
+    init : {"zeros", "random"}, array or dict, optional
+        Default "zeros" ("random" for "KQ", where zero is a saddle). "random": i.i.d.
+        :math:`N(0, \mathrm{init\_scale}^2)`, default scale 0.01. An array is the main parameter
+        (with or without trials axis); a dict maps parameter names to arrays.
+    refs : dict name -> array, optional
+        Reference directions for ``History.corr``: shape of the main matrix ((d,d) for "W"/"KQ",
+        (d,) for "prompt"/"linear"), with or without trials axis.
+    opt : array of int (n,) or (B, n), optional
+        Optimal tokens for ``opt_mass``; default :math:`\arg\max_t y_i \psi(x_{it})` under the
+        current head (the data's ``v`` when the head is fixed).
+    record_every : "log" or int
+    n_records : int
+        Number of log-spaced records (``record_every="log"``).
+    snapshots : bool
+        Record the main matrix at every record step.
+    seed : int or sequence
+        Trial ``b`` draws its init and mini-batches from the key ``(seed, b)``; a sequence
+        gives each trial's key explicitly (e.g. ``seed=[(0, 3)]`` reruns trial 3 of ``seed=0``).
+    device : "auto", "cpu", "cuda" or torch.device
+    dtype : torch.float64 (default) or torch.float32
+    progress : bool, optional
+        tqdm progress bar; default on for runs of >= 20000 steps on a terminal.
+    num_threads : int, optional
+        CPU threads for the run (restored afterwards). Default: 1 for small problems
+        (``B n T max(T, d) < 2^18``), where intra-op threading only adds overhead; else torch's
+        setting.
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    ValueError
+        Invalid hyper-parameters or data (the message names the argument).
+    NonFiniteError
+        A trial's iterate became NaN/inf (the message names the trial and the step).
+    """
+    # ---- validate ------------------------------------------------------------------
+    check_choice("model", model, ("W", "KQ", "prompt", "linear"))
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    rule, stochastic, lr_default = OPTIMIZERS[optimizer]
+    lr = lr_default if lr is None else check_positive("lr", lr)
+    if eta_max is not None:
+        if rule != "polyak":
+            raise ValueError(f"eta_max applies only to optimizer='polyak' or 'sps', got {optimizer!r}")
+        eta_max = check_positive("eta_max", eta_max)
+    steps = check_int("steps", steps, minimum=1)
+    lossobj = get_loss(loss)
+    if rule == "polyak" and not lossobj.nonnegative:
+        raise ValueError(f"loss={loss!r} can be negative; the Polyak step (optimizer="
+                         f"{optimizer!r}) needs a nonnegative loss")
+    if rule == "adam":
+        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        eps = check_positive("eps", eps)
+    if dtype not in (torch.float64, torch.float32):
+        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
+    dev = resolve_device(device)
+    if model == "linear":
+        if not isinstance(data, LinearData):
+            raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
+        if head != "linear" or train_v or m is not None or width is not None:
+            raise ValueError("head, train_v, m and width do not apply to model='linear'")
+        net = LinearClassifier()
+    else:
+        if not isinstance(data, AttnData):
+            raise ValueError(f"data must be AttnData for model={model!r}, got {type(data).__name__}")
+        net = AttentionClassifier(model, m=m, head=head, width=width, train_v=train_v)
+    n = data.n
+    if stochastic and batch_size is None:
+        raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+        if batch_size > n:
+            raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
+        if batch_size == n:
+            batch_size = None
+    grid = record_grid(steps, record_every, n_records)
+    if progress is None:
+        progress = steps >= 20000 and sys.stderr.isatty()
+    if init is None:
+        init = "random" if model == "KQ" else "zeros"
+    if init_scale is not None:
+        init_scale = check_positive("init_scale", init_scale)
+    penalty = check_positive("penalty", penalty, allow_zero=True)
+
+    # ---- tensors -------------------------------------------------------------------
+    kw = dict(dtype=dtype, device=dev)
+    B, d = data.trials, data.d
+    lead = (lambda a: a) if data.batched else (lambda a: a[None])
+    full = {"X": torch.as_tensor(lead(data.X), **kw), "y": torch.as_tensor(lead(data.y), **kw)}
+    if model != "linear":
+        full["Z"] = torch.as_tensor(lead(data.Z), **kw)
+        v0 = torch.as_tensor(lead(data.v), **kw)
+    else:
+        v0 = None
+    keys = _trial_keys(seed, B)
+    rngs = [np.random.default_rng(list(k) + [0]) for k in keys]
+    params = net.init_params(d, v0, rngs, init=init, init_scale=init_scale, **kw)
+    if model != "linear" and net.head == "linear" and not train_v:
+        full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+    main_shape = (d,) if model in ("prompt", "linear") else (d, d)
+    refs = {} if refs is None else dict(refs)
+    ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in refs.items()}
+    ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
+    opt_t = None
+    if opt is not None:
+        if model == "linear":
+            raise ValueError("opt does not apply to model='linear'")
+        o = np.asarray(opt)
+        if not np.issubdtype(o.dtype, np.integer) or o.shape not in ((n,), (B, n)):
+            raise ValueError(f"opt must be an integer array of shape ({n},) or ({B}, {n}), got {o.shape}")
+        if np.any(o < 0) or np.any(o >= data.T):
+            raise ValueError(f"opt entries must lie in [0, {data.T})")
+        opt_t = torch.as_tensor(np.broadcast_to(o, (B, n)).copy(), device=dev)
+    keys32 = torch.as_tensor([int(np.random.default_rng(list(k) + [1]).integers(2 ** 32))
+                              for k in keys], dtype=torch.int64, device=dev)
+    ar_n = torch.arange(n, device=dev)
+    trainable = net.trainable
+    state = init_state(rule, [params[k] for k in trainable])
+
+    # ---- records -------------------------------------------------------------------
+    rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
+           "margin": [], "snap": []}
+    rec_corr = {name: [] for name in ref_t}
+    opt_init = []
+
+    def record():
+        u, cache = net.forward(params, full)
+        rec["loss"].append(lossobj.value(u).mean(-1))
+        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
+                               else torch.full((B,), float("nan"), **kw))
+        M = net.matrix(params)
+        nrm = M.flatten(1).norm(dim=1)
+        rec["norm"].append(nrm)
+        for name, R in ref_t.items():
+            rec_corr[name].append((M * R).flatten(1).sum(1) / (nrm * ref_n[name]))
+        if snapshots:
+            rec["snap"].append(M.clone())
+        if model == "linear":
+            rec["margin"].append(u.amin(-1) / nrm)
+            return
+        o = opt_t
+        if o is None:
+            o = net.token_scores(params, full).argmax(-1)
+            if not opt_init:
+                opt_init.append(o)
+        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
+        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
+
+    # Non-finite detection without per-step host syncs: each step writes sum_i u_i (NaN/inf
+    # iff some margin is) into a ring buffer, inspected every CHECK steps and at records.
+    CHECK = 256
+    ubuf = torch.empty((CHECK, B), **kw)
+    first = [0]                                  # step held by ubuf[0]
+
+    def check(upto):
+        """Raise if any step in [first, upto) produced a non-finite margin."""
+        cnt = upto - first[0]
+        if cnt > 0:
+            fin = torch.isfinite(ubuf[:cnt])
+            if not bool(fin.all()):
+                bad = (~fin).cpu().numpy()
+                trials = np.flatnonzero(bad.any(0))
+                steps_bad = first[0] + bad.argmax(0)
+                b = int(trials[np.argmin(steps_bad[trials])])
+                k = int(steps_bad[b])
+                more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
+                raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
+                                     f"try a smaller lr", trial=b, step=k)
+        first[0] = upto
+
+    # ---- loop ----------------------------------------------------------------------
+    is_rec = np.zeros(steps + 1, dtype=bool)
+    is_rec[grid] = True
+    want_log_loss = rule == "polyak"
+    pen_names = [name for name in trainable if name in ("W", "K", "Q", "p", "w")]
+    log2pen = math.log(2 * penalty) if penalty else None
+    pbar = None
+    if progress:
+        from tqdm.auto import tqdm
+        pbar = tqdm(total=steps, desc=f"fit {model}/{optimizer} B={B}", leave=False)
+    tick = max(1, steps // 200)
+    old_threads = torch.get_num_threads()
+    Tn = data.T if model != "linear" else 1
+    if num_threads is None and dev.type == "cpu" and B * n * Tn * max(Tn, d) < 2 ** 18:
+        num_threads = 1          # tiny tensors: intra-op threading is pure overhead
+    try:
+        if num_threads is not None and dev.type == "cpu":
+            torch.set_num_threads(num_threads)
+        with torch.no_grad():
+            record()
+            for k in range(steps):
+                batch = full if batch_size is None else _gather(
+                    full, _minibatch(keys32, k, n, batch_size, ar_n))
+                u, grads, sigma = net.grad(params, batch, lossobj)
+                torch.sum(u, -1, out=ubuf[k - first[0]])
+                if penalty:
+                    for name in pen_names:      # + 2 lambda theta, merged into the log scale
+                        sg = torch.clamp(sigma[name], min=log2pen)
+                        grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
+                                       + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
+                        sigma[name] = sg
+                log_loss = log_mean_loss(lossobj, u) if want_log_loss else None
+                if want_log_loss and penalty:
+                    sq = sum(params[name].flatten(1).pow(2).sum(1) for name in pen_names)
+                    log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+                deltas = update(rule, [grads[name] for name in trainable], state, lr=lr,
+                                log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
+                                eta_max=eta_max, betas=betas, eps=eps, batch_ndim=1)
+                for name, dl in zip(trainable, deltas):
+                    params[name] = params[name] + dl
+                if is_rec[k + 1] or k + 1 - first[0] == CHECK:
+                    check(k + 1)
+                    if is_rec[k + 1]:
+                        record()
+                if pbar is not None and (k + 1) % tick == 0:
+                    pbar.update(tick)
+            # the final iterate itself
+            u, _ = net.forward(params, full)
+            torch.sum(u, -1, out=ubuf[0])
+            first[0] = steps
+            check(steps + 1)
+    finally:
+        torch.set_num_threads(old_threads)
+        if pbar is not None:
+            pbar.close()
+
+    # ---- to numpy --------------------------------------------------------------------
+    def stack(lst):
+        return torch.stack(lst).cpu().numpy() if lst else None
+
+    opt_src = opt_t if opt_t is not None else (opt_init[0] if opt_init else None)
+    opt_np = None if opt_src is None else opt_src.cpu().numpy()
+    final = {k: p.cpu().numpy() for k, p in params.items()}
+    if model == "KQ":
+        final["W"] = net.matrix(params).cpu().numpy()
+    config = dict(model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
+                  optimizer=optimizer, lr=lr, eta_max=eta_max, steps=steps, batch_size=batch_size,
+                  penalty=penalty,
+                  init=init if isinstance(init, str) else "array", init_scale=init_scale,
+                  seed=seed, device=str(dev), dtype=str(dtype), trials=B)
+    return History(
+        steps=grid,
+        loss=stack(rec["loss"]),
+        log_loss=stack(rec["log_loss"]),
+        norm=stack(rec["norm"]),
+        corr={name: stack(v) for name, v in rec_corr.items()},
+        opt_mass=stack(rec["opt_mass"]),
+        selected=stack(rec["selected"]),
+        margin=stack(rec["margin"]),
+        opt=opt_np,
+        params=final,
+        snapshots=stack(rec["snap"]),
+        config=config,
+    )

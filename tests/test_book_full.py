@@ -1,0 +1,76 @@
+"""A full quick-profile build of the book, as `make book` does it, into a temporary directory.
+
+This is the slowest test of the suite (it executes every notebook): it proves that the book
+builds from the sources with warnings as errors, that every notebook of the table of contents ran
+under the quick profile, and that the rendered pages carry the glued numbers.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attnsvm import book
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_committed_notebooks_have_no_outputs_and_a_parameters_cell():
+    for nb_path in book.toc_notebooks(REPO):
+        nb = nbformat.read(str(REPO / nb_path), as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(not c.outputs and c.execution_count is None for c in code), nb_path
+        tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{nb_path} needs exactly one cell tagged 'parameters'"
+        assert "device" in book.notebook_parameters(REPO / nb_path), nb_path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "_build"
+    report = book.build(REPO, "quick", build_dir=out, log=print)
+    return out, report
+
+
+def test_every_notebook_executes_under_the_quick_profile(built):
+    out, report = built
+    names = [e["notebook"] for e in report["notebooks"]]
+    assert names == book.toc_notebooks(REPO)
+    assert all(e["status"] == "ok" and e["profile"] == "quick" for e in report["notebooks"])
+    on_disk = json.loads((out / "execution-report.json").read_text())
+    assert on_disk["notebooks"] == json.loads(json.dumps(report["notebooks"], default=str))
+
+
+def test_every_page_is_rendered(built):
+    out, _ = built
+    html = out / "html"
+    assert (html / "index.html").is_file()
+    for doc in book.toc_files(REPO):
+        assert (html / f"{doc}.html").is_file(), doc
+
+
+def test_glued_numbers_reach_the_chapters(built):
+    out, report = built
+    text = (out / "html" / "book" / "ch01_separable.html").read_text()
+    assert "glue:text" not in text and "::slope_gd" not in text
+    # the value glued in the executed notebook is the one printed in the chapter
+    executed = nbformat.read(report["notebooks"][0]["executed_path"], as_version=4)
+    glued = {}
+    for cell in executed.cells:
+        for o in cell.get("outputs", []):
+            key = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                glued[key] = next(v for k, v in o["data"].items() if k.endswith("text/plain"))
+    assert "slope_gd" in glued
+    assert f"{float(glued['slope_gd']):.3f}" in text
+
+
+def test_execution_report_page_lists_every_notebook(built):
+    out, _ = built
+    text = (out / "html" / "book" / "execution_report.html").read_text()
+    for nb in book.toc_notebooks(REPO):
+        assert nb in text
+    assert re.search(r"torch", text)

@@ -1,0 +1,140 @@
+"""Chapter 3 (the regularization path): every statement, checked numerically."""
+import numpy as np
+import pytest
+
+from attnsvm import metrics, regpath, svm, sweeps
+
+
+def _inst(n, T, d, seed, B=None):
+    if B is None:
+        data = sweeps.draw_instance(n, T, d, seed=seed)
+    else:
+        data = sweeps.draw_instances(n, T, d, B, seed=seed)
+    return data, svm.optimal_tokens(data.X, data.y, data.v)
+
+
+def _outputs(W, data):
+    S = metrics.attention(data.X, W, data.Z)                     # (n, T)
+    gam = svm.token_scores(data.X, data.y, data.v)
+    return (S * gam).sum(-1), gam
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 10.0, 50.0])
+def test_output_sandwich(scale):
+    """lem-sandwich-att: gamma* - Dbar S/(1+S) <= y f <= gamma* - delta S/(1+S)."""
+    data, opt = _inst(5, 4, 6, seed=10)
+    rng = np.random.default_rng(0)
+    n, T = 5, 4
+    for _ in range(20):
+        W = rng.standard_normal((6, 6)) * scale
+        u, gam = _outputs(W, data)
+        gs = gam[np.arange(n), opt]
+        A, idx = sweeps.lifted_features(data.X, data.Z, opt)
+        m = np.einsum("kab,ab->k", A, W)
+        S = np.zeros(n)
+        np.add.at(S, idx[:, 0], np.exp(-m))
+        gaps = (gs[:, None] - gam)[idx[:, 0], idx[:, 1]]
+        delta, Dbar = gaps.min(), gaps.max()
+        frac = S / (1 + S)
+        assert np.all(u >= gs - Dbar * frac - 1e-12)
+        assert np.all(u <= gs - delta * frac + 1e-12)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
+def test_log_excess_is_loss_minus_infimum(loss):
+    data, opt = _inst(4, 3, 5, seed=11)
+    rng = np.random.default_rng(1)
+    ell = {"logistic": lambda u: np.logaddexp(0, -u), "exponential": lambda u: np.exp(-u),
+           "correlation": lambda u: -u}[loss]
+    for s in [0.3, 1.0, 3.0]:
+        W = rng.standard_normal((5, 5)) * s
+        u, _ = _outputs(W, data)
+        E = ell(u).mean() - regpath.log_loss_gap(data, loss=loss)
+        assert regpath.excess_loss(W, data, loss=loss) == pytest.approx(E, rel=1e-8)
+    # far along the SVM direction the excess is tiny but still exact in log space
+    Wmm = svm.att_svm(data.X, data.Z, opt)
+    le = regpath.log_excess(200 * Wmm / np.linalg.norm(Wmm), data, loss=loss)
+    assert np.isfinite(le) and le < -20
+
+
+def test_projections():
+    rng = np.random.default_rng(2)
+    for norm, f in (("fro", np.linalg.norm), ("nuc", lambda a: np.linalg.norm(a, "nuc"))):
+        for _ in range(5):
+            W = rng.standard_normal((4, 4)) * 3
+            P = regpath.project_ball(W, 2.0, norm=norm)
+            assert f(P) <= 2.0 + 1e-10
+            assert np.allclose(regpath.project_ball(P, 2.0, norm=norm), P, atol=1e-10)
+            for _ in range(10):                            # variational inequality
+                Y = rng.standard_normal((4, 4))
+                Y = Y / f(Y) * 2.0 * rng.random()
+                assert np.sum((W - P) * (Y - P)) <= 1e-9
+            small = W / f(W)
+            assert np.allclose(regpath.project_ball(small, 2.0, norm=norm), small)
+
+
+def test_kq_budget_is_nuclear_ball():
+    """lem-kq: ||K Q^T||_* <= (||K||^2 + ||Q||^2) / 2, with equality for the balanced SVD
+    factorization, so {KQ^T : ||K||^2 + ||Q||^2 <= 2R} is the nuclear ball of radius R."""
+    rng = np.random.default_rng(3)
+    for m in (2, 5):
+        for _ in range(10):
+            K, Q = rng.standard_normal((5, m)), rng.standard_normal((5, m))
+            assert np.linalg.norm(K @ Q.T, "nuc") <= 0.5 * (np.sum(K**2) + np.sum(Q**2)) + 1e-12
+    W = rng.standard_normal((5, 5))
+    U, s, Vt = np.linalg.svd(W)
+    K, Q = U * np.sqrt(s), Vt.T * np.sqrt(s)
+    assert np.allclose(K @ Q.T, W)
+    assert 0.5 * (np.sum(K**2) + np.sum(Q**2)) == pytest.approx(np.linalg.norm(W, "nuc"))
+
+
+def test_theorem_bounds_hold_on_the_path():
+    """thm-regpath: for R >= R0, any W in the ball with L(W) <= L(R W_mm/||W_mm||) has
+    margin >= R gamma_hat - log C, norm >= R - ||W_mm|| log C, 1 - corr <= ||W_mm|| log C / R."""
+    data, opt = _inst(3, 3, 4, seed=12, B=2)
+    Wmm, feas = svm.att_svm_batch(data.X, data.Z, opt)
+    assert feas.all()
+    consts = [regpath.path_constants(data.trial(b), Wmm[b]) for b in range(2)]
+    R0 = max(c["R0"] for c in consts)
+    R = R0 * np.array([1.01, 2.0, 4.0])
+    rp = regpath.reg_path(data, R, inits=2, W_svm=Wmm, max_steps=600, device="cpu")
+    assert np.all(rp.log_excess <= rp.log_excess_svm + 1e-12)   # the hypothesis on W_R
+    for b, c in enumerate(consts):
+        A, _ = sweeps.lifted_features(data.X[b], data.Z[b], opt[b])
+        nW = np.linalg.norm(Wmm[b])
+        for k, Rk in enumerate(R):
+            W = rp.W[k, b]
+            margin = np.einsum("kab,ab->k", A, W).min()
+            assert margin >= Rk * c["gamma_hat"] - np.log(c["C"])
+            assert np.linalg.norm(W) >= Rk - nW * np.log(c["C"])
+            assert 1 - rp.corr[k, b] <= nW * np.log(c["C"]) / Rk
+    # the bound is loose: the observed gap is far below it at the largest radius
+    assert np.all(1 - rp.corr[-1] < 0.1 * np.log([c["C"] for c in consts]) / R[-1]
+                  * np.linalg.norm(Wmm, axis=(1, 2)))
+
+
+def test_path_direction_and_observed_rate():
+    """The direction of W_R tends to W_mm; observed: 1 - corr decays about like R^-2."""
+    data, opt = _inst(4, 4, 5, seed=13, B=2)
+    Wmm, feas = svm.att_svm_batch(data.X, data.Z, opt)
+    R = np.geomspace(20, 400, 5)
+    rp = regpath.reg_path(data, R, inits=1, W_svm=Wmm, max_steps=500, device="cpu")
+    gap = 1 - rp.corr
+    assert np.all(np.diff(gap, axis=0) < 0)
+    assert np.all(gap[-1] < 1e-2)
+    slope = metrics.fit_rate(R, gap, tail=0.6)
+    assert np.all(slope < -1.5) and np.all(slope > -2.5)
+    assert np.all(rp.residual < 1e-5)
+
+
+def test_nuclear_path_tends_to_nuclear_svm():
+    """cor-kq: the nuclear-ball path (the (K,Q) budget) tends to W_mm^*, not to W_mm."""
+    data, opt = _inst(4, 4, 5, seed=14)
+    Wn = svm.att_svm(data.X, data.Z, opt, norm="nuc")
+    Wf = svm.att_svm(data.X, data.Z, opt)
+    rp = regpath.reg_path(data, [10.0, 300.0], norm="nuc", inits=1, W_svm=Wn, max_steps=800,
+                          device="cpu")
+    assert 1 - rp.corr[-1, 0] < 1e-2
+    assert rp.corr[-1, 0] > rp.corr[0, 0]
+    assert metrics.corr(rp.W[-1, 0], Wf) < 0.99 < rp.corr[-1, 0]
+    assert rp.norm[-1, 0] == pytest.approx(300.0, rel=1e-6)

@@ -1,0 +1,86 @@
+"""Tests of the chapter "Beyond a single token" (book/ch07_beyond.md)."""
+import numpy as np
+import pytest
+
+import attnsvm.metrics as M
+import attnsvm.svm as svm
+from attnsvm import selection as S
+
+
+@pytest.fixture(scope="module")
+def inst():
+    data = S.unit_instances(4, 5, 8, trials=1, seed=7).trial(0)
+    sets = [(0, 1), (2,), (1, 3), (4,)]
+    return data.X, data.Z, sets
+
+
+def _scores(X, Z, W):
+    return np.einsum("ntd,nd->nt", X, Z @ W.T)
+
+
+def test_generalized_svm_constraints_and_rank(inst):
+    X, Z, sets = inst
+    W = svm.att_svm(X, Z, sets)
+    a = _scores(X, Z, W)
+    for i, s in enumerate(sets):
+        assert np.ptp(a[i, list(s)]) < 1e-6
+        out = [t for t in range(X.shape[1]) if t not in s]
+        assert a[i, list(s)].min() - a[i, out].max() >= 1 - 1e-6
+    assert svm.rank(W) <= X.shape[0]
+
+
+def test_singletons_reduce_to_single_token_svm(inst):
+    X, Z, _ = inst
+    alpha = np.array([0, 2, 3, 4])
+    W1 = svm.att_svm(X, Z, [(int(t),) for t in alpha])
+    W2 = svm.att_svm(X, Z, alpha)
+    assert np.allclose(W1, W2, atol=1e-6 * np.abs(W2).max())
+
+
+def test_sufficient_direction_selects_sets(inst):
+    X, Z, sets = inst
+    W = svm.att_svm(X, Z, sets)
+    for c in (1.0, 5.0, 20.0):
+        s = M.attention(X, c * W, Z)
+        for i, st in enumerate(sets):
+            assert np.ptp(s[i, list(st)]) < 1e-6
+            out = [t for t in range(X.shape[1]) if t not in st]
+            assert np.all(s[i, out] <= np.exp(-c) / len(st) * (1 + 1e-6))
+
+
+def test_necessary_mass_only_on_ties(inst):
+    X, Z, sets = inst
+    Wbar = svm.att_svm(X, Z, sets)
+    B = np.random.default_rng(0).standard_normal(Wbar.shape)      # bounded part
+    a = _scores(X, Z, Wbar)
+    tied = np.isclose(a, a.max(1, keepdims=True), atol=1e-6)
+    masses = [M.attention(X, c * Wbar + B, Z) for c in (10.0, 100.0, 1000.0)]
+    assert np.all(masses[-1][~tied] < 1e-100)
+    assert np.all(masses[-1][tied] > 1e-3)
+    assert np.all(masses[-1][~tied] <= masses[0][~tied] + 1e-300)
+
+
+def test_selected_sets_and_prediction_rule():
+    X = np.zeros((1, 2, 3, 2))
+    X[0, 0] = [[1, 0], [1, 0.01], [0, 1]]
+    X[0, 1] = [[0, 0], [2, 0], [0, 2]]
+    Z = np.tile(np.array([1.0, 0.0]), (1, 2, 1))
+    W = 10 * np.eye(2)[None]
+    sets = S.selected_sets(X, W, Z, mass_tol=1e-3)
+    assert sets == [[(0, 1), (1,)]]
+    with pytest.raises(ValueError):
+        S.selected_sets(X, W, Z, mass_tol=1.5)
+
+
+def test_linear_head_all_predicted_and_mlp_generalized_closer():
+    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
+    assert lin.fraction_predicted == 1.0
+    assert np.all(lin.set_sizes == 1)
+    mlp = S.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
+                                  device="cpu")
+    ok = mlp.feasible & mlp.feasible_single
+    assert ok.any()
+    assert np.all(mlp.corr_gen[-1][ok] >= mlp.corr_single[-1][ok] - 1e-9)
+    # the prediction rule is exactly "feasible and corr >= threshold"
+    assert np.array_equal(mlp.predicted, mlp.feasible & (np.nan_to_num(mlp.corr_gen[-1], nan=-1) >= 0.95))

@@ -1,0 +1,139 @@
+"""Step rules: per-trial norms, log-space Polyak, and torch.optim wrappers = engine."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm.data import AttnData
+from attnsvm.models import AttentionClassifier, get_loss
+from attnsvm.optim import NGD, RULES, Adam, Polyak, SignGD, init_state, log_norm, update
+from attnsvm.train import fit
+
+
+def _rand(*shape, seed=0):
+    return torch.tensor(np.random.default_rng(seed).standard_normal(shape))
+
+
+def test_ngd_norms_are_per_trial():
+    g1, g2 = _rand(4, 3, 3, seed=1), _rand(4, 5, seed=2)
+    g1[0] *= 1e6                             # one trial with a huge gradient
+    out = update("ngd", [g1, g2], lr=0.1, batch_ndim=1)
+    tot = torch.sqrt(out[0].flatten(1).pow(2).sum(1) + out[1].pow(2).sum(1))
+    torch.testing.assert_close(tot, torch.full((4,), 0.1, dtype=torch.float64))
+    outp = update("ngd_param", [g1, g2], lr=0.1, batch_ndim=1)
+    torch.testing.assert_close(outp[0].flatten(1).norm(dim=1), torch.full((4,), 0.1, dtype=torch.float64))
+    torch.testing.assert_close(outp[1].norm(dim=1), torch.full((4,), 0.1, dtype=torch.float64))
+
+
+def test_log_scales_do_not_change_normalized_steps_and_scale_gd():
+    g = [_rand(3, 2, 2, seed=3), _rand(3, 4, seed=4)]
+    sig = torch.tensor([-800.0, 0.0, 3.0], dtype=torch.float64)
+    a = update("ngd_param", g, lr=0.2, log_scale=sig, batch_ndim=1)
+    b = update("ngd_param", g, lr=0.2, batch_ndim=1)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y)
+    # global ngd with per-parameter scales = ngd on the true gradients
+    s1 = torch.tensor([0.0, -1.0, 2.0], dtype=torch.float64)
+    s2 = torch.tensor([1.0, 0.5, -3.0], dtype=torch.float64)
+    true = [g[0] * torch.exp(s1)[:, None, None], g[1] * torch.exp(s2)[:, None]]
+    a = update("ngd", g, lr=0.3, log_scale=[s1, s2], batch_ndim=1)
+    b = update("ngd", true, lr=0.3, batch_ndim=1)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y)
+    a = update("gd", g, lr=0.3, log_scale=[s1, s2], batch_ndim=1)
+    for x, y in zip(a, true):
+        torch.testing.assert_close(x, -0.3 * y)
+
+
+def test_polyak_log_space_at_tiny_loss():
+    # true gradient 1e-300 * g~, loss 1e-300: eta = L/||g||^2 ~ 1e300 must stay finite
+    g = [_rand(2, 3, 3, seed=5)]
+    sig = torch.full((2,), math.log(1e-300), dtype=torch.float64)
+    logL = torch.full((2,), math.log(1e-300), dtype=torch.float64)
+    out = update("polyak", g, lr=1.0, log_scale=sig, log_loss=logL, batch_ndim=1)
+    assert torch.isfinite(out[0]).all()
+    # increment = -(L/||g||^2) g = -(1e-300 / (1e-600 ||g~||^2)) 1e-300 g~ = -g~/||g~||^2
+    want = -g[0] / g[0].flatten(1).pow(2).sum(1)[:, None, None]
+    torch.testing.assert_close(out[0], want)
+    capped = update("polyak", g, lr=1.0, log_scale=sig, log_loss=logL, eta_max=0.5, batch_ndim=1)
+    torch.testing.assert_close(capped[0], -0.5 * 1e-300 * g[0], rtol=1e-12, atol=0)
+    assert torch.isfinite(log_norm([g[0] * 1e-300], batch_ndim=1)).all()
+
+
+def test_zero_gradient_gives_zero_step():
+    z = [torch.zeros(2, 3, dtype=torch.float64)]
+    for rule in ("ngd", "ngd_param", "sign", "gd"):
+        assert torch.equal(update(rule, z, lr=0.1, batch_ndim=1)[0], z[0])
+    out = update("polyak", z, lr=1.0, log_loss=torch.zeros(2, dtype=torch.float64), batch_ndim=1)
+    assert torch.equal(out[0], z[0])
+
+
+def test_unknown_rule():
+    with pytest.raises(ValueError, match="optimizer"):
+        update("lbfgs", [torch.ones(2)], lr=0.1)
+    with pytest.raises(ValueError, match="optimizer"):
+        init_state("lbfgs", [])
+    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "adam", "sign"}
+
+
+# ---------------------------------------------------------------- wrappers = engine
+def _problem(seed=0, n=5, T=4, d=3):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, T, d))
+    y = np.sign(rng.standard_normal(n))
+    Z = rng.standard_normal((n, d))
+    v = rng.standard_normal(d)
+    return AttnData(X, y, Z, v)
+
+
+def _torch_run(data, opt_factory, steps, model="KQ", W0=None):
+    """One-trial training through a torch.optim optimizer on the autograd loss."""
+    net = AttentionClassifier(model)
+    t = lambda a: torch.tensor(a[None], dtype=torch.float64)  # noqa: E731
+    batch = {"X": t(data.X), "y": t(data.y), "Z": t(data.Z)}
+    params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in W0.items()}
+    params["v"] = t(data.v)
+    opt = opt_factory([params[k] for k in net.trainable])
+    L = get_loss("logistic")
+
+    def closure():
+        opt.zero_grad()
+        u, _ = net.forward(params, batch)
+        loss = L.value(u).mean()
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    return {k: params[k].detach().numpy() for k in net.trainable}
+
+
+@pytest.mark.parametrize("name,factory,kw", [
+    ("ngd_param", lambda p: NGD(p, lr=0.1, per_param=True), {}),
+    ("ngd", lambda p: NGD(p, lr=0.1), {}),
+    ("polyak", lambda p: Polyak(p, lr=1.0, eta_max=0.5), {"lr": 1.0, "eta_max": 0.5}),
+    ("sign", lambda p: SignGD(p, lr=0.01), {"lr": 0.01}),
+    ("adam", lambda p: Adam(p, lr=0.01), {"lr": 0.01}),
+    ("adam", lambda p: torch.optim.Adam(p, lr=0.01), {"lr": 0.01}),
+    ("gd", lambda p: torch.optim.SGD(p, lr=0.1), {}),
+])
+def test_torch_optimizers_match_engine(name, factory, kw):
+    data = _problem()
+    rng = np.random.default_rng(11)
+    K0, Q0 = rng.standard_normal((1, 3, 3)) * 0.3, rng.standard_normal((1, 3, 3)) * 0.3
+    steps = 25
+    h = fit(data, model="KQ", optimizer=name, steps=steps, init={"K": K0, "Q": Q0},
+            record_every=steps, device="cpu", progress=False, **({"lr": 0.1} | kw))
+    got = _torch_run(data, factory, steps, W0={"K": K0, "Q": Q0})
+    np.testing.assert_allclose(h.K, got["K"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h.Q, got["Q"], rtol=1e-10, atol=1e-12)
+
+
+def test_polyak_wrapper_needs_loss():
+    p = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    p.grad = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="loss"):
+        Polyak([p]).step()
+    with pytest.raises(ValueError, match="lr"):
+        NGD([p], lr=-1.0)
