@@ -112,7 +112,7 @@ def main():
     print(f"problem: n={N} T={T} d={D}, {steps} steps, ngd_param lr=0.1, float64, 1 CPU thread")
     if hasattr(os, "getloadavg"):
         print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
-              "(other processes inflate both timings)")
+              "(timings are process CPU times; heavy load still perturbs them somewhat)")
     data = unit_data(B)
     wall0 = time.perf_counter()
 

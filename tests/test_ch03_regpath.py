@@ -21,7 +21,7 @@ def _outputs(W, data):
 
 @pytest.mark.parametrize("scale", [0.1, 1.0, 10.0, 50.0])
 def test_output_sandwich(scale):
-    """lem-sandwich-att: gamma* - Dbar S/(1+S) <= y f <= gamma* - delta S/(1+S)."""
+    """ch03-lem-output: gamma* - Dbar S/(1+S) <= y f <= gamma* - delta S/(1+S)."""
     data, opt = _inst(5, 4, 6, seed=10)
     rng = np.random.default_rng(0)
     n, T = 5, 4
@@ -74,7 +74,7 @@ def test_projections():
 
 
 def test_kq_budget_is_nuclear_ball():
-    """lem-kq: ||K Q^T||_* <= (||K||^2 + ||Q||^2) / 2, with equality for the balanced SVD
+    """ch03-lem-kq: ||K Q^T||_* <= (||K||^2 + ||Q||^2) / 2, with equality for the balanced SVD
     factorization, so {KQ^T : ||K||^2 + ||Q||^2 <= 2R} is the nuclear ball of radius R."""
     rng = np.random.default_rng(3)
     for m in (2, 5):
@@ -89,7 +89,7 @@ def test_kq_budget_is_nuclear_ball():
 
 
 def test_theorem_bounds_hold_on_the_path():
-    """thm-regpath: for R >= R0, any W in the ball with L(W) <= L(R W_mm/||W_mm||) has
+    """ch03-thm-regpath: for R >= R0, any W in the ball with L(W) <= L(R W_mm/||W_mm||) has
     margin >= R gamma_hat - log C, norm >= R - ||W_mm|| log C, 1 - corr <= ||W_mm|| log C / R."""
     data, opt = _inst(3, 3, 4, seed=12, B=2)
     Wmm, feas = svm.att_svm_batch(data.X, data.Z, opt)
@@ -128,7 +128,7 @@ def test_path_direction_and_observed_rate():
 
 
 def test_nuclear_path_tends_to_nuclear_svm():
-    """cor-kq: the nuclear-ball path (the (K,Q) budget) tends to W_mm^*, not to W_mm."""
+    """ch03-cor-kq: the nuclear-ball path (the (K,Q) budget) tends to W_mm^*, not to W_mm."""
     data, opt = _inst(4, 4, 5, seed=14)
     Wn = svm.att_svm(data.X, data.Z, opt, norm="nuc")
     Wf = svm.att_svm(data.X, data.Z, opt)

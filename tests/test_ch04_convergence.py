@@ -209,6 +209,14 @@ def test_every_choice_feasible_when_overparameterized():
         for alpha in itertools.product(range(T), repeat=n):
             W = svm.att_svm(x.X, x.Z, np.array(alpha))
             assert C.selection_margins(W, x.X, x.Z, np.array(alpha)).min() >= 1 - 1e-7
+    # case 2: normalized (equal-norm, distinct) tokens need only d >= n, even with T - 1 > d
+    n, T, d = 2, 5, 2
+    data = C.draw_instances(n, T, d, trials=3, seed=1)
+    for b in range(3):
+        x = data.trial(b)
+        for alpha in itertools.product(range(T), repeat=n):
+            W = svm.att_svm(x.X, x.Z, np.array(alpha))
+            assert C.selection_margins(W, x.X, x.Z, np.array(alpha)).min() >= 1 - 1e-7
     # without the condition the conclusion fails: rank-deficient queries, d < n
     data = C.draw_instances(6, 8, 2, trials=4, seed=0)
     opt = svm.optimal_tokens(data.X, data.y, data.v)

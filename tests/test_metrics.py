@@ -75,3 +75,14 @@ def test_fit_rate_recovers_power_law():
         fit_rate(t, err, tail=1.5)
     with pytest.raises(ValueError, match="err"):
         fit_rate(t, -err)
+
+
+def test_direction_error_from_corr_matches_the_matrices():
+    rng = np.random.default_rng(5)
+    A_, B_ = rng.standard_normal((2, 7, 4, 4))
+    from attnsvm.metrics import corr, direction_error, direction_error_from_corr
+    np.testing.assert_allclose(direction_error_from_corr(corr(A_, B_)), direction_error(A_, B_),
+                               atol=1e-12)
+    assert direction_error_from_corr(1.0) == 0.0 and direction_error_from_corr(-1.0) == 2.0
+    with pytest.raises(ValueError, match="c must"):
+        direction_error_from_corr(1.5)

@@ -20,11 +20,17 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "book")
+_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "book",
+               # experiment modules of the chapters
+               "sweeps", "regpath", "convergence", "selection", "rates", "realdata", "nets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {
     "data": ["AttnData", "LinearData"],
+    "models": ["AttentionClassifier", "LinearClassifier", "get_loss"],
+    "train": ["fit", "History", "NonFiniteError", "resolve_device"],
+    "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+                "opt_mass", "fit_rate"],
     "plot": ["use_style", "figure", "trial_band", "save_or_glue"],
 }
 

@@ -44,6 +44,7 @@ import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData
+from . import data as _data
 from . import metrics as _metrics
 from . import svm as _svm
 from . import train as _train
@@ -67,6 +68,7 @@ __all__ = [
     "local_experiment",
     "ConeRun",
     "cone_experiment",
+    "follow",
     "find_choices",
     "OverparamSweep",
     "overparam_sweep",
@@ -92,10 +94,6 @@ def _cpu_threads(device):
         yield
     finally:
         torch.set_num_threads(old)
-
-
-def _unit(a):
-    return a / np.linalg.norm(a, axis=-1, keepdims=True)
 
 
 def _instance(data):
@@ -313,11 +311,13 @@ def loss_floor(data, alpha=None, *, loss="logistic"):
 
 # ----------------------------------------------------------------------------- data
 def draw_instances(n, T, d, *, trials=1, seed=0, query="cross"):
-    r"""Random instances in the setting of "Transformers as SVMs": tokens :math:`x_{it}`,
-    queries :math:`z_i` and head :math:`v` drawn :math:`N(0, I_d)` and normalized to unit
-    length, labels random signs. ``query="self"`` sets :math:`z_i = x_{i1}` (token 0).
-    Trial ``b`` draws from the key ``(seed, n, T, d, b)`` only: it does not depend on
-    ``trials``, and instances of different sizes are independent.
+    r"""Random instances in the setting of "Transformers as SVMs" (``attnsvm.data.random_unit``):
+    tokens :math:`x_{it}`, queries :math:`z_i` and head :math:`v` drawn :math:`N(0, I_d)` and
+    normalized to unit length, labels random signs; ``query="cross"`` draws the queries
+    separately, ``query="self"`` sets :math:`z_i = x_{i1}` (token 0).
+
+    The data seed is ``numpy.random.SeedSequence([seed, n, T, d])``, so instances of different
+    sizes are independent, and trial ``b`` does not depend on ``trials``.
 
     Returns
     -------
@@ -329,15 +329,8 @@ def draw_instances(n, T, d, *, trials=1, seed=0, query="cross"):
     trials = check_int("trials", trials, minimum=1)
     seed = check_int("seed", seed, minimum=0)
     check_choice("query", query, ("cross", "self"))
-    items = []
-    for b in range(trials):
-        r = np.random.default_rng([seed, n, T, d, b, 4])
-        X = _unit(r.standard_normal((n, T, d)))
-        Z = _unit(r.standard_normal((n, d))) if query == "cross" else X[:, 0].copy()
-        v = _unit(r.standard_normal(d))
-        y = np.where(r.random(n) < 0.5, -1.0, 1.0)
-        items.append(AttnData(X, y, Z, v))
-    return AttnData.stack(items)
+    return _data.random_unit(n, T, d, cross=(query == "cross"), trials=trials,
+                             seed=np.random.SeedSequence([seed, n, T, d]))
 
 
 def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
@@ -424,7 +417,7 @@ class Outcomes:
 
 
 def _svm_batch(X, Z, alpha):
-    """Att-SVM per trial, identical (X, alpha) pairs of the same trial solved once."""
+    """Frobenius Att-SVM per trial: (W (B,d,d), feasible (B,)); zeros where infeasible."""
     return _svm.att_svm_batch(X, Z, alpha)
 
 
@@ -497,6 +490,7 @@ class LocalRun:
     loss_floor_opt, loss_floor_sel : (B,)   (1/n) sum_i ell(gamma_{i,opt_i}), ... alpha_i
     outcomes : Outcomes
     data : AttnData
+    W_final : (B, d, d)    the last iterates
     config : dict
     """
 
@@ -510,6 +504,7 @@ class LocalRun:
     loss_floor_sel: np.ndarray
     outcomes: Outcomes
     data: AttnData
+    W_final: np.ndarray
     config: dict = field(default_factory=dict)
 
 
@@ -553,6 +548,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
                     mass_opt=_masses(S, opt), mass_sel=_masses(S, sel), loss=h.loss,
                     loss_floor_opt=loss_floor(data, loss=loss),
                     loss_floor_sel=loss_floor(data, sel, loss=loss), outcomes=out, data=data,
+                    W_final=h.W,
                     config=dict(n=n, T=T, d=d, trials=trials, steps=steps, model=model,
                                 optimizer=optimizer, lr=lr, init_scale=init_scale, loss=loss,
                                 query=query, threshold=threshold, seed=seed))
@@ -657,14 +653,44 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     W_a, feas = _svm_batch(data.X, data.Z, alpha)
     if not np.all(feas):
         raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
-    W_mm, feas_opt = _svm_batch(data.X, data.Z, opt)
     r = np.random.default_rng([seed, 11])
     G = r.standard_normal((B, d, d))
     G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
     Wbar = W_a / np.linalg.norm(W_a, axis=(1, 2), keepdims=True)
     W0 = Wbar + eps * G
     W0 = R0 * W0 / np.linalg.norm(W0, axis=(1, 2), keepdims=True)
+    run = follow(data, alpha, W0, steps=steps, optimizer=optimizer, lr=lr, loss=loss,
+                 n_records=n_records, seed=seed, device=device, W_alpha=W_a)
+    run.config.update(R0=R0, eps=eps)
+    return run
+
+
+def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logistic",
+           n_records=60, seed=0, device="auto", W_alpha=None):
+    r"""Run gradient descent from given initial matrices ``W0`` (B, d, d) and follow the
+    correlation with :math:`W^\alpha_{mm}` and :math:`W_{mm}`, the softmax mass on
+    :math:`\alpha` and whether the final selection is still :math:`\alpha` (used by
+    :func:`cone_experiment`, and to continue the runs of :func:`local_experiment` from their
+    last iterates).
+
+    Returns
+    -------
+    ConeRun
+    """
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, d = data.trials, data.n, data.d
+    alpha = np.asarray(alpha)
+    if alpha.shape != (B, n):
+        raise ValueError(f"alpha must have shape ({B}, {n}), got {alpha.shape}")
+    W0 = as_float_array("W0", W0, shape=(B, d, d))
+    if W_alpha is None:
+        W_alpha, feas = _svm_batch(data.X, data.Z, alpha)
+        if not np.all(feas):
+            raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
+    W_a = W_alpha
+    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    W_mm, feas_opt = _svm_batch(data.X, data.Z, opt)
     lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
     with _cpu_threads(device):
@@ -674,12 +700,14 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     S = _metrics.attention(data.X[None], snaps, data.Z[None])
     with np.errstate(invalid="ignore"):
         corr_opt = np.where(feas_opt, _metrics.corr(snaps, np.where(feas_opt[:, None, None],
-                                                                   W_mm, 1.0), elem_ndim=2), np.nan)
-    return ConeRun(steps=h.steps, corr_alpha=_metrics.corr(snaps, W_a, elem_ndim=2), corr_opt=corr_opt,
-                   mass_alpha=_masses(S, alpha), kept=np.all(h.selected[-1] == alpha, axis=-1),
-                   selected=h.selected[-1], alpha=alpha, lambda_alpha=lam, corr_init=_metrics.corr(W0, W_a, elem_ndim=2),
-                   config=dict(R0=R0, eps=eps, steps=steps, optimizer=optimizer, lr=lr,
-                               loss=loss, seed=seed))
+                                                                   W_mm, 1.0), elem_ndim=2),
+                            np.nan)
+    return ConeRun(steps=h.steps, corr_alpha=_metrics.corr(snaps, W_a, elem_ndim=2),
+                   corr_opt=corr_opt, mass_alpha=_masses(S, alpha),
+                   kept=np.all(h.selected[-1] == alpha, axis=-1), selected=h.selected[-1],
+                   alpha=alpha, lambda_alpha=lam,
+                   corr_init=_metrics.corr(W0, W_a, elem_ndim=2),
+                   config=dict(steps=steps, optimizer=optimizer, lr=lr, loss=loss, seed=seed))
 
 
 # ----------------------------------------------------------------------------- over-parameterization

@@ -8,6 +8,20 @@ Shapes follow the book's notation (see the notation page):
 * ``v`` : (d,) the linear head.
 
 Every array may carry an optional leading trials axis ``B`` for batched experiments.
+
+Generators
+----------
+All generators are seeded and return float64 arrays. With ``trials=None`` they return one
+instance drawn from ``np.random.default_rng(seed)``; with ``trials=B`` trial ``b`` is drawn
+from the independent stream ``default_rng(trial_seed(seed, b))``, so trial ``b`` is the same
+whatever ``B`` is, and ``gen(..., seed=trial_seed(s, b))`` reproduces it unbatched.
+
+* :func:`random_unit`: the setting of "Transformers as SVMs" (unit-norm Gaussian tokens).
+* :func:`score_gap`: one optimal token per sequence, all others at least ``gap`` lower.
+* :func:`orthogonal`: mutually orthonormal tokens, with a closed-form Att-SVM.
+* :func:`overparameterized`: ``d >= n``; every choice of tokens has a feasible Att-SVM.
+* :func:`prompt_2d`: tiny 2-D prompt-attention instances for trajectory pictures.
+* :func:`separable`: linearly separable data with a planted margin.
 """
 from __future__ import annotations
 
@@ -15,9 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import as_float_array
+from ._checks import as_float_array, check_int, check_positive
 
-__all__ = ["AttnData", "LinearData"]
+__all__ = ["AttnData", "LinearData", "trial_seed", "random_unit", "score_gap", "orthogonal",
+           "overparameterized", "prompt_2d", "separable"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,19 @@ class AttnData:
     def d(self) -> int:
         return self.X.shape[-1]
 
+    @property
+    def gamma(self) -> np.ndarray:
+        """Token scores :math:`\\gamma_{it} = y_i v^\\top x_{it}`, shape (n, T) or (B, n, T)."""
+        from .svm import token_scores
+        return token_scores(self.X, self.y, self.v)
+
+    @property
+    def opt(self) -> np.ndarray:
+        """Optimal tokens :math:`\\arg\\max_t \\gamma_{it}`, shape (n,) or (B, n) (see
+        :func:`attnsvm.svm.optimal_tokens`; raises ValueError on a tie)."""
+        from .svm import optimal_tokens
+        return optimal_tokens(self.X, self.y, self.v)
+
     def trial(self, b: int) -> "AttnData":
         """The ``b``-th trial as an unbatched instance."""
         if not self.batched:
@@ -100,10 +128,12 @@ class LinearData:
     """Linear binary classification data: features ``X`` (n, d) and labels ``y`` (n,).
 
     Optionally batched with a leading trials axis: ``X`` (B, n, d), ``y`` (B, n).
+    ``w_star`` (d,) or (B, d), optional: a planted unit direction (set by :func:`separable`).
     """
 
     X: np.ndarray
     y: np.ndarray
+    w_star: np.ndarray | None = None
 
     def __post_init__(self):
         X = as_float_array("X", self.X, min_ndim=2, max_ndim=3)
@@ -114,6 +144,9 @@ class LinearData:
             raise ValueError("y must contain only +1 and -1")
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "y", y)
+        if self.w_star is not None:
+            w = as_float_array("w_star", self.w_star, shape=X.shape[:-2] + X.shape[-1:])
+            object.__setattr__(self, "w_star", w)
 
     @property
     def batched(self) -> bool:
@@ -136,4 +169,312 @@ class LinearData:
             raise ValueError("trial(b) needs batched data (a leading trials axis)")
         if not 0 <= b < self.trials:
             raise ValueError(f"b must be in [0, {self.trials}), got {b}")
-        return LinearData(self.X[b], self.y[b])
+        return LinearData(self.X[b], self.y[b],
+                          None if self.w_star is None else self.w_star[b])
+
+
+# ----------------------------------------------------------------------------- generators
+
+def trial_seed(seed, b):
+    """The seed of trial ``b`` of a batch generated with ``seed``.
+
+    ``np.random.SeedSequence(seed, spawn_key=(b,))``, i.e. ``SeedSequence(seed).spawn(B)[b]``
+    for every ``B > b``. Pass it as ``seed`` to get trial ``b`` unbatched.
+    """
+    seed = _check_seed(seed)
+    b = check_int("b", b, minimum=0)
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (b,))
+    return np.random.SeedSequence(seed, spawn_key=(b,))
+
+
+def _check_seed(seed):
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    return check_int("seed", seed, minimum=0)
+
+
+def _generate(one, trials, seed, cls=None):
+    """Call ``one(rng)`` -> tuple of arrays once (trials None) or per trial, and wrap."""
+    cls = cls or AttnData
+    seed = _check_seed(seed)
+    if trials is None:
+        return cls(*one(np.random.default_rng(seed)))
+    B = check_int("trials", trials, minimum=1)
+    parts = [one(np.random.default_rng(trial_seed(seed, b))) for b in range(B)]
+    return cls(*(np.stack(a) for a in zip(*parts)))
+
+
+def _unit(rng, shape):
+    g = rng.standard_normal(shape)
+    return g / np.linalg.norm(g, axis=-1, keepdims=True)
+
+
+def _signs(rng, n):
+    return np.where(rng.standard_normal(n) >= 0, 1.0, -1.0)
+
+
+def _sizes(n, T, d, *, min_T=2, min_d=1):
+    return (check_int("n", n, minimum=1), check_int("T", T, minimum=min_T),
+            check_int("d", d, minimum=min_d))
+
+
+def random_unit(n, T, d, *, cross=False, trials=None, seed=0):
+    r"""Random unit-norm tokens, queries and head (the setting of "Transformers as SVMs").
+
+    Tokens :math:`x_{it}` and the head :math:`v` are :math:`N(0, I_d)` draws normalized to
+    unit length; :math:`y_i = \mathrm{sign}(g_i)` with :math:`g_i \sim N(0,1)`. Queries:
+    self-attention :math:`z_i = x_{i1}` (``Z = X[:, 0]``) or, with ``cross=True``, separate
+    unit-norm Gaussian draws. Guarantees: unit norms; the optimal tokens are unique and the
+    tokens of a sequence are distinct with probability one. Nothing is guaranteed about the
+    feasibility of the Att-SVM (it is typically infeasible when :math:`d^2 \ll n(T-1)`).
+
+    Parameters
+    ----------
+    n, T, d : int
+        Sequences (>= 1), tokens per sequence (>= 2), dimension (>= 1).
+    cross : bool
+        Draw the queries separately (cross-attention).
+    trials : int, optional
+        Number of independent trials ``B`` (a leading axis); None for one instance.
+    seed : int or numpy.random.SeedSequence
+
+    Returns
+    -------
+    AttnData
+    """
+    n, T, d = _sizes(n, T, d)
+
+    def one(rng):
+        X = _unit(rng, (n, T, d))
+        Z = _unit(rng, (n, d)) if cross else X[:, 0].copy()
+        return X, _signs(rng, n), Z, _unit(rng, (d,))
+    return _generate(one, trials, seed)
+
+
+def score_gap(n, T, d, *, gap=0.5, noise=0.5, cross=False, trials=None, seed=0):
+    r"""One optimal token per sequence with a score gap; the other tokens are noise.
+
+    The head :math:`v` is a uniform unit vector and :math:`y_i = \pm 1` with probability
+    1/2. In sequence :math:`i` a position :math:`o_i` (uniform) holds the optimal token
+
+    .. math::
+
+        x_{io_i} = y_i\, v + \mathrm{noise}\cdot \xi_{io_i}, \qquad
+        x_{it} = s_{it}\, y_i\, v + \mathrm{noise}\cdot \xi_{it}\ (t \ne o_i),\quad
+        s_{it} \sim \mathrm{U}[-1, 1 - \mathrm{gap}],
+
+    where the :math:`\xi_{it}` are uniform unit vectors orthogonal to :math:`v`. Guarantees
+    (exact, for every draw): :math:`\gamma_{io_i} = 1` and
+    :math:`\gamma_{it} = s_{it} \le 1 - \mathrm{gap}` for :math:`t \ne o_i`, so
+    :math:`\mathrm{opt}_i = o_i` with
+    :math:`\gamma_{i\,\mathrm{opt}_i} - \gamma_{it} \ge \mathrm{gap}`;
+    :math:`\|x_{it}\|^2 = s_{it}^2 + \mathrm{noise}^2` (:math:`s = 1` for the optimal
+    token), so all tokens have norm at most :math:`\sqrt{1 + \mathrm{noise}^2}`; the noise is
+    orthogonal to :math:`v` and does not change the scores. Queries: :math:`z_i = x_{i1}`
+    (self-attention) or, with ``cross=True``, uniform unit vectors. Feasibility of the
+    Att-SVM is not guaranteed in general (see :func:`overparameterized`).
+
+    Parameters
+    ----------
+    n, T, d : int
+        ``d >= 2`` (the noise lives in the complement of :math:`v`).
+    gap : float in (0, 2]
+    noise : float >= 0
+    cross, trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    AttnData
+    """
+    n, T, d = _sizes(n, T, d, min_d=2)
+    gap = check_positive("gap", gap)
+    if gap > 2:
+        raise ValueError(f"gap must be in (0, 2], got {gap}")
+    noise = check_positive("noise", noise, allow_zero=True)
+
+    def one(rng):
+        v = _unit(rng, (d,))
+        y = _signs(rng, n)
+        o = rng.integers(0, T, size=n)
+        s = rng.uniform(-1.0, 1.0 - gap, size=(n, T))
+        s[np.arange(n), o] = 1.0
+        xi = rng.standard_normal((n, T, d))
+        xi -= (xi @ v)[..., None] * v
+        xi /= np.linalg.norm(xi, axis=-1, keepdims=True)
+        X = (s * y[:, None])[..., None] * v + noise * xi
+        Z = _unit(rng, (n, d)) if cross else X[:, 0].copy()
+        return X, y, Z, v
+    return _generate(one, trials, seed)
+
+
+def orthogonal(n, T, d, *, cross=False, jitter=0.0, trials=None, seed=0):
+    r"""Mutually orthonormal tokens (``d >= n*T``), with a closed-form Att-SVM.
+
+    The :math:`nT` tokens are the columns of a uniformly random :math:`d \times nT` matrix
+    with orthonormal columns; :math:`v` is a uniform unit vector, :math:`y_i = \pm1`; queries
+    :math:`z_i = x_{i1}` (self-attention) or uniform unit vectors (``cross=True``).
+
+    Guarantee (``jitter=0``): for every choice :math:`\alpha` the Att-SVM is feasible and
+
+    .. math::
+
+        W^{\alpha}_{mm} = \sum_i \frac{(x_{i\alpha_i} - \bar x_i)\, z_i^\top}{\|z_i\|^2},
+        \qquad \bar x_i = \tfrac1T \sum_t x_{it},\qquad
+        \|W^{\alpha}_{mm}\|_F^2 = \frac{T-1}{T} \sum_i \|z_i\|^{-2},
+
+    with all :math:`n(T-1)` constraints active and equal multipliers
+    :math:`\lambda_{it} = 1/(T\|z_i\|^2)` (the Gram matrix is block diagonal with blocks
+    :math:`\|z_i\|^2 (I + 11^\top)`). In self-attention the queries are orthonormal too and
+    the nuclear-norm solution has the same value, :math:`\|W^*_{mm}\|_* = n\sqrt{(T-1)/T}`.
+    With ``jitter > 0`` every token gets an independent :math:`N(0, \mathrm{jitter}^2 I/d)`
+    perturbation and is renormalized: the tokens are near-orthogonal and the formulas hold
+    only approximately.
+
+    Parameters
+    ----------
+    n, T, d : int
+        ``d >= n * T``.
+    cross : bool
+    jitter : float >= 0
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    AttnData
+    """
+    n, T, d = _sizes(n, T, d)
+    if d < n * T:
+        raise ValueError(f"d must be >= n*T = {n * T} for orthogonal tokens, got d = {d}")
+    jitter = check_positive("jitter", jitter, allow_zero=True)
+
+    def one(rng):
+        Q, R = np.linalg.qr(rng.standard_normal((d, n * T)))
+        Q = Q * np.sign(np.diag(R))            # Haar-distributed orthonormal columns
+        X = Q.T.reshape(n, T, d)
+        if jitter > 0:
+            X = X + jitter * rng.standard_normal((n, T, d)) / np.sqrt(d)
+            X /= np.linalg.norm(X, axis=-1, keepdims=True)
+        Z = _unit(rng, (n, d)) if cross else X[:, 0].copy()
+        return X, _signs(rng, n), Z, _unit(rng, (d,))
+    return _generate(one, trials, seed)
+
+
+def overparameterized(n, T, d, *, cross=False, trials=None, seed=0):
+    r"""The over-parameterized regime ``d >= n``: random unit tokens as in :func:`random_unit`.
+
+    Guarantee: with probability one the queries :math:`z_1, \dots, z_n` are linearly
+    independent and the tokens of each sequence are distinct unit vectors. Then the Att-SVM
+    :math:`W^{\alpha}_{mm}` is feasible for **every** choice :math:`\alpha`: with the dual
+    basis :math:`\tilde z_i^\top z_j = \delta_{ij}`, the matrix
+    :math:`W = c \sum_i x_{i\alpha_i} \tilde z_i^\top` has margins
+    :math:`c\,(1 - x_{i\alpha_i}^\top x_{it}) > 0`, which are :math:`\ge 1` for large
+    :math:`c`. (Feasibility for all :math:`\alpha` is what makes the optimization landscape
+    free of infeasible directions; statements about global convergence are the rates
+    chapter's.)
+
+    Parameters
+    ----------
+    n, T, d : int
+        ``d >= n``.
+    cross, trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    AttnData
+    """
+    n, T, d = _sizes(n, T, d)
+    if d < n:
+        raise ValueError(f"d must be >= n = {n} in the over-parameterized regime, got d = {d}")
+    return random_unit(n, T, d, cross=cross, trials=trials, seed=seed)
+
+
+def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
+    r"""A small 2-D prompt-attention instance for trajectory pictures (``d = 2``).
+
+    Tokens are :math:`N(0, I_2)`, :math:`v` a uniform unit vector, :math:`y_i = \pm1`.
+    Draws are repeated (deterministically, from the same stream) until (a) in every sequence
+    the best score beats the second best by at least ``min_gap`` and (b) the prompt SVM
+    :math:`p_{mm}` for ``opt`` is feasible (:func:`attnsvm.svm.p_svm`). Guarantees: both
+    (a) and (b). Prompt attention does not use queries: ``Z`` is set to the first tokens
+    ``X[:, 0]`` only so that the container is valid; ignore it.
+
+    Parameters
+    ----------
+    n : int, 1 <= n <= 5 (intended 2..3)
+    T : int, 2 <= T <= 8 (intended 2..7)
+    min_gap : float > 0
+    trials, seed : as in :func:`random_unit`
+    max_tries : int
+        Give up (RuntimeError) after this many draws.
+
+    Returns
+    -------
+    AttnData with d = 2
+    """
+    from .svm import InfeasibleError, optimal_tokens, p_svm, token_scores
+
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    if n > 5:
+        raise ValueError(f"n must be <= 5 for a 2-D picture, got {n}")
+    if T > 8:
+        raise ValueError(f"T must be <= 8 for a 2-D picture, got {T}")
+    min_gap = check_positive("min_gap", min_gap)
+    max_tries = check_int("max_tries", max_tries, minimum=1)
+
+    def one(rng):
+        for _ in range(max_tries):
+            X = rng.standard_normal((n, T, 2))
+            y = _signs(rng, n)
+            v = _unit(rng, (2,))
+            g = np.sort(token_scores(X, y, v), axis=-1)
+            if np.min(g[:, -1] - g[:, -2]) < min_gap:
+                continue
+            try:
+                p_svm(X, optimal_tokens(X, y, v))
+            except InfeasibleError:
+                continue
+            return X, y, X[:, 0].copy(), v
+        raise RuntimeError(f"no feasible 2-D instance with n={n}, T={T} in {max_tries} draws")
+    return _generate(one, trials, seed)
+
+
+def separable(n, d, *, margin=0.1, trials=None, seed=0):
+    r"""Linearly separable data with a planted margin (Part I).
+
+    A planted unit direction :math:`w_\star` (uniform, stored as ``w_star``), labels
+    :math:`y_i = \pm 1` with probability 1/2, and
+
+    .. math::
+
+        x_i = P^\perp g_i + y_i\,(\mathrm{margin} + |w_\star^\top g_i|)\, w_\star,
+        \qquad g_i \sim N(0, I_d/d),\quad P^\perp = I - w_\star w_\star^\top,
+
+    so :math:`\|x_i\| \approx 1` for large :math:`d`. Guarantee (exact, for every draw):
+    :math:`y_i w_\star^\top x_i \ge \mathrm{margin}` for all :math:`i`; hence the data are
+    separable through the origin, the max-margin classifier exists with geometric margin
+    :math:`1/\|w_{mm}\| \ge \mathrm{margin}`, i.e. :math:`\|w_{mm}\| \le 1/\mathrm{margin}`.
+
+    Parameters
+    ----------
+    n, d : int >= 1
+    margin : float > 0
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    LinearData (with ``w_star``)
+    """
+    n = check_int("n", n, minimum=1)
+    d = check_int("d", d, minimum=1)
+    margin = check_positive("margin", margin)
+
+    def one(rng):
+        w = _unit(rng, (d,))
+        y = _signs(rng, n)
+        g = rng.standard_normal((n, d)) / np.sqrt(d)
+        proj = g @ w
+        X = g - proj[:, None] * w + (y * (margin + np.abs(proj)))[:, None] * w
+        return X, y, w
+    return _generate(one, trials, seed, LinearData)

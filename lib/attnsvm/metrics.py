@@ -16,7 +16,8 @@ import numpy as np
 
 from ._checks import as_float_array, check_int
 
-__all__ = ["corr", "direction_error", "softmax", "attention", "opt_mass", "fit_rate"]
+__all__ = ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+           "opt_mass", "fit_rate"]
 
 
 def _elem_axes(A, B, elem_ndim):
@@ -78,6 +79,25 @@ def direction_error(A, B, *, elem_ndim=None):
         A = A / np.sqrt(np.sum(A * A, axis=ax, keepdims=True))
         B = B / np.sqrt(np.sum(B * B, axis=ax, keepdims=True))
         out = np.sqrt(np.sum((A - B) ** 2, axis=ax))
+    return out[()] if out.ndim == 0 else out
+
+
+def direction_error_from_corr(c):
+    r"""Direction error from a correlation: :math:`\sqrt{2 - 2c} = \|A/\|A\| - B/\|B\|\|`.
+
+    For recorded correlations (``History.corr``), where the matrices themselves are not kept.
+    Accurate down to about :math:`10^{-8}` (the square root of the float64 resolution of ``c``);
+    use :func:`direction_error` on the matrices for smaller errors.
+
+    Parameters
+    ----------
+    c : array_like
+        Correlations in :math:`[-1, 1]` (NaN passes through, e.g. for a zero iterate).
+    """
+    c = as_float_array("c", c, finite=False)
+    if np.any(np.abs(c[np.isfinite(c)]) > 1 + 1e-9):
+        raise ValueError("c must contain correlations in [-1, 1]")
+    out = np.sqrt(np.clip(2.0 - 2.0 * c, 0.0, None))
     return out[()] if out.ndim == 0 else out
 
 

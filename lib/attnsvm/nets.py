@@ -30,8 +30,9 @@ Models
 * :class:`MiniLM`: a BERT encoder (post-norm) that loads all-MiniLM-L6-v2 from its
   ``model.safetensors`` (read with :func:`read_safetensors`, no extra package) and its
   :class:`WordPieceTokenizer`; :class:`TextClassifier` puts a linear head on the masked mean of
-  the last hidden states, and trains the last ``trainable_layers`` layers and the head (the
-  embeddings and the earlier layers are frozen and their output is computed once).
+  the last hidden states, and trains copies of the last ``trainable_layers`` layers and the
+  head (the embeddings and the earlier layers are frozen; :func:`encode_frozen` computes their
+  output once).
 
 Training
 --------
@@ -73,6 +74,7 @@ __all__ = [
     "MiniLM",
     "load_minilm",
     "TextClassifier",
+    "encode_frozen",
     "attention_stats",
     "make_optimizer",
     "TorchHistory",
@@ -447,9 +449,13 @@ def load_minilm(path=None):
 
 
 class TextClassifier(_Attentive):
-    """Linear head on the masked mean of the last hidden states of the layers
-    ``layers[start:]`` of a pretrained :class:`MiniLM` (the earlier layers are frozen and
-    applied once by :meth:`precompute`)."""
+    """Linear head on the masked mean of the last hidden states, on top of copies of the last
+    ``trainable_layers`` layers of a pretrained :class:`MiniLM`.
+
+    The embeddings and the earlier layers stay frozen: :func:`encode_frozen` applies them once,
+    and the classifier takes their output ``(hidden, mask)`` as its input. The encoder itself is
+    not part of the module (it is neither trained nor copied).
+    """
 
     def __init__(self, encoder, n_classes, trainable_layers=2):
         super().__init__()
@@ -457,22 +463,10 @@ class TextClassifier(_Attentive):
         if not 1 <= trainable_layers <= L:
             raise ValueError(f"trainable_layers must be in [1, {L}], got {trainable_layers}")
         self.start = L - trainable_layers
-        self.frozen = encoder
         self.layers = nn.ModuleList([copy.deepcopy(encoder.layers[i]) for i in range(self.start, L)])
         self.head = nn.Linear(encoder.config["hidden_size"], n_classes)
-        for p in self.frozen.parameters():
-            p.requires_grad_(False)
-
-    def attention_layers(self):
-        return [layer.attn for layer in self.layers]
-
-    @torch.no_grad()
-    def precompute(self, tokenizer, texts, max_len=64, batch=128):
-        """Hidden states entering the first trainable layer and the padding mask."""
-        ids, types, mask = tokenizer.encode(texts, max_len)
-        hs = [self.frozen(ids[k:k + batch], types[k:k + batch], mask[k:k + batch], stop=self.start)
-              for k in range(0, len(ids), batch)]
-        return torch.cat(hs), mask
+        for p in self.parameters():
+            p.requires_grad_(True)
 
     def forward(self, hidden, mask):
         h = hidden
@@ -483,6 +477,16 @@ class TextClassifier(_Attentive):
 
     def attention_mask(self, hidden, mask):
         return mask
+
+
+@torch.no_grad()
+def encode_frozen(encoder, tokenizer, texts, *, stop, max_len=64, batch=128):
+    """Hidden states after the embeddings and layers ``0:stop`` of ``encoder`` (frozen), and the
+    padding mask: the input of a :class:`TextClassifier` with ``start = stop``."""
+    ids, types, mask = tokenizer.encode(texts, max_len)
+    hs = [encoder(ids[k:k + batch], types[k:k + batch], mask[k:k + batch], stop=stop)
+          for k in range(0, len(ids), batch)]
+    return torch.cat(hs), mask
 
 
 # ============================================================================= training
@@ -694,18 +698,21 @@ def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
 class JointRun:
     """Joint training of ``W`` and ``v`` recorded at ``steps`` (K,), for B trials.
 
-    ``loss``, ``norm_W``, ``norm_v``, ``corr_W``, ``corr_v``, ``mass`` (softmax mass on the
-    reference tokens) are (K, B); ``W`` (B,d,d), ``v`` (B,d) final; ``W_ref``, ``v_ref`` the
+    ``loss``, ``log_loss`` (natural log, exact when ``loss`` underflows), ``norm_W``,
+    ``norm_v``, ``corr_W``, ``corr_v``, ``mass`` (mean softmax mass on the reference tokens) and
+    ``min_margin`` (:math:`\min_i y_i f(X_i)`) are (K, B); ``W`` (B,d,d), ``v`` (B,d) final; ``W_ref``, ``v_ref`` the
     attention SVM and the max-margin head of the reference tokens ``alpha`` (B, n).
     """
 
     steps: np.ndarray
     loss: np.ndarray
+    log_loss: np.ndarray
     norm_W: np.ndarray
     norm_v: np.ndarray
     corr_W: np.ndarray
     corr_v: np.ndarray
     mass: np.ndarray
+    min_margin: np.ndarray
     W: np.ndarray
     v: np.ndarray
     W_ref: np.ndarray
@@ -737,7 +744,7 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
     data : AttnData with a trials axis; alpha : (B, n) reference tokens (e.g. the planted ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
     """
-    from .metrics import corr
+    from .metrics import attention, corr
     from .train import fit
 
     if optimizer not in ("gd", "ngd", "polyak"):
@@ -748,10 +755,15 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
     B, d = data.trials, data.d
     W = np.zeros((B, d, d))
     v = np.array(data.v, dtype=float)
-    rows = {k: [] for k in ("loss", "norm_W", "norm_v", "corr_W", "corr_v", "mass")}
+    keys = ("loss", "log_loss", "norm_W", "norm_v", "corr_W", "corr_v", "mass", "min_margin")
+    rows = {k: [] for k in keys}
 
     def rec(h, k, W, v):
+        S = attention(data.X, W, data.Z)                                 # (B,n,T)
+        f = np.einsum("bnt,bnt->bn", S, np.einsum("bntd,bd->bnt", data.X, v))
+        rows["min_margin"].append((data.y * f).min(-1))
         rows["loss"].append(h.loss[k])
+        rows["log_loss"].append(h.log_loss[k])
         rows["norm_W"].append(np.linalg.norm(W, axis=(-2, -1)))
         rows["norm_v"].append(np.linalg.norm(v, axis=-1))
         rows["corr_W"].append(corr(W, W_ref))
@@ -769,6 +781,5 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
             rec(h, 0, W, v)
         W, v = h.params["W"], h.params["v"]
         rec(h, -1, W, v)
-    return JointRun(cuts, *(np.stack(rows[k]) for k in
-                            ("loss", "norm_W", "norm_v", "corr_W", "corr_v", "mass")),
-                    W, v, W_ref, v_ref, np.asarray(alpha))
+    return JointRun(cuts, *(np.stack(rows[k]) for k in keys), W, v, W_ref, v_ref,
+                    np.asarray(alpha))

@@ -84,13 +84,16 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
 
 
 def save_or_glue(fig, key: str):
-    """Glue ``fig`` under ``key`` for the book (myst-nb) and close it; returns the figure."""
+    """Glue ``fig`` under ``key`` for the book (myst-nb) and close it.
+
+    Returns ``None``, so that a cell ending with this call does not display the figure twice.
+    """
     import matplotlib.pyplot as plt
 
     try:
         from myst_nb import glue
     except ImportError:  # pragma: no cover - myst-nb is a requirement of the book
-        return fig
+        return None
     glue(key, fig, display=False)
     plt.close(fig)
-    return fig
+    return None

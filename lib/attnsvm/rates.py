@@ -224,11 +224,19 @@ def excess_loss(data, opt, W, *, log=False):
     m = _margins(data, opt, W)
     lq = _log_q(data, opt, W)
     log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
-    Dl = np.where(mask, gs[..., None] - g, 0.0)
-    delta = np.sum(np.where(mask, np.exp(log_s_t) * Dl, 0.0), axis=-1)
-    Ei = np.log1p(_beta(gs) * np.expm1(delta))
-    E = Ei.mean(axis=-1)
-    return np.log(E) if log else E
+    Dl = np.where(mask, gs[..., None] - g, 1.0)
+    terms = np.where(mask, log_s_t + np.log(np.maximum(Dl, 1e-300)), -np.inf)
+    tm = terms.max(axis=-1, keepdims=True)
+    log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))   # log of delta_i
+    delta = np.exp(log_delta)
+    b = _beta(gs)
+    with np.errstate(divide="ignore"):
+        # log E_i; for tiny delta, E_i = b delta (1 + O(delta)) is used in log form (no underflow)
+        log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
+                          np.log(b) + log_delta + np.log1p((1 - b) * delta / 2))
+    mx = log_Ei.max(axis=-1, keepdims=True)
+    log_E = mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
+    return log_E if log else np.exp(log_E)
 
 
 def min_margin(data, opt, W):

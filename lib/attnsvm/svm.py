@@ -41,10 +41,12 @@ Solvers
 -------
 The Frobenius problem is solved by a dense primal-dual interior-point method (Mehrotra
 predictor-corrector) written for this problem, whose Newton systems are solved either in
-the :math:`K`-dimensional dual space (Cholesky of :math:`G + D`, ``"dual"``) or, via the
-Woodbury identity, in the :math:`(d^2+1)`-dimensional primal space (``"primal"``). The
-automatic choice (:func:`choose_formulation`) takes the one with the smaller Newton system,
-``"dual"`` when :math:`n(T-1) \le d^2 + 1`. The result is polished on its active set and
+the :math:`K`-dimensional dual space (``"dual"``: Cholesky of :math:`G + D` for the
+bounded NNLS form of the dual, :math:`\min_{u \ge 0} \tfrac12 u^\top (G + 11^\top) u - 1^\top u`,
+:math:`\lambda = u / (1 - 1^\top u)`) or in the :math:`d^2`-dimensional primal space
+(``"primal"``: normal equations :math:`I + F^\top \mathrm{diag}(\lambda/s) F` with the rows
+:math:`F_k = \mathrm{vec}(A_k)`). The automatic choice (:func:`choose_formulation`) is
+``"dual"`` when :math:`n(T-1) \le 1.5\,(d^2 + 1)`. The result is polished on its active set and
 verified (constraints, complementary slackness, duality gap); anything that does not verify,
 and every instance that looks infeasible, is handed to Clarabel through cvxpy, whose
 certificate decides infeasibility (:class:`InfeasibleError`). The other norms always use
@@ -83,7 +85,8 @@ __all__ = [
 ]
 
 #: Clarabel settings used for every cone program (tight; the defaults are 1e-8).
-CLARABEL_OPTIONS = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400)
+CLARABEL_OPTIONS = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400,
+                        direct_solve_method="faer")
 
 #: tolerance for ties between token scores (relative to max(1, |gamma|))
 TIE_TOL = 1e-12
@@ -205,13 +208,18 @@ def _lam_array(c, lam, n, T, multi):
 def choose_formulation(K, m):
     """The automatic Frobenius-solver formulation for ``K`` constraints in ``m`` unknowns.
 
-    ``"dual"`` (Newton systems of size ``K`` on the Gram matrix) when ``K <= m + 1``, else
-    ``"primal"`` (Newton systems of size ``m + 1`` through the Woodbury identity). For the
-    Att-SVM ``K = n(T-1)`` and ``m = d**2``, i.e. the dual when :math:`d^2 \\ge n(T-1) - 1`.
-    Both cost about one Cholesky factorization of the smaller size per iteration, so this
-    picks the cheaper one (``benchmarks/svm_speed.py`` checks the rule on a grid of shapes).
+    ``"dual"`` (Newton systems of size ``K`` on the Gram matrix) when ``K <= 1.5 (m + 1)``,
+    else ``"primal"`` (normal equations of size ``m``). For the Att-SVM ``K = n(T-1)`` and
+    ``m = d**2``: the dual when :math:`n(T-1) \\le 1.5\\,(d^2 + 1)`.
+
+    Why 1.5 and not 1: an iteration costs about :math:`K^3/3` flops in the dual and
+    :math:`m^2 K + m^3/3` (forming and factoring the normal matrix) in the primal, which
+    balance at :math:`K \\approx 1.9\\,m`; the primal also needs a few more iterations. The
+    measured crossover on this machine lies between :math:`K/m = 1.2` and :math:`2`
+    (``benchmarks/svm_speed.py``), and 1.5 keeps the automatic choice within 1.5x of the
+    faster formulation on the benchmark grid.
     """
-    return "dual" if K <= m + 1 else "primal"
+    return "dual" if K <= 1.5 * (m + 1) else "primal"
 
 
 def _cholesky_solver(H):
@@ -278,22 +286,52 @@ def _ipm_dual_backend(G):
     return (lambda u: Q @ u), newton
 
 
-def _ipm_primal_backend(F):
-    """Newton solves with Q = E^T E, E = [F^T; 1^T] of shape (m+1, K), via Woodbury."""
-    E = np.vstack([F.T, np.ones((1, F.shape[0]))])
-    p = E.shape[0]
+def _ipm_primal(F, *, tol=1e-9, maxit=100):
+    r"""Mehrotra predictor-corrector for :math:`\min \tfrac12\|w\|^2` s.t. :math:`Fw \ge 1`.
 
-    def newton(dvec):
-        dinv = 1.0 / dvec
-        C = (E * dinv) @ E.T
-        C[np.diag_indices_from(C)] += 1.0
-        csolve = _cholesky_solver(C)
+    Newton systems in the primal space, :math:`(I + F^\top \mathrm{diag}(\lambda/s) F)\,
+    \Delta w = \dots` (size ``m``). Returns ``(lam, s)`` (multipliers and slacks, (K,) each), or None when the
+    iteration does not converge (e.g. an infeasible problem, where :math:`\lambda` diverges).
+    The normal equations limit the attainable accuracy to about ``1e-9``; the caller polishes
+    the answer on its active set.
+    """
+    K, m = F.shape
+    w = np.zeros(m)
+    lam = np.ones(K)
+    s = np.ones(K)
+    for _ in range(maxit):
+        rd = w - F.T @ lam
+        rp = F @ w - 1.0 - s
+        gap = float(lam @ s)
+        if (np.max(np.abs(rd)) <= 1e3 * tol * (1 + np.max(np.abs(w)))
+                and np.max(np.abs(rp)) <= tol and gap <= 0.1 * tol * (1 + float(w @ w))):
+            return lam, s
+        if np.max(lam) > 1e14:
+            return None
+        mu = gap / K
+        ratio = lam / s
+        H = (F.T * ratio) @ F
+        H[np.diag_indices_from(H)] += 1.0
+        try:
+            solve = _cholesky_solver(H)
+        except np.linalg.LinAlgError:
+            return None
 
-        def solve(r):
-            y = dinv * r
-            return y - dinv * (E.T @ csolve(E @ y))
-        return solve
-    return (lambda u: E.T @ (E @ u)), newton
+        def direction(rc):
+            dw = solve(-rd - F.T @ ((rc + lam * rp) / s))
+            ds = F @ dw + rp
+            dl = -(rc + lam * ds) / s
+            return dw, ds, dl
+        dw, ds, dl = direction(lam * s)
+        a = min(_step(s, ds), _step(lam, dl), 1.0)
+        mu_aff = float((s + a * ds) @ (lam + a * dl)) / K
+        sigma = min(1.0, (mu_aff / mu) ** 3)
+        dw, ds, dl = direction(lam * s + ds * dl - sigma * mu)
+        a = min(1.0, 0.995 * min(_step(s, ds), _step(lam, dl)))
+        w, s, lam = w + a * dw, s + a * ds, lam + a * dl
+        if not np.all(np.isfinite(lam)):
+            return None
+    return None
 
 
 class _Problem:
@@ -359,13 +397,16 @@ def _verify_fro(prob, lam):
 
 
 def _fro_ipm(prob, form):
-    """Solve the Frobenius SVM (no equality rows) with the dense IPM; None if unverified."""
-    if form == "dual":
-        G = prob.gram()
-        matvec, newton = _ipm_dual_backend(G)
-    else:
-        G = None
-        matvec, newton = _ipm_primal_backend(prob.features())
+    """Solve the Frobenius SVM (no equality rows) with a dense IPM; None if unverified."""
+    if form == "primal":
+        F = prob.features()
+        out = _ipm_primal(F)
+        if out is None:
+            return None
+        lam, s = out
+        return _polish(prob, lam, lam > s, None) or _verify_fro(prob, lam)
+    G = prob.gram()
+    matvec, newton = _ipm_dual_backend(G)
     try:
         u, s = _ipm_nnls(prob.K, matvec, newton)
     except np.linalg.LinAlgError:
@@ -374,24 +415,26 @@ def _fro_ipm(prob, form):
     if not sigma < 1 - 1e-7:          # looks infeasible: let a certified solver decide
         return None
     lam = u / (1 - sigma)
-    # polish: solve G_PP lam_P = 1 on the active set P
-    P = np.flatnonzero(u > s)
-    if 0 < P.size <= prob.K:
-        GP = G[np.ix_(P, P)] if G is not None else None
-        if GP is None and P.size <= 4 * prob.m:
-            FP = prob.features()[P]
-            GP = FP @ FP.T
-        if GP is not None:
-            try:
-                lp = _cholesky_solver(GP)(np.ones(P.size))
-                cand = np.zeros(prob.K)
-                cand[P] = lp
-                out = _verify_fro(prob, cand)
-                if out is not None:
-                    return out
-            except np.linalg.LinAlgError:
-                pass
-    return _verify_fro(prob, lam)
+    return _polish(prob, lam, u > s, G) or _verify_fro(prob, lam)
+
+
+def _polish(prob, lam, active, G):
+    """Re-solve G_PP lam_P = 1 exactly on the active set P; None unless it verifies."""
+    P = np.flatnonzero(active)
+    if P.size == 0 or (G is None and P.size > 4 * prob.m):
+        return None
+    if G is not None:
+        GP = G[np.ix_(P, P)]
+    else:
+        FP = prob.features()[P]
+        GP = FP @ FP.T
+    try:
+        lp = _cholesky_solver(GP)(np.ones(P.size))
+    except np.linalg.LinAlgError:
+        return None
+    cand = np.zeros(prob.K)
+    cand[P] = lp
+    return _verify_fro(prob, cand)
 
 
 # ----------------------------------------------------------------------------- cvxpy
@@ -418,12 +461,19 @@ def _cvx_solve(prob, norm, solver, form):
         lv[ineq] = np.maximum(lv[ineq], 0.0)
         return prob.combine(lv), lv
 
-    shape = (prob.d, prob.d) if prob.kind == "att" else (prob.d,)
+    U, Zs = prob.U, prob.Zs
+    reduce = prob.kind == "att" and norm in ("fro", "nuc")
+    if reduce:
+        # W -> P_U W P_Z keeps every margin and does not increase a unitarily invariant
+        # norm, so the solution is Q1 V Q2^T with orthonormal bases of span{U_k}, span{z_i}
+        Q1, Q2 = sla.orth(U.T), sla.orth(Zs.T)
+        U, Zs = U @ Q1, Zs @ Q2
+    shape = (U.shape[1], Zs.shape[1]) if prob.kind == "att" else (prob.d,)
     W = cp.Variable(shape)
     if prob.kind == "att":
-        mg = cp.sum(cp.multiply(prob.U @ W, prob.Zs), axis=1)
+        mg = cp.sum(cp.multiply(U @ W, Zs), axis=1)
     else:
-        mg = prob.U @ W
+        mg = U @ W
     cons = []
     if ineq.any():
         cons.append(mg[np.flatnonzero(ineq)] >= 1)
@@ -447,7 +497,10 @@ def _cvx_solve(prob, norm, solver, form):
         lam[ineq] = np.maximum(np.asarray(cons[0].dual_value, dtype=float).ravel(), 0.0)
     if prob.eq.any():
         lam[prob.eq] = -np.asarray(cons[-1].dual_value, dtype=float).ravel()
-    return np.asarray(W.value, dtype=float), lam
+    Wv = np.asarray(W.value, dtype=float)
+    if reduce:
+        Wv = Q1 @ Wv @ Q2.T
+    return Wv, lam
 
 
 def _cvx_run(pr, solver, opts):
@@ -518,6 +571,12 @@ def _parse_solver(solver, norm):
 
 def _solve(prob, norm, solver):
     engine, form = _parse_solver(solver, norm)
+    ineq = ~prob.eq
+    zero = np.linalg.norm(prob.U, axis=1) == 0
+    if prob.kind == "att":
+        zero |= np.linalg.norm(prob.Zs, axis=1) == 0
+    if np.any(zero & ineq):        # A_k = 0 cannot satisfy <A_k, W> >= 1
+        raise prob.infeasible()
     if form == "auto":
         form = choose_formulation(prob.K, prob.m) if norm == "fro" else "primal"
     if norm != "fro" and form == "dual":
@@ -527,7 +586,8 @@ def _solve(prob, norm, solver):
             out = _fro_ipm(prob, form)
             if out is not None:
                 return out
-        engine = "CLARABEL"    # certified fallback (and multi-token selections)
+        # certified fallback (and multi-token selections), in the cheaper cvxpy form
+        engine, form = "CLARABEL", choose_formulation(prob.K, prob.m)
     W, lam = _cvx_solve(prob, norm, engine, form)
     return _post_check(prob, W, lam)
 
@@ -561,7 +621,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
         formulation of :func:`choose_formulation`; other norms with Clarabel.
         ``"primal"``/``"dual"`` (Frobenius only): force the built-in method's formulation.
         A cvxpy solver name (``"CLARABEL"``, ``"SCS"``, ...): solve the cvxpy model with that
-        solver (Frobenius: the primal QP if :math:`K > d^2 + 1` else the dual QP; other
+        solver (Frobenius: the primal or dual QP as :func:`choose_formulation` says; other
         norms: the primal cone program). Whatever is asked, infeasibility is decided by a
         cvxpy solver's certificate (primal infeasible / dual unbounded), with Clarabel when
         the built-in method was used.

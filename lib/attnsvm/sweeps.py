@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import check_choice, check_int
-from .data import AttnData
+from .data import AttnData, random_unit
 from .svm import InfeasibleError, att_svm, optimal_tokens, rank
 
 __all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep", "lifted_features",
@@ -30,15 +30,16 @@ __all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep"
 
 
 def draw_instance(n, T, d, *, seed, query="self"):
-    r"""One seeded attention instance: tokens, queries and head drawn :math:`N(0, I)` and
-    normalized to unit length, labels :math:`y_i = \pm 1` with probability 1/2 each.
+    r"""One seeded attention instance of ``attnsvm.data.random_unit``: tokens, queries and head
+    drawn :math:`N(0, I)` and normalized to unit length, labels :math:`y_i = \pm 1` with
+    probability 1/2 each.
 
     Parameters
     ----------
     n, T, d : int
         Sequences, tokens per sequence (>= 2), dimension.
     seed : int or sequence of int
-        Key of ``numpy.random.default_rng``.
+        Entropy of the ``numpy.random.SeedSequence`` passed to the generator.
     query : {"self", "cross"}
         ``"self"``: :math:`z_i = x_{i1}` (the first token, index 0); ``"cross"``: :math:`z_i`
         drawn independently (unit length).
@@ -47,16 +48,9 @@ def draw_instance(n, T, d, *, seed, query="self"):
     -------
     AttnData (unbatched)
     """
-    n = check_int("n", n, minimum=1)
-    T = check_int("T", T, minimum=2)
-    d = check_int("d", d, minimum=1)
     check_choice("query", query, ("self", "cross"))
-    rng = np.random.default_rng(seed)
-    X = _unit(rng.standard_normal((n, T, d)))
-    v = _unit(rng.standard_normal(d))
-    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-    Z = X[:, 0].copy() if query == "self" else _unit(rng.standard_normal((n, d)))
-    return AttnData(X, y, Z, v)
+    key = [int(k) for k in np.atleast_1d(seed)]
+    return random_unit(n, T, d, cross=query == "cross", seed=np.random.SeedSequence(key))
 
 
 def draw_instances(n, T, d, trials, *, seed, query="self"):
@@ -66,11 +60,6 @@ def draw_instances(n, T, d, trials, *, seed, query="self"):
     key = tuple(np.atleast_1d(seed).tolist())
     return AttnData.stack([draw_instance(n, T, d, seed=key + (j,), query=query)
                            for j in range(trials)])
-
-
-def _unit(a):
-    nrm = np.linalg.norm(a, axis=-1, keepdims=True)
-    return a / np.where(nrm > 0, nrm, 1.0)
 
 
 def singular_gap(W, r):

@@ -1,0 +1,151 @@
+"""Chapter 9 (finite-time rates): the statements of book/ch09_rates.md, checked numerically."""
+import numpy as np
+import pytest
+
+import attnsvm as A
+from attnsvm import rates
+
+
+@pytest.fixture(scope="module")
+def inst():
+    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
+    W_mm = rates.svm_batch(data, opt)
+    c = rates.constants(data, opt, W_mm)
+    rng = np.random.default_rng(0)
+    W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)     # a start in the region E <= eps0
+    return data, opt, W_mm, c, W0
+
+
+def _gnorm(data, W):
+    return np.linalg.norm(rates.grad(data, W), axis=(-2, -1))
+
+
+def test_start_in_region(inst):
+    data, opt, W_mm, c, W0 = inst
+    assert np.all(rates.excess_loss(data, opt, W0) <= c["eps0"])
+
+
+def test_sandwich(inst):
+    data, opt, W_mm, c, W0 = inst
+    rng = np.random.default_rng(1)
+    for k in (2.0, 4.0, 8.0, 16.0):
+        for _ in range(4):
+            W = k * W_mm + rng.standard_normal(W_mm.shape)
+            E = rates.excess_loss(data, opt, W)
+            g = _gnorm(data, W)
+            assert np.all(g <= c["R_A"] / c["lam"] * E * (1 + 1e-9))      # everywhere
+            inreg = E <= c["eps0"]
+            assert np.all(g[inreg] >= c["mu"][inreg] * E[inreg] * (1 - 1e-9))
+    W = 3 * rng.standard_normal(W_mm.shape)                              # upper bound anywhere
+    assert np.all(_gnorm(data, W) <= c["R_A"] / c["lam"] * rates.excess_loss(data, opt, W) * (1 + 1e-9))
+
+
+def test_curvature(inst):
+    data, opt, W_mm, c, W0 = inst
+    rng = np.random.default_rng(2)
+    E0 = rates.excess_loss(data, opt, W0)
+    h = 1e-3
+    for _ in range(6):
+        off = rng.standard_normal(W0.shape)
+        off *= (0.99 * np.log(2) / c["R_A"] * rng.uniform())[:, None, None] / np.linalg.norm(off, axis=(-2, -1), keepdims=True)
+        M = rng.standard_normal(W0.shape)
+        M /= np.linalg.norm(M, axis=(-2, -1), keepdims=True)
+        W1 = W0 + off
+        d2 = (rates.excess_loss(data, opt, W1 + h * M) - 2 * rates.excess_loss(data, opt, W1)
+              + rates.excess_loss(data, opt, W1 - h * M)) / h ** 2
+        assert np.all(np.abs(d2) <= c["H"] * E0 * (1 + 1e-3))
+
+
+def test_ngd_linear_theorem(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    steps = 300
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=steps, init=W0, snapshots=True,
+                    record_every=1, device="cpu")
+    E = rates.excess_loss(data, opt, h.snapshots)                         # (K, B)
+    assert np.all(E[1:] <= (1 - eta * c["mu"] / 2) * E[:-1] * (1 + 1e-9))
+    m = rates.min_margin(data, opt, h.snapshots)
+    assert np.all(m >= eta * c["mu"] / 2 * h.steps[:, None] - 1e-9)
+
+
+def test_ngd_fastest(inst):
+    data, opt, W_mm, c, W0 = inst
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=1500, init=W0, snapshots=True,
+                    device="cpu")
+    logE = rates.excess_loss(data, opt, h.snapshots, log=True)
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    bound = np.log(2 * c["eps0"]) - c["gamma_A"] * (n0 + 0.1 * h.steps[:, None])
+    assert np.all(logE >= bound - 1e-9)
+    assert np.all(h.norm >= (np.log(2 * c["eps0"]) - logE) / c["gamma_A"] - 1e-9)
+
+
+def test_gd_theorem(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta = 1.0
+    E0 = rates.excess_loss(data, opt, W0)
+    cond = np.minimum.reduce([1 / c["H"], c["lam"] * np.log(2) / c["R_A"] ** 2, c["lam"] ** 2 / (3 * c["R_A"] ** 2)])
+    assert np.all(eta * E0 <= cond)
+    h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=4000, init=W0, snapshots=True,
+                    device="cpu")
+    t = h.steps[:, None].astype(float)
+    invE = 1 / rates.excess_loss(data, opt, h.snapshots)
+    assert np.all(invE >= (1 / E0 + eta * c["mu"] ** 2 / 2 * t) * (1 - 1e-9))
+    assert np.all(invE <= (1 / E0 + 3 * eta * c["R_A"] ** 2 / c["lam"] ** 2 * t) * (1 + 1e-9))
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    upper = n0 + eta * c["R_A"] * E0 / c["lam"] + 2 * c["R_A"] / (c["lam"] * c["mu"] ** 2) * np.log1p(eta * c["mu"] ** 2 * E0 * t / 2)
+    assert np.all(h.norm <= upper + 1e-9)
+    late = t[:, 0] >= 1
+    lower = np.log(c["eps0"] * eta * c["mu"] ** 2 * t[late]) / c["gamma_A"]
+    assert np.all(h.norm[late] >= lower - 1e-9)
+    # logarithmic, not faster: the norm gains less over the second half of the run than over the first
+    assert np.all(h.norm[-1] - h.norm[len(t) // 2] < 2 * (h.norm[len(t) // 2] - h.norm[0]) + 1)
+
+
+def test_polyak_capped_equals_gd(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta_max = 5.0
+    W1 = 2 * W0                                     # deeper in the region
+    assert np.all(rates.excess_loss(data, opt, W1) <= rates.polyak_cap_threshold(c, eta_max))
+    hp = A.train.fit(data, model="W", optimizer="polyak", lr=1.0, eta_max=eta_max, steps=500, init=W1, device="cpu")
+    hg = A.train.fit(data, model="W", optimizer="gd", lr=eta_max, steps=500, init=W1, device="cpu")
+    np.testing.assert_allclose(hp.W, hg.W, rtol=1e-12, atol=1e-12)
+    # above the threshold the cap need not be active: at W = 0 with a huge cap the step is L/|g|^2
+    Z0 = np.zeros_like(W0)
+    hp0 = A.train.fit(data, model="W", optimizer="polyak", lr=1.0, eta_max=1e6, steps=1, init=Z0, device="cpu")
+    g0 = rates.grad(data, Z0)
+    step = hp0.loss[0] / np.sum(g0 ** 2, axis=(-2, -1))
+    assert np.all(step < 1e6)
+    np.testing.assert_allclose(hp0.W, -step[:, None, None] * g0, rtol=1e-9, atol=1e-14)
+
+
+def test_invariance_and_floor():
+    data, opt = rates.score_data(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
+    W_mm = rates.svm_batch(data, opt)
+    W0 = rates.random_inits(4, 3, radius=2.0, seed=1)
+    U, Z = rates.features(data, opt)
+    for name, kw in (("gd", dict(lr=1.0)), ("ngd", dict(lr=0.1)), ("polyak", dict(eta_max=10.0))):
+        h = A.train.fit(data, model="W", optimizer=name, steps=500, init=W0, snapshots=True, device="cpu", **kw)
+        for b in range(3):
+            Af = np.einsum("ktd,ke->ktde", U[b], Z[b]).reshape(-1, 16)
+            Q, _ = np.linalg.qr(Af.T)
+            perp = lambda w: w.ravel() - Q @ (Q.T @ w.ravel())  # noqa: E731
+            np.testing.assert_allclose(perp(h.W[b]), perp(W0[b]), atol=1e-10)
+        floor = rates.orth_floor(data, opt, W0, h.norm)
+        assert np.all(rates.one_minus_corr(h.snapshots, W_mm[None]) >= floor * (1 - 1e-6))
+    h = A.train.fit(data, model="W", optimizer="adam", lr=0.05, steps=200, init=W0, device="cpu")
+    b = 0
+    Af = np.einsum("ktd,ke->ktde", U[b], Z[b]).reshape(-1, 16)
+    Q, _ = np.linalg.qr(Af.T)
+    assert not np.allclose(h.W[b].ravel() - Q @ (Q.T @ h.W[b].ravel()),
+                           W0[b].ravel() - Q @ (Q.T @ W0[b].ravel()), atol=1e-6)   # Adam is not invariant
+
+
+def test_observed_rates():
+    data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
+    W_mm = rates.svm_batch(data, opt)
+    W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
+    runs = rates.run(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
+                     init=W0, n_records=60, device="cpu")
+    s = {k: np.median(rates.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+         for k, h in runs.items()}
+    assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2

@@ -1,0 +1,97 @@
+"""Chapter 10 (sparsification): the statements of book/ch10_sparsity.md, checked numerically."""
+import numpy as np
+import pytest
+
+import attnsvm as A
+from attnsvm import rates
+
+
+@pytest.fixture(scope="module")
+def inst():
+    data, opt = rates.score_data(5, 4, 6, trials=3, seed=5)
+    W_mm = rates.svm_batch(data, opt)
+    c = rates.constants(data, opt, W_mm)
+    rng = np.random.default_rng(0)
+    W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)
+    return data, opt, W_mm, c, W0
+
+
+def _bounds(data, opt, c):
+    g = data.y[..., None] * np.einsum("bntd,bd->bnt", data.X, data.v)
+    gs = np.take_along_axis(g, opt[..., None], -1)[..., 0]
+    Delta = np.full_like(gs, 1.0) * (c["Delta_min"][:, None])
+    bm = 1 / (1 + np.exp(gs))
+    bp = 1 / (1 + np.exp(gs - Delta))
+    return bm * Delta, bp * Delta
+
+
+def test_mass_vs_excess(inst):
+    data, opt, W_mm, c, W0 = inst
+    bmD, bpD = _bounds(data, opt, c)
+    rng = np.random.default_rng(1)
+    for k in (0.0, 1.0, 4.0, 10.0):
+        for _ in range(3):
+            W = k * W_mm + rng.standard_normal(W_mm.shape)
+            E = rates.excess_loss(data, opt, W)
+            mass = rates.nonopt_mass(data, opt, W)                      # (B, n)
+            assert np.all(E / bpD.max(-1) <= mass.mean(-1) * (1 + 1e-9))
+            assert np.all(mass <= data.n * E[:, None] / bmD * (1 + 1e-9))
+            m = rates._margins(data, opt, W).min(-1)                    # per sequence
+            ok = m.min(-1) >= 0
+            mm = m.min(-1)
+            assert np.all((np.exp(-mm) / data.T <= mass.max(-1) * (1 + 1e-9))[ok])
+            assert np.all((mass.max(-1) <= (data.T - 1) * np.exp(-mm) * (1 + 1e-9))[ok])
+
+
+def test_nonopt_mass_matches_softmax(inst):
+    data, opt, W_mm, c, W0 = inst
+    W = 0.7 * W_mm
+    S = A.metrics.attention(data.X, W, data.Z)
+    np.testing.assert_allclose(rates.nonopt_mass(data, opt, W), 1 - A.metrics.opt_mass(S, opt, reduce=None),
+                               rtol=1e-10)
+
+
+def test_ngd_sparsity_bounds(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=300, init=W0, snapshots=True, device="cpu")
+    E0 = rates.excess_loss(data, opt, W0)
+    t = h.steps[:, None]
+    mass = rates.nonopt_mass(data, opt, h.snapshots)                     # (K, B, n)
+    assert np.all(mass.max(-1) <= E0 / (3 * c["eps0"]) * (1 - eta * c["mu"] / 2) ** t * (1 + 1e-9))
+
+
+def test_ngd_rate_bracket(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta = 0.1
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=2000, init=W0, snapshots=True, device="cpu")
+    _, bpD = _bounds(data, opt, c)
+    lm = rates.nonopt_mass(data, opt, h.snapshots, log=True)
+    log_mean = np.log(np.exp(lm - lm.max(-1, keepdims=True)).mean(-1)) + lm.max(-1)
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    lower = np.log(2 * c["eps0"] / bpD.max(-1)) - c["gamma_A"] * (n0 + eta * h.steps[:, None])
+    assert np.all(log_mean >= lower - 1e-9)                              # not faster than e^{-eta gamma_A t}
+    r = rates.exp_rate(h.steps, log_mean)
+    assert np.all(r <= eta * c["gamma_A"] * 1.02) and np.all(r >= eta * c["mu"] / 2)
+
+
+def test_gd_sparsity_rate(inst):
+    data, opt, W_mm, c, W0 = inst
+    eta = 1.0
+    E0 = rates.excess_loss(data, opt, W0)
+    h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=4000, init=W0, snapshots=True, device="cpu")
+    t = h.steps[:, None].astype(float)
+    _, bpD = _bounds(data, opt, c)
+    mass = rates.nonopt_mass(data, opt, h.snapshots)
+    lo = 1 / bpD.max(-1) / (1 / E0 + 3 * eta * c["R_A"] ** 2 / c["lam"] ** 2 * t)
+    hi = 1 / (3 * c["eps0"]) / (1 / E0 + eta * c["mu"] ** 2 / 2 * t)
+    assert np.all(mass.mean(-1) >= lo * (1 - 1e-9)) and np.all(mass.max(-1) <= hi * (1 + 1e-9))
+
+
+def test_gd_slope_minus_one():
+    data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
+    W_mm = rates.svm_batch(data, opt)
+    W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
+    h = rates.run(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60, device="cpu")["gd"]
+    m = rates.trajectory_metrics(data, opt, W_mm, h)
+    assert abs(np.median(rates.slopes(m["t"], m["mass"])) + 1) < 0.15
