@@ -7,8 +7,10 @@
 * the nuclear-norm Att-SVM at n=20, T=8, d=32 (target: <= 10 s).
 
 Usage: ``python benchmarks/svm_speed.py [--repeats R] [--threads N]``. Each time is the best
-of ``R`` runs (default 5); the grid's three variants are timed in alternating rounds. ``--threads`` caps the BLAS threads (threadpoolctl); on a machine
-shared with other jobs, ``--threads 1`` avoids oversubscription. The last line is
+of ``R`` runs (default 5); the grid's three variants are timed in alternating rounds.
+``--threads N`` caps the BLAS threads (threadpoolctl; default 1, ``0`` = no cap): on a
+2-core machine shared with other jobs, multi-threaded OpenBLAS oversubscribes and times
+become erratic (up to 30x slower), while one thread loses at most 2x. The last line is
 ``fro_n100_T16_d64_seconds=<seconds>``.
 """
 from __future__ import annotations
@@ -79,12 +81,14 @@ def grid_table(repeats):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS threads (default 1; 0 = the library default)")
     args = ap.parse_args(argv)
     ctx = contextlib.nullcontext()
     if args.threads:
         from threadpoolctl import threadpool_limits
         ctx = threadpool_limits(limits=args.threads)
+    print(f"BLAS threads: {args.threads or 'library default'}")
     with ctx:
         grid_table(args.repeats)
         X, Z, opt = instance(20, 8, 32)

@@ -405,3 +405,20 @@ def test_every_choice_feasible_small_enumeration():
     D = random_unit(2, 3, 2, seed=4)
     for alpha in itertools.product(range(3), repeat=2):
         att_svm(D.X, D.Z, np.array(alpha))
+
+
+def test_linear_svm_batched_equals_one_at_a_time():
+    data = separable(12, 4, trials=3, seed=4)
+    from attnsvm.svm import linear_svm
+    W, lam = linear_svm(data.X, data.y, return_dual=True)
+    assert W.shape == (3, 4) and lam.shape == (3, 12)
+    for b in range(3):
+        np.testing.assert_allclose(W[b], linear_svm(data.X[b], data.y[b]), rtol=1e-9, atol=1e-12)
+
+
+def test_linear_svm_batched_names_the_infeasible_trial():
+    from attnsvm.svm import InfeasibleError, linear_svm
+    X = np.ones((2, 2, 1))
+    y = np.array([[1.0, 1.0], [1.0, -1.0]])
+    with pytest.raises(InfeasibleError, match="trial 1"):
+        linear_svm(X, y)

@@ -11,6 +11,12 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``plot``     the book's figure style
 ``book``     the book's build (``python -m attnsvm.book build``)
 
+Experiment modules of the chapters (sweeps, trial batches, classification of outcomes):
+``sweeps`` (feasibility and rank of the Att-SVM), ``regpath`` (regularization path),
+``convergence`` (local and global convergence), ``selection`` ((K,Q), prompt attention, beyond a
+single token), ``rates`` (finite-time rates and sparsification), ``realdata`` (offline data
+loaders) and ``nets`` (a small ViT, MiniLM, stochastic training of torch models, joint training).
+
 Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
 ``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
 """
@@ -26,7 +32,11 @@ _SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "bo
 
 #: public name -> submodule that defines it
 _EXPORTS = {
-    "data": ["AttnData", "LinearData"],
+    "data": ["AttnData", "LinearData", "random_unit", "score_gap", "orthogonal",
+             "overparameterized", "prompt_2d", "separable"],
+    "svm": ["InfeasibleError", "SolverError", "token_scores", "optimal_tokens", "att_svm",
+            "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
+            "is_locally_optimal", "in_cone", "rank"],
     "models": ["AttentionClassifier", "LinearClassifier", "get_loss"],
     "train": ["fit", "History", "NonFiniteError", "resolve_device"],
     "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",

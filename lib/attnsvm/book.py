@@ -247,7 +247,7 @@ def library_hash(root: Path) -> str:
 def environment_hash(root: Path) -> str:
     """Hash of the pinned package versions and the Python version."""
     parts = [platform.python_version().encode()]
-    for name in ("requirements.txt", "constraints.txt"):
+    for name in ("requirements.txt", "requirements-nodeps.txt", "constraints.txt"):
         p = Path(root) / name
         parts.append(p.read_bytes() if p.is_file() else b"")
     return _sha(*parts)

@@ -696,7 +696,7 @@ def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
 
 @dataclass
 class JointRun:
-    """Joint training of ``W`` and ``v`` recorded at ``steps`` (K,), for B trials.
+    r"""Joint training of ``W`` and ``v`` recorded at ``steps`` (K,), for B trials.
 
     ``loss``, ``log_loss`` (natural log, exact when ``loss`` underflows), ``norm_W``,
     ``norm_v``, ``corr_W``, ``corr_v``, ``mass`` (mean softmax mass on the reference tokens) and
@@ -731,7 +731,7 @@ def joint_references(data, alpha):
 
 
 def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000, segments=24,
-              refs=None, seed=0, device="auto"):
+              record_steps=None, refs=None, seed=0, device="auto"):
     r"""Train ``W`` and ``v`` jointly (``fit(model="W", train_v=True)``) from ``W_0 = 0`` and the
     data's ``v`` and record both along the way.
 
@@ -742,6 +742,8 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
     Parameters
     ----------
     data : AttnData with a trials axis; alpha : (B, n) reference tokens (e.g. the planted ones).
+    record_steps : increasing ints from 0 to ``steps``, optional: explicit record steps (instead
+        of ``segments`` log-spaced ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
     """
     from .metrics import attention, corr
@@ -750,8 +752,13 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
     if optimizer not in ("gd", "ngd", "polyak"):
         raise ValueError(f"joint_fit supports the memoryless rules gd, ngd, polyak; got {optimizer!r}")
     W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
-    cuts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, steps, segments)), [steps]])
-                     ).astype(int)
+    if record_steps is None:
+        cuts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, steps, segments)), [steps]])
+                         ).astype(int)
+    else:
+        cuts = np.asarray(record_steps, dtype=int)
+        if cuts[0] != 0 or cuts[-1] != steps or np.any(np.diff(cuts) <= 0):
+            raise ValueError("record_steps must increase strictly from 0 to steps")
     B, d = data.trials, data.d
     W = np.zeros((B, d, d))
     v = np.array(data.v, dtype=float)

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from ._checks import as_float_array, check_choice, check_int, check_positive
+from ._checks import as_float_array, check_choice, check_positive
 
 __all__ = [
     "InfeasibleError",
@@ -752,22 +752,34 @@ def linear_svm(X, y, *, solver=None, return_dual=False):
 
     Parameters
     ----------
-    X : array_like, shape (n, d)
-    y : array_like, shape (n,), entries +1 or -1
+    X : array_like, shape (n, d) or (B, n, d)
+        With a leading trials axis, one SVM is solved per trial.
+    y : array_like, shape (n,) or (B, n), entries +1 or -1
     solver : as in :func:`att_svm` (norm is Euclidean)
     return_dual : bool
-        Also return ``lam`` (n,).
+        Also return ``lam`` (n,) (or (B, n)).
 
     Returns
     -------
-    w : ndarray, shape (d,)
+    w : ndarray, shape (d,) or (B, d)
 
     Raises
     ------
     InfeasibleError
-        If the data are not linearly separable through the origin.
+        If the data (of some trial, named in the message) are not linearly separable through the
+        origin.
     """
-    X = as_float_array("X", X, ndim=2)
+    X = as_float_array("X", X, min_ndim=2, max_ndim=3)
+    if X.ndim == 3:
+        y = as_float_array("y", y, shape=X.shape[:2])
+        out = []
+        for b in range(X.shape[0]):
+            try:
+                out.append(linear_svm(X[b], y[b], solver=solver, return_dual=True))
+            except InfeasibleError as exc:
+                raise InfeasibleError(f"trial {b}: {exc}") from None
+        w = np.stack([o[0] for o in out])
+        return (w, np.stack([o[1] for o in out])) if return_dual else w
     n, d = X.shape
     if n == 0:
         raise ValueError("X must hold at least one sample (n >= 1), got n = 0")
