@@ -252,3 +252,13 @@ def test_partial_toc_builds_only_its_notebooks(minibook):
     # the full table of contents still insists on complete profiles
     with pytest.raises(book.BuildError, match="not in _toc.yml"):
         book.resolve_profile(minibook, "quick", ["notebooks/good.ipynb"])
+
+
+def test_parameters_cell_is_parsed_whatever_its_comments(tmp_path):
+    path = tmp_path / "p.ipynb"
+    _notebook(path, "a = 1    # note (6 = all)\nb: int = 2\nc, d = 3, 4\nname = 'x=y'", "pass")
+    params = book.notebook_parameters(path)
+    assert params == {"a": "1", "b": "2", "name": "'x=y'"}
+    _notebook(path, "a = (", "pass")
+    with pytest.raises(book.BuildError, match="not valid Python"):
+        book.notebook_parameters(path)

@@ -148,23 +148,36 @@ def toc_notebooks(root: Path, toc: str | os.PathLike | None = None) -> list[str]
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict:
-    """The names defined in a notebook's cell tagged ``parameters``, with their source defaults.
+    """The names assigned in a notebook's cell tagged ``parameters``, with their source defaults.
+
+    The cell is parsed with :mod:`ast` (every top-level assignment counts, whatever its comment).
 
     Raises
     ------
     BuildError
-        When the notebook has no cell tagged ``parameters``.
+        When the notebook has no cell tagged ``parameters``, or that cell is not valid Python.
     """
+    import ast
+
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if not cells:
         raise BuildError(f"{path}: no cell tagged 'parameters'")
-    import papermill
-
-    params = papermill.inspect_notebook(str(path))
-    return {name: info["default"] for name, info in params.items()}
+    src = cells[0].source
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        raise BuildError(f"{path}: the parameters cell is not valid Python: {exc}") from None
+    out = {}
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) and node.value else [])
+        for tgt in targets:
+            if isinstance(tgt, ast.Name):
+                out[tgt.id] = ast.get_source_segment(src, node.value)
+    return out
 
 
 def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None, *,
