@@ -189,3 +189,16 @@ def test_known_outcome_W_to_Wmm_and_KQ_to_Wmm_star():
     assert fW >= 0.99 and nK >= 0.99
     assert nW < 0.95 and fK < 0.95
     assert np.median(hW.final("opt_mass")) > 0.99 or np.median(hW.final("loss")) < 1
+
+
+def test_cpu_threads_sets_and_restores_the_thread_count():
+    import torch
+    from attnsvm.train import cpu_threads
+    old = torch.get_num_threads()
+    with cpu_threads("cpu", 1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == old
+    with pytest.raises(ValueError, match="num_threads"):
+        with cpu_threads("cpu", 0):
+            pass
+    assert torch.get_num_threads() == old

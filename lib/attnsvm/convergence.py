@@ -36,7 +36,6 @@ Experiments (batched: one ``attnsvm.train.fit`` call per setting)
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,20 +79,22 @@ __all__ = [
 GLOBAL_CORR = 0.99
 
 
-@contextlib.contextmanager
-def _cpu_threads(device):
-    """Run torch on one CPU thread: the tiny tensors of these experiments are 10-50x slower
-    with several threads on a shared, loaded CPU (thread contention)."""
-    dev = _train.resolve_device(device)
-    if dev.type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+def _check_batched_choice(data, alpha):
+    """Validate a batched instance and a (B, n) choice of tokens; return (B, n, d)."""
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, d = data.trials, data.n, data.d
+    if np.shape(alpha) != (B, n):
+        raise ValueError(f"alpha must have shape ({B}, {n}), got {np.shape(alpha)}")
+    return B, n, d
+
+
+def _feasible_svm_batch(data, alpha):
+    """W_mm^alpha of every trial; a ValueError names the trials where it does not exist."""
+    W, feas = _svm_batch(data.X, data.Z, alpha)
+    if not np.all(feas):
+        raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
+    return W
 
 
 def _instance(data):
@@ -530,7 +531,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
     opt = _svm.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = _svm_batch(data.X, data.Z, opt)
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
                        init="random", init_scale=init_scale, loss=loss, n_records=n_records,
                        snapshots=True, seed=seed, device=device)
@@ -642,17 +643,11 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     -------
     ConeRun
     """
-    if not isinstance(data, AttnData) or not data.batched:
-        raise ValueError("data must be a batched AttnData")
-    B, n, d = data.trials, data.n, data.d
+    B, n, d = _check_batched_choice(data, alpha)
     alpha = np.asarray(alpha)
-    if alpha.shape != (B, n):
-        raise ValueError(f"alpha must have shape ({B}, {n}), got {alpha.shape}")
     R0 = check_positive("R0", R0)
     eps = check_positive("eps", eps, allow_zero=True)
-    W_a, feas = _svm_batch(data.X, data.Z, alpha)
-    if not np.all(feas):
-        raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
+    W_a = _feasible_svm_batch(data, alpha)
     r = np.random.default_rng([seed, 11])
     G = r.standard_normal((B, d, d))
     G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
@@ -677,23 +672,17 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
     -------
     ConeRun
     """
-    if not isinstance(data, AttnData) or not data.batched:
-        raise ValueError("data must be a batched AttnData")
-    B, n, d = data.trials, data.n, data.d
+    B, n, d = _check_batched_choice(data, alpha)
     alpha = np.asarray(alpha)
-    if alpha.shape != (B, n):
-        raise ValueError(f"alpha must have shape ({B}, {n}), got {alpha.shape}")
     W0 = as_float_array("W0", W0, shape=(B, d, d))
     if W_alpha is None:
-        W_alpha, feas = _svm_batch(data.X, data.Z, alpha)
-        if not np.all(feas):
-            raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
+        W_alpha = _feasible_svm_batch(data, alpha)
     W_a = W_alpha
     opt = _svm.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas_opt = _svm_batch(data.X, data.Z, opt)
     lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=W0,
                        loss=loss, n_records=n_records, snapshots=True, seed=seed, device=device)
     snaps = h.snapshots
@@ -752,7 +741,7 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
     for (n, T) in shapes:
         for d in ds:
             data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
-            with _cpu_threads(device):
+            with _train.cpu_threads(device):
                 h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
                                init="random", init_scale=init_scale, loss=loss,
                                n_records=2, seed=seed, device=device)
@@ -823,7 +812,7 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
     p_mm = _svm.p_svm(data.X, opt)
     kw = dict(steps=steps, lr=lr, init="random", init_scale=init_scale, n_records=n_records,
               snapshots=True, seed=seed, device=device)
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         hW = _train.fit(data, model="W", optimizer="ngd", **kw)
         hK = _train.fit(data, model="KQ", optimizer="ngd_param", **kw)
         hp = _train.fit(data, model="prompt", optimizer="ngd", **kw)

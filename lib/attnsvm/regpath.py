@@ -40,7 +40,7 @@ import torch
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData
 from .svm import optimal_tokens, token_scores
-from .train import resolve_device
+from .train import cpu_threads, resolve_device
 
 __all__ = ["RegPath", "reg_path", "log_excess", "excess_loss", "project_ball", "path_constants",
            "log_loss_gap"]
@@ -366,15 +366,10 @@ def _reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_
 
 def reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_init=True,
              init_scale="sphere", max_steps=4000, tol=1e-10, seed=0, device="auto", threads=1):
-    old = torch.get_num_threads()
-    if threads is not None and resolve_device(device).type == "cpu":
-        torch.set_num_threads(check_int("threads", threads, minimum=1))
-    try:
+    with cpu_threads(device, threads):
         return _reg_path(data, R, norm=norm, loss=loss, inits=inits, W_svm=W_svm,
                          svm_init=svm_init, init_scale=init_scale, max_steps=max_steps, tol=tol,
                          seed=seed, device=device)
-    finally:
-        torch.set_num_threads(old)
 
 
 reg_path.__doc__ = _reg_path.__doc__

@@ -30,7 +30,6 @@ Experiments
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,22 +59,6 @@ __all__ = [
     "MultiTokenRun",
     "multi_token_selection",
 ]
-
-
-@contextlib.contextmanager
-def _cpu_threads(device):
-    """Run torch on one CPU thread: on a shared, loaded CPU the tiny tensors of these
-    experiments are 10-50x slower with several threads (thread contention)."""
-    dev = _train.resolve_device(device)
-    if dev.type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _unit(a):
@@ -346,7 +329,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
     X, Z, y, v = data.X, data.Z, data.y, data.v
     opt = _svm.optimal_tokens(X, y, v)
     hist = {}
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         for model in ("W", "KQ"):
             kw = dict(m=m) if model == "KQ" else {}
             hist[model] = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
@@ -431,7 +414,7 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
         init = {"p": np.zeros((B, d)), "v": v0}
     else:
         init = "zeros"
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         h = _train.fit(data, model="prompt", train_v=train_v, loss=loss, optimizer=optimizer,
                        lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
                        seed=seed, device=device)
@@ -547,7 +530,7 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     X, Z = data.X, data.Z
     B, n, T, d = X.shape
     threshold = float(threshold)
-    with _cpu_threads(device):
+    with _train.cpu_threads(device):
         h = _train.fit(data, model="W", head=head, width=width, train_v=train_v, loss=loss,
                        optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
                        snapshots=True, seed=seed, device=device)

@@ -19,6 +19,7 @@ Metrics are computed only on the record grid (log-spaced by default).
 from __future__ import annotations
 
 import math
+import contextlib
 import numbers
 import sys
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from .data import AttnData, LinearData
 from .models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
 from .optim import init_state, update
 
-__all__ = ["fit", "History", "NonFiniteError", "resolve_device", "record_grid", "OPTIMIZERS"]
+__all__ = ["fit", "History", "NonFiniteError", "resolve_device", "record_grid", "cpu_threads",
+           "OPTIMIZERS"]
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -67,6 +69,24 @@ def resolve_device(device="auto"):
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} requested but CUDA is not available")
     return dev
+
+
+@contextlib.contextmanager
+def cpu_threads(device="auto", num_threads=1):
+    """Run torch with ``num_threads`` intra-op threads on the CPU, restoring the count afterwards.
+
+    The experiments' tensors are tiny; on a shared, loaded CPU several threads make them 10-50x
+    slower (thread contention). Does nothing on CUDA or when ``num_threads`` is None.
+    """
+    if num_threads is None or resolve_device(device).type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def record_grid(steps, record_every="log", n_records=100):
