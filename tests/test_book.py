@@ -262,3 +262,15 @@ def test_parameters_cell_is_parsed_whatever_its_comments(tmp_path):
     _notebook(path, "a = (", "pass")
     with pytest.raises(book.BuildError, match="not valid Python"):
         book.notebook_parameters(path)
+
+
+def test_local_mathjax_path_reaches_the_staged_configuration(minibook, monkeypatch):
+    monkeypatch.setenv("ATTNSVM_MATHJAX_PATH", "/opt/mathjax/tex-chtml.js")
+    report = book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    results = [book.NotebookResult(**e) for e in report["notebooks"]]
+    stage_dir = minibook / "_build" / "stage"
+    book.stage(minibook, results, report, stage_dir)
+    staged = yaml.safe_load((stage_dir / "_config.yml").read_text())
+    assert staged["sphinx"]["config"]["mathjax_path"] == "/opt/mathjax/tex-chtml.js"
+    page = (stage_dir / "book" / "execution_report.md").read_text()
+    assert "notebooks/good.ipynb" in page and book.REPORT_MARKER not in page
