@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from attnsvm.data import AttnData
+from attnsvm.data import random_unit
 from attnsvm.metrics import corr
 from attnsvm.train import fit
 
@@ -40,12 +40,8 @@ def _clock():
 
 
 def unit_data(B, seed=0):
-    rng = np.random.default_rng(seed)
-    unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)  # noqa: E731
-    X = unit(rng.standard_normal((B, N, T, D)))
-    y = np.sign(rng.standard_normal((B, N)))
-    v = unit(rng.standard_normal((B, D)))
-    return AttnData(X, y, X[:, :, 0, :], v)
+    """The setting of "Transformers as SVMs": unit tokens, self-attention, unit v."""
+    return random_unit(N, T, D, trials=B, seed=seed)
 
 
 class OneRun(torch.nn.Module):

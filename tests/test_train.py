@@ -4,19 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm.data import AttnData, LinearData
+from attnsvm.data import LinearData, random_unit
 from attnsvm.metrics import corr
 from attnsvm.train import History, NonFiniteError, fit, record_grid, resolve_device
 
 
 def unit_data(B, n=6, T=8, d=10, seed=0):
     """Random unit tokens, self-attention (z_i = x_i1), unit v, Gaussian-sign labels."""
-    rng = np.random.default_rng(seed)
-    unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)  # noqa: E731
-    X = unit(rng.standard_normal((B, n, T, d)))
-    y = np.sign(rng.standard_normal((B, n)))
-    v = unit(rng.standard_normal((B, d)))
-    return AttnData(X, y, X[:, :, 0, :], v)
+    return random_unit(n, T, d, trials=B, seed=seed)
 
 
 def separable_data(B, n=12, d=5, seed=0):
