@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+import attnsvm as A
 from attnsvm import metrics, regpath, svm, sweeps
 
 
@@ -138,3 +139,15 @@ def test_nuclear_path_tends_to_nuclear_svm():
     assert rp.corr[-1, 0] > rp.corr[0, 0]
     assert metrics.corr(rp.W[-1, 0], Wf) < 0.99 < rp.corr[-1, 0]
     assert rp.norm[-1, 0] == pytest.approx(300.0, rel=1e-6)
+
+
+def test_path_constants_batched_equals_one_at_a_time():
+    data = A.data.random_unit(4, 3, 6, trials=3, seed=7)
+    opt = A.svm.optimal_tokens(data.X, data.y, data.v)
+    W_mm, feas = A.svm.att_svm_batch(data.X, data.Z, opt)
+    assert feas.all()
+    batched = regpath.path_constants(data, W_mm)
+    for b in range(3):
+        one = regpath.path_constants(data.trial(b), W_mm[b])
+        for k, v in one.items():
+            assert batched[k][b] == pytest.approx(v, rel=1e-12)

@@ -144,3 +144,17 @@ def test_observed_global_vs_trap(inst):
         h = A.train.fit(d2, model="W", optimizer=name, lr=lr, steps=2000, init=30 * Wt / np.linalg.norm(Wt),
                         refs={"W_mm": Wm, "W_a": Wt}, n_records=5, device="cpu")
         assert np.all(h.corr["W_a"][-1] > 0.999) and np.all(h.corr["W_mm"][-1] < 0.9)
+
+
+def test_global_experiment_groups_and_ngd_guaranteed_progress():
+    exp = rates.global_experiment(3, 3, 4, trials=2, steps=200, R0=10.0, radius=1.0, lr_gd=1.0,
+                                  lr_ngd=0.1, n_records=10, seed=0, device="cpu")
+    assert list(exp.slices) == list(rates.GLOBAL_GROUPS)
+    assert exp.runs["ngd"].W.shape == (8, 4, 4) and exp.W0.shape == (8, 4, 4)
+    # the adversarial starts point along W_mm^alpha with norm R0
+    sl = exp.slices["equal-score, adversarial init"]
+    np.testing.assert_allclose(np.linalg.norm(exp.W0[sl], axis=(1, 2)), 10.0)
+    np.testing.assert_allclose(A.metrics.corr(exp.W0[sl], exp.W_alpha[sl]), 1.0, atol=1e-12)
+    # proved: NGD's projection on W_mm grows at least eta * kappa per step
+    assert exp.ngd_progress >= 1.0
+    assert set(exp.final("ngd")) == set(rates.GLOBAL_GROUPS)

@@ -38,7 +38,7 @@ __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
     "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
-    "svm_batch",
+    "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
 ]
 
 
@@ -395,3 +395,89 @@ def polyak_cap_threshold(consts, eta_max):
     r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
     :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
     return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]
+
+
+# ----------------------------------------------------------------------------- global convergence
+#: the four groups of the global-convergence experiment, in plotting order
+GLOBAL_GROUPS = ("equal-score, random init", "equal-score, adversarial init",
+                 "trap, random init", "trap, adversarial init")
+
+
+class GlobalExperiment:
+    r"""Result of :func:`global_experiment`: ``G = 4`` groups of ``trials`` trials each.
+
+    Attributes
+    ----------
+    runs : dict optimizer -> History (``corr`` has keys ``"W_mm"`` and ``"W_alpha"``)
+    slices : dict group -> slice of the trials axis
+    W_mm, W_alpha, W0 : (G * trials, d, d) SVM of ``opt``, of ``alpha``, and the initializations
+    eq, opt_eq : the equal-score instances and their optimal tokens
+    eq_locopt : (trials,) bool, whether ``alpha`` is locally optimal on the equal-score instances
+    trap_tries : instances drawn before a trap (a locally optimal ``alpha != opt``) was found
+    corr_trap_alpha : corr of the trap's two SVM solutions
+    kappa : (trials,) the gradient-alignment constant of the equal-score instances
+    ngd_progress : min over the adversarial equal-score trials of NGD's progress
+        :math:`\langle W_T - W_0, W_{mm}\rangle\gamma_A` divided by its guaranteed value
+        :math:`\eta\kappa T`
+    """
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def final(self, name, ref="W_mm"):
+        """Median final correlation with ``ref`` per group (dict group -> float)."""
+        c = self.runs[name].corr[ref][-1]
+        return {g: float(np.median(c[sl])) for g, sl in self.slices.items()}
+
+
+def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_records=60, seed=0,
+                      device="auto"):
+    r"""GD and NGD from random and adversarial initializations, in two data settings.
+
+    * *equal-score*: :func:`score_data` instances (provably global for NGD); ``alpha`` swaps the
+      optimal token of sequence 0 for the next one;
+    * *trap*: one distinct-score instance with a locally optimal ``alpha != opt``
+      (:func:`find_trap`), repeated ``trials`` times.
+
+    Random initializations have Frobenius norm ``radius`` (:func:`random_inits`); adversarial
+    ones are :math:`R_0 W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`. All ``4 * trials`` runs of an
+    optimizer are one batched :func:`attnsvm.train.fit` call.
+    """
+    eq, opt_eq = score_data(n, T, d, trials=trials, seed=seed)
+    alpha_eq = opt_eq.copy()
+    alpha_eq[:, 0] = (alpha_eq[:, 0] + 1) % T
+    Wmm_eq, Wa_eq = svm_batch(eq, opt_eq), svm_batch(eq, alpha_eq)
+    eq_locopt = np.array([svm.is_locally_optimal(eq.X[b], eq.y[b], eq.Z[b], eq.v[b], alpha_eq[b])
+                          for b in range(trials)])
+    trap, opt_tr, alpha_tr, tries = find_trap(n, T, d, seed=seed)
+    trap_b = AttnData.stack([trap] * trials)
+    Wmm_tr = np.broadcast_to(svm.att_svm(trap.X, trap.Z, opt_tr), (trials, d, d))
+    Wa_tr = np.broadcast_to(svm.att_svm(trap.X, trap.Z, alpha_tr), (trials, d, d))
+
+    def unit(W):
+        return W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
+
+    groups = dict(zip(GLOBAL_GROUPS, [
+        (eq, Wmm_eq, Wa_eq, random_inits(d, trials, radius=radius, seed=seed)),
+        (eq, Wmm_eq, Wa_eq, R0 * unit(Wa_eq)),
+        (trap_b, Wmm_tr, Wa_tr, random_inits(d, trials, radius=radius, seed=seed + 1)),
+        (trap_b, Wmm_tr, Wa_tr, R0 * unit(Wa_tr))]))
+    data = AttnData.stack([g[0].trial(b) for g in groups.values() for b in range(trials)])
+    W_mm = np.concatenate([g[1] for g in groups.values()])
+    W_a = np.concatenate([g[2] for g in groups.values()])
+    W0 = np.concatenate([g[3] for g in groups.values()])
+    runs = {name: train.fit(data, model="W", optimizer=name, lr=lr, steps=steps, init=W0,
+                            refs={"W_mm": W_mm, "W_alpha": W_a}, n_records=n_records, seed=seed,
+                            device=device)
+            for name, lr in (("gd", lr_gd), ("ngd", lr_ngd))}
+    slices = {g: slice(k * trials, (k + 1) * trials) for k, g in enumerate(groups)}
+    # NGD's proved progress <W_t, W_mm> gamma_A >= <W_0, W_mm> gamma_A + eta kappa t
+    c = constants(eq, opt_eq, Wmm_eq)
+    sl = slices["equal-score, adversarial init"]
+    proj0 = np.einsum("bij,bij->b", W0[sl], Wmm_eq) * c["gamma_A"]
+    projT = np.einsum("bij,bij->b", runs["ngd"].W[sl], Wmm_eq) * c["gamma_A"]
+    ngd_progress = float(np.min((projT - proj0) / (lr_ngd * steps * c["kappa"])))
+    return GlobalExperiment(runs=runs, slices=slices, W_mm=W_mm, W_alpha=W_a, W0=W0, eq=eq,
+                            opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
+                            corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
+                            kappa=c["kappa"], ngd_progress=ngd_progress)

@@ -397,11 +397,17 @@ def path_constants(data, W_mm, *, loss="logistic"):
     :math:`h_0 = \log 2` for the logistic and exponential losses, :math:`h_0 = \infty` for
     the correlation loss.
 
+    With batched ``data`` (and ``W_mm`` of shape (B, d, d)), each entry is an array over trials.
+
     Returns
     -------
     dict with ``gamma_hat, delta, Delta_bar, kappa, K, h0, C, R0``
     """
     check_choice("loss", loss, _LOSSES)
+    if data.batched:
+        W_mm = as_float_array("W_mm", W_mm, shape=(data.trials, data.d, data.d))
+        rows = [path_constants(data.trial(b), W_mm[b], loss=loss) for b in range(data.trials)]
+        return {k: np.array([r[k] for r in rows]) for k in rows[0]}
     gam = token_scores(data.X, data.y, data.v)
     opt = optimal_tokens(data.X, data.y, data.v)
     n, T = gam.shape
