@@ -274,3 +274,17 @@ def test_local_mathjax_path_reaches_the_staged_configuration(minibook, monkeypat
     assert staged["sphinx"]["config"]["mathjax_path"] == "/opt/mathjax/tex-chtml.js"
     page = (stage_dir / "book" / "execution_report.md").read_text()
     assert "notebooks/good.ipynb" in page and book.REPORT_MARKER not in page
+
+
+def test_strip_removes_outputs_and_keeps_sources(minibook):
+    book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    executed = minibook / "_build" / "executed" / "quick" / "notebooks" / "good.ipynb"
+    copy = minibook / "copy.ipynb"
+    shutil.copy(executed, copy)
+    assert book.strip_outputs(copy) is True
+    nb = nbformat.read(str(copy), as_version=4)
+    assert all(not c.outputs and c.execution_count is None for c in nb.cells if c.cell_type == "code")
+    src = nbformat.read(str(executed), as_version=4)
+    assert [c.source for c in nb.cells] == [c.source for c in src.cells]
+    assert book.strip_outputs(copy) is False
+    assert book.main(["strip", str(copy)]) == 0

@@ -4,6 +4,7 @@ Usage::
 
     python -m attnsvm.book build [--profile quick|paper] [--only NOTEBOOK] [--force]
     python -m attnsvm.book list  [--profile quick|paper]
+    python -m attnsvm.book strip NOTEBOOK...     # remove outputs before committing
 
 Steps of ``build``:
 
@@ -54,6 +55,7 @@ __all__ = [
     "cache_key",
     "execute_notebooks",
     "build",
+    "strip_outputs",
     "main",
 ]
 
@@ -314,6 +316,9 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
         papermill.execute_notebook(
             str(Path(root) / notebook), tmp, parameters=parameters, kernel_name=kernel_name,
             cwd=str((Path(root) / notebook).parent), progress_bar=False, log_output=False,
+            # the kernel's own start-up log (a transport notice on every start) is not the
+            # build's business: errors still surface through papermill
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
         os.replace(tmp, out_path)
     except BaseException:
@@ -550,6 +555,24 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
     return report
 
 
+def strip_outputs(path: str | os.PathLike) -> bool:
+    """Remove outputs and execution counts from a notebook in place; True if it changed.
+
+    Notebooks are committed without outputs: the build executes them.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None):
+            cell.outputs, cell.execution_count = [], None
+            changed = True
+    if changed:
+        _atomic_write_text(Path(path), nbformat.writes(nb) + "\n")
+    return changed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnsvm.book", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -566,8 +589,14 @@ def main(argv=None) -> int:
     ls = sub.add_parser("list", help="list the notebooks and their parameters under a profile")
     ls.add_argument("--profile", default="quick")
     ls.add_argument("--root", default=None)
+    st = sub.add_parser("strip", help="remove outputs and execution counts from notebooks")
+    st.add_argument("notebooks", nargs="+")
     args = parser.parse_args(argv)
     try:
+        if args.command == "strip":
+            for path in args.notebooks:
+                print(f"{path}: {'stripped' if strip_outputs(path) else 'clean'}")
+            return 0
         if args.command == "list":
             root = find_root(args.root)
             for nb, params in resolve_profile(root, args.profile).items():
