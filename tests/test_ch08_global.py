@@ -105,12 +105,17 @@ def test_excess_loss_bounds(inst):
     assert np.all(Es[0] > Es[1]) and np.all(Es[1] > Es[2]) and np.all(Es[2] > 0)
 
 
-def test_ngd_progress_from_adversarial_start(inst):
-    data, opt, W_mm, c = inst
+def _adversarial_start(data, opt, R0):
+    """R0 W_mm^alpha / |W_mm^alpha|, alpha = opt with sequence 0's token swapped for the next."""
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
     Wa = rates.svm_batch(data, alpha)
-    W0 = 20 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
+    return R0 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
+
+
+def test_ngd_progress_from_adversarial_start(inst):
+    data, opt, W_mm, c = inst
+    W0 = _adversarial_start(data, opt, 20.0)
     eta, steps = 0.1, 400
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=steps, init=W0, snapshots=True,
                     record_every=1, device="cpu")
@@ -128,10 +133,7 @@ def test_ngd_progress_from_adversarial_start(inst):
 
 def test_observed_global_vs_trap(inst):
     data, opt, W_mm, c = inst
-    alpha = opt.copy()
-    alpha[:, 0] = (alpha[:, 0] + 1) % data.T
-    Wa = rates.svm_batch(data, alpha)
-    W0 = 20 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
+    W0 = _adversarial_start(data, opt, 20.0)
     h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=3000, init=W0, refs={"W_mm": W_mm},
                     n_records=5, device="cpu")
     assert np.all(h.corr["W_mm"][-1] > 0.99)

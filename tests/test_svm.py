@@ -422,3 +422,15 @@ def test_linear_svm_batched_names_the_infeasible_trial():
     y = np.array([[1.0, 1.0], [1.0, -1.0]])
     with pytest.raises(InfeasibleError, match="trial 1"):
         linear_svm(X, y)
+
+
+def test_att_svm_batch_strict_names_the_infeasible_trials():
+    X = np.ones((2, 2, 2, 1))
+    X[:, :, 1, 0] = 0.0
+    Z = np.ones((2, 2, 1))
+    Z[1, 1, 0] = -1.0                      # trial 1: y_i z_i of both signs in d = 1 -> infeasible
+    opt = np.zeros((2, 2), dtype=int)
+    W, feas = att_svm_batch(X, Z, opt)
+    assert feas.tolist() == [True, False] and np.all(W[1] == 0)
+    with pytest.raises(InfeasibleError, match=r"trials \[1\] of 2"):
+        att_svm_batch(X, Z, opt, strict=True)

@@ -89,14 +89,6 @@ def _check_batched_choice(data, alpha):
     return B, n, d
 
 
-def _feasible_svm_batch(data, alpha):
-    """W_mm^alpha of every trial; a ValueError names the trials where it does not exist."""
-    W, feas = _svm_batch(data.X, data.Z, alpha)
-    if not np.all(feas):
-        raise ValueError(f"the Att-SVM of alpha is infeasible in trials {np.flatnonzero(~feas)}")
-    return W
-
-
 def _instance(data):
     if not isinstance(data, AttnData):
         raise ValueError(f"data must be an AttnData instance, got {type(data).__name__}")
@@ -417,11 +409,6 @@ class Outcomes:
         return float(1.0 - np.mean(self.is_global | self.is_local))
 
 
-def _svm_batch(X, Z, alpha):
-    """Frobenius Att-SVM per trial: (W (B,d,d), feasible (B,)); zeros where infeasible."""
-    return _svm.att_svm_batch(X, Z, alpha)
-
-
 def classify(data, W, selected, *, threshold=GLOBAL_CORR, W_mm=None, feasible_opt=None):
     r"""Classify each trial's outcome (see :class:`Outcomes` for the definitions).
 
@@ -449,7 +436,7 @@ def classify(data, W, selected, *, threshold=GLOBAL_CORR, W_mm=None, feasible_op
         raise ValueError(f"threshold must be < 1, got {threshold}")
     opt = _svm.optimal_tokens(data.X, data.y, data.v)
     if W_mm is None:
-        W_mm, feasible_opt = _svm_batch(data.X, data.Z, opt)
+        W_mm, feasible_opt = _svm.att_svm_batch(data.X, data.Z, opt)
     is_opt = np.all(selected == opt, axis=-1)
     W_sel = np.where(is_opt[:, None, None], W_mm, 0.0)
     feasible_sel = np.where(is_opt, feasible_opt, False)
@@ -530,7 +517,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     """
     data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
     opt = _svm.optimal_tokens(data.X, data.y, data.v)
-    W_mm, feas = _svm_batch(data.X, data.Z, opt)
+    W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
     with _train.cpu_threads(device):
         h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
                        init="random", init_scale=init_scale, loss=loss, n_records=n_records,
@@ -647,7 +634,7 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     alpha = np.asarray(alpha)
     R0 = check_positive("R0", R0)
     eps = check_positive("eps", eps, allow_zero=True)
-    W_a = _feasible_svm_batch(data, alpha)
+    W_a = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     r = np.random.default_rng([seed, 11])
     G = r.standard_normal((B, d, d))
     G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
@@ -676,10 +663,10 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
     alpha = np.asarray(alpha)
     W0 = as_float_array("W0", W0, shape=(B, d, d))
     if W_alpha is None:
-        W_alpha = _feasible_svm_batch(data, alpha)
+        W_alpha = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     W_a = W_alpha
     opt = _svm.optimal_tokens(data.X, data.y, data.v)
-    W_mm, feas_opt = _svm_batch(data.X, data.Z, opt)
+    W_mm, feas_opt = _svm.att_svm_batch(data.X, data.Z, opt)
     lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
     with _train.cpu_threads(device):

@@ -92,8 +92,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
 
 
 def svm_batch(data, alpha):
-    """Frobenius Att-SVM of every trial for the token choice ``alpha`` (trials, n): (B, d, d)."""
-    return np.stack([svm.att_svm(data.X[b], data.Z[b], alpha[b]) for b in range(data.trials)])
+    """Frobenius Att-SVM of every trial for the token choice ``alpha`` (trials, n): (B, d, d).
+
+    Raises :class:`attnsvm.svm.InfeasibleError` naming the trials where it does not exist."""
+    return svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
 
 
 def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):

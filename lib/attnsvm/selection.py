@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ._checks import as_float_array, check_int, check_positive
-from .data import AttnData
+from .data import AttnData, random_unit
 from . import metrics as _metrics
 from . import svm as _svm
 from . import train as _train
@@ -61,37 +61,22 @@ __all__ = [
 ]
 
 
-def _unit(a):
-    return a / np.linalg.norm(a, axis=-1, keepdims=True)
-
-
 # ----------------------------------------------------------------------------- data
 def unit_instances(n, T, d, *, trials=1, seed=0):
     r"""Random instances in the setting of "Transformers as SVMs".
 
     Tokens :math:`x_{it}`, queries :math:`z_i` and the head :math:`v` are drawn
     :math:`N(0, I_d)` and normalized to unit length; :math:`y_i` are random signs. The queries
-    are drawn separately from the tokens (cross-attention). Trial ``b`` draws from the key
-    ``(seed, b)`` only, so a trial does not depend on ``trials``.
+    are drawn separately from the tokens (cross-attention): :func:`attnsvm.data.random_unit`
+    with ``cross=True``, seeded so that a trial does not depend on ``trials``.
 
     Returns
     -------
     AttnData, batched with ``trials`` trials.
     """
-    n = check_int("n", n, minimum=1)
-    T = check_int("T", T, minimum=2)
-    d = check_int("d", d, minimum=1)
     trials = check_int("trials", trials, minimum=1)
     seed = check_int("seed", seed, minimum=0)
-    out = []
-    for b in range(trials):
-        r = np.random.default_rng([seed, b, 5])
-        X = _unit(r.standard_normal((n, T, d)))
-        Z = _unit(r.standard_normal((n, d)))
-        v = _unit(r.standard_normal(d))
-        y = np.where(r.standard_normal(n) >= 0, 1.0, -1.0)
-        out.append(AttnData(X, y, Z, v))
-    return AttnData.stack(out)
+    return random_unit(n, T, d, cross=True, trials=trials, seed=np.random.SeedSequence([seed, 5]))
 
 
 def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):

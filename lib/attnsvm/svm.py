@@ -664,7 +664,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
     return W
 
 
-def att_svm_batch(X, Z, opt, *, norm="fro", solver=None):
+def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
     r"""Solve :func:`att_svm` for each trial of a batch.
 
     Parameters
@@ -674,6 +674,8 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None):
     opt : array_like of int, shape (B, n)
     norm, solver
         As in :func:`att_svm`.
+    strict : bool
+        Raise :class:`InfeasibleError`, naming the infeasible trials, instead of flagging them.
 
     Returns
     -------
@@ -698,6 +700,9 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None):
             feasible[b] = True
         except InfeasibleError:
             pass
+    if strict and not feasible.all():
+        raise InfeasibleError(f"the Att-SVM is infeasible in trials {np.flatnonzero(~feasible).tolist()}"
+                              f" of {B} (n={X.shape[1]}, T={X.shape[2]}, d={d})")
     return W, feasible
 
 
