@@ -2,11 +2,12 @@
 import numpy as np
 import pytest
 
-from attnsvm import svm, sweeps
+from attnsvm import svm
+from attnsvm.experiments import feasibility
 
 
 def _inst(n, T, d, seed, query="self"):
-    data = sweeps.draw_instance(n, T, d, seed=seed, query=query)
+    data = feasibility.draw_instance(n, T, d, seed=seed, query=query)
     return data, svm.optimal_tokens(data.X, data.y, data.v)
 
 
@@ -14,7 +15,7 @@ def _inst(n, T, d, seed, query="self"):
 def test_lifted_features_linear_svm(n, T, d):
     """ch02-prop-lifted: the Att-SVM is the hard-margin SVM without bias on vec(A_it)."""
     data, opt = _inst(n, T, d, seed=(1, n, T, d))
-    A, idx = sweeps.lifted_features(data.X, data.Z, opt)
+    A, idx = feasibility.lifted_features(data.X, data.Z, opt)
     assert A.shape == (n * (T - 1), d, d)
     W = svm.att_svm(data.X, data.Z, opt)
     # <A_it, W> = (x_opt - x_t)^T W z_i
@@ -31,7 +32,7 @@ def test_kkt_representation_rank_and_duality(seed):
     n, T, d = 5, 4, 8
     data, opt = _inst(n, T, d, seed=(2, seed))
     W, lam = svm.att_svm(data.X, data.Z, opt, return_dual=True)
-    A, idx = sweeps.lifted_features(data.X, data.Z, opt)
+    A, idx = feasibility.lifted_features(data.X, data.Z, opt)
     lk = lam[idx[:, 0], idx[:, 1]]
     assert np.all(lk >= 0)
     assert np.allclose(np.einsum("k,kab->ab", lk, A), W, atol=1e-8 * np.linalg.norm(W))
@@ -83,7 +84,7 @@ def test_nuclear_projection_keeps_feasible_and_norm():
     data, opt = _inst(n, T, d, seed=4)
     Wn = svm.att_svm(data.X, data.Z, opt, norm="nuc")
     Pz = data.Z.T @ np.linalg.pinv(data.Z.T)
-    A, _ = sweeps.lifted_features(data.X, data.Z, opt)
+    A, _ = feasibility.lifted_features(data.X, data.Z, opt)
     WP = Wn @ Pz
     assert np.einsum("kab,ab->k", A, WP).min() >= 1 - 1e-7
     assert np.linalg.norm(WP, "nuc") <= np.linalg.norm(Wn, "nuc") * (1 + 1e-7)
@@ -96,7 +97,7 @@ def test_linear_independence_implies_feasible(n, T, d):
     and then W = lstsq(<A_k, W> = 1) is feasible; the SVM solver agrees."""
     for s in range(5):
         data, opt = _inst(n, T, d, seed=(5, n, T, d, s))
-        A, _ = sweeps.lifted_features(data.X, data.Z, opt)
+        A, _ = feasibility.lifted_features(data.X, data.Z, opt)
         F = A.reshape(len(A), -1)
         assert np.linalg.matrix_rank(F) == len(A)
         W = np.linalg.lstsq(F, np.ones(len(A)), rcond=None)[0]
@@ -110,7 +111,7 @@ def test_dependent_features_can_be_infeasible_or_feasible():
     feas = 0
     for s in range(20):
         data, opt = _inst(12, 3, 3, seed=(6, s))
-        A, _ = sweeps.lifted_features(data.X, data.Z, opt)
+        A, _ = feasibility.lifted_features(data.X, data.Z, opt)
         assert np.linalg.matrix_rank(A.reshape(len(A), -1)) < len(A)      # 24 > d^2 = 9
         try:
             svm.att_svm(data.X, data.Z, opt)
@@ -158,7 +159,7 @@ def test_flipped_label_copy_is_infeasible(d, T):
 
 
 def test_sweep_is_tidy_and_counts_infeasible_separately():
-    res = sweeps.feasibility_sweep([2, 8], [4], [2, 3, 8], 6, seed=1, nuclear=True)
+    res = feasibility.feasibility_sweep([2, 8], [4], [2, 3, 8], 6, seed=1, nuclear=True)
     s, p = res.summary, res.per_instance
     assert len(s["n"]) == 6 and len(p["n"]) == 36
     assert np.all(s["feasible"] + s["infeasible"] + s["ties"] == s["instances"])
@@ -179,7 +180,7 @@ def test_sweep_is_tidy_and_counts_infeasible_separately():
     f = p["feasible"]
     assert np.nanmax(p["left_fro"][f]) < 1e-8 and np.nanmin(p["kept_fro"][f]) > 1e-4
     # instances do not depend on the grid
-    again = sweeps.feasibility_sweep([8], [4], [3], 6, seed=1)
+    again = feasibility.feasibility_sweep([8], [4], [3], 6, seed=1)
     m = (p["n"] == 8) & (p["d"] == 3)
     assert np.array_equal(again.per_instance["feasible"], p["feasible"][m])
     x, y = res.curve("d", "feasible_frac", n=8)

@@ -3,14 +3,15 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import metrics, regpath, svm, sweeps
+from attnsvm import metrics, svm
+from attnsvm.experiments import feasibility, regpath
 
 
 def _inst(n, T, d, seed, B=None):
     if B is None:
-        data = sweeps.draw_instance(n, T, d, seed=seed)
+        data = feasibility.draw_instance(n, T, d, seed=seed)
     else:
-        data = sweeps.draw_instances(n, T, d, B, seed=seed)
+        data = feasibility.draw_instances(n, T, d, B, seed=seed)
     return data, svm.optimal_tokens(data.X, data.y, data.v)
 
 
@@ -30,7 +31,7 @@ def test_output_sandwich(scale):
         W = rng.standard_normal((6, 6)) * scale
         u, gam = _outputs(W, data)
         gs = gam[np.arange(n), opt]
-        A, idx = sweeps.lifted_features(data.X, data.Z, opt)
+        A, idx = feasibility.lifted_features(data.X, data.Z, opt)
         m = np.einsum("kab,ab->k", A, W)
         S = np.zeros(n)
         np.add.at(S, idx[:, 0], np.exp(-m))
@@ -101,7 +102,7 @@ def test_theorem_bounds_hold_on_the_path():
     rp = regpath.reg_path(data, R, inits=2, W_svm=Wmm, max_steps=600, device="cpu")
     assert np.all(rp.log_excess <= rp.log_excess_svm + 1e-12)   # the hypothesis on W_R
     for b, c in enumerate(consts):
-        A, _ = sweeps.lifted_features(data.X[b], data.Z[b], opt[b])
+        A, _ = feasibility.lifted_features(data.X[b], data.Z[b], opt[b])
         nW = np.linalg.norm(Wmm[b])
         for k, Rk in enumerate(R):
             W = rp.W[k, b]

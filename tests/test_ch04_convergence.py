@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-import attnsvm.convergence as C
+import attnsvm.experiments.convergence as C
 from attnsvm import metrics, svm
 from attnsvm.data import AttnData
 

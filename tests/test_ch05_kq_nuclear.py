@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnsvm.svm as svm
-from attnsvm import selection as S
+from attnsvm.experiments import selection as S
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import rates
+from attnsvm.experiments import rates
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import nets, realdata
+from attnsvm.experiments import nets, realdata
 
 
 # ----------------------------------------------------------------------------- Proposition

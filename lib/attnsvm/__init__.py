@@ -9,13 +9,12 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``train``    the batched training engine ``fit``
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
+``devices``  CPU/CUDA resolution and thread control
 ``book``     the book's build (``python -m attnsvm.book build``)
 
-Experiment modules of the chapters (sweeps, trial batches, classification of outcomes):
-``sweeps`` (feasibility and rank of the Att-SVM), ``regpath`` (regularization path),
-``convergence`` (local and global convergence), ``selection`` ((K,Q), prompt attention, beyond a
-single token), ``rates`` (finite-time rates and sparsification), ``realdata`` (offline data
-loaders) and ``nets`` (a small ViT, MiniLM, stochastic training of torch models, joint training).
+``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
+module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
+``rates``, ``nets``, ``realdata``.
 
 Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
 ``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
@@ -26,9 +25,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "book",
-               # experiment modules of the chapters
-               "sweeps", "regpath", "convergence", "selection", "rates", "realdata", "nets")
+_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
+               "experiments")
 
 #: public name -> submodule that defines it
 _EXPORTS = {
@@ -38,7 +36,8 @@ _EXPORTS = {
             "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
             "is_locally_optimal", "in_cone", "rank"],
     "models": ["AttentionClassifier", "LinearClassifier", "get_loss"],
-    "train": ["fit", "History", "NonFiniteError", "resolve_device"],
+    "train": ["fit", "History", "NonFiniteError"],
+    "devices": ["resolve_device", "cpu_threads"],
     "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
                 "opt_mass", "fit_rate"],
     "plot": ["use_style", "figure", "trial_band", "save_or_glue"],

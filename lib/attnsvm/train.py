@@ -19,7 +19,6 @@ Metrics are computed only on the record grid (log-spaced by default).
 from __future__ import annotations
 
 import math
-import contextlib
 import numbers
 import sys
 from dataclasses import dataclass, field
@@ -31,9 +30,9 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
 from .models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
 from .optim import init_state, update
+from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
-__all__ = ["fit", "History", "NonFiniteError", "resolve_device", "record_grid", "cpu_threads",
-           "OPTIMIZERS"]
+__all__ = ["fit", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -56,37 +55,6 @@ class NonFiniteError(FloatingPointError):
         super().__init__(msg)
         self.trial = trial
         self.step = step
-
-
-def resolve_device(device="auto"):
-    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(device)``."""
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device, got {device!r}") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} requested but CUDA is not available")
-    return dev
-
-
-@contextlib.contextmanager
-def cpu_threads(device="auto", num_threads=1):
-    """Run torch with ``num_threads`` intra-op threads on the CPU, restoring the count afterwards.
-
-    The experiments' tensors are tiny; on a shared, loaded CPU several threads make them 10-50x
-    slower (thread contention). Does nothing on CUDA or when ``num_threads`` is None.
-    """
-    if num_threads is None or resolve_device(device).type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(check_int("num_threads", num_threads, minimum=1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def record_grid(steps, record_every="log", n_records=100):

@@ -63,7 +63,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import optim as _optim
+from .. import optim as _optim
 from .realdata import minilm_dir, set_offline
 
 __all__ = [
@@ -581,7 +581,7 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
     """
     import time
 
-    from .train import resolve_device
+    from ..train import resolve_device
 
     if optimizer not in STOCHASTIC:
         raise ValueError(f"optimizer must be one of {STOCHASTIC}, got {optimizer!r}")
@@ -680,7 +680,7 @@ def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
     Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
     planted positions (trials, n).
     """
-    from .data import AttnData
+    from ..data import AttnData
 
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((trials, n, T, d)) / math.sqrt(d)
@@ -723,7 +723,7 @@ class JointRun:
 def joint_references(data, alpha):
     """Per trial, the Frobenius attention SVM ``att_svm(X, Z, alpha)`` and the max-margin head
     ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    from .svm import att_svm, head_svm
+    from ..svm import att_svm, head_svm
 
     W = np.stack([att_svm(data.X[b], data.Z[b], alpha[b]) for b in range(data.trials)])
     v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
@@ -746,8 +746,8 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
         of ``segments`` log-spaced ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
     """
-    from .metrics import attention, corr
-    from .train import fit
+    from ..metrics import attention, corr
+    from ..train import fit
 
     if optimizer not in ("gd", "ngd", "polyak"):
         raise ValueError(f"joint_fit supports the memoryless rules gd, ngd, polyak; got {optimizer!r}")

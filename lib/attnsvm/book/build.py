@@ -216,14 +216,14 @@ def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None
 
 
 def resolve_device(device: str = "auto") -> str:
-    """``"auto"`` -> ``"cuda"`` when a CUDA device is present, else ``"cpu"``; others unchanged."""
-    if device != "auto":
-        return device
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a requirement
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device a notebook runs on, as a short string for cache keys (``"cpu"``, ``"cuda"``).
+
+    Delegates to :func:`attnsvm.devices.device_name` (imported lazily: listing and stripping
+    notebooks do not import torch).
+    """
+    from ..devices import device_name
+
+    return device_name(device)
 
 
 def _device_label(device: str) -> str:
@@ -609,6 +609,3 @@ def main(argv=None) -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._checks import as_float_array, check_choice, check_int, check_positive
-from .data import AttnData
-from . import data as _data
-from . import metrics as _metrics
-from . import svm as _svm
-from . import train as _train
+from .._checks import as_float_array, check_choice, check_int, check_positive
+from ..data import AttnData
+from .. import data as _data
+from .. import metrics as _metrics
+from .. import svm as _svm
+from .. import train as _train
 
 __all__ = [
     "GLOBAL_CORR",

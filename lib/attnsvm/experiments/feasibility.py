@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_choice, check_int
-from .data import AttnData, random_unit
-from .svm import InfeasibleError, att_svm, optimal_tokens, rank
+from .._checks import check_choice, check_int
+from ..data import AttnData, random_unit
+from ..svm import InfeasibleError, att_svm, optimal_tokens, rank
 
 __all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep", "lifted_features",
            "singular_gap"]

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import metrics, svm, train
-from .data import AttnData
+from .. import metrics, svm, train
+from ..data import AttnData
 
 __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",

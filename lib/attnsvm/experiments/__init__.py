@@ -1,0 +1,29 @@
+"""Chapter drivers: sweeps, batched trials and classification of outcomes, one module per group
+of chapters. They own no mathematics of their own: the losses, token scores, SVMs, models, step
+rules and the training engine are the core modules' (:mod:`attnsvm.losses`,
+:mod:`attnsvm.tokens`, :mod:`attnsvm.svm`, :mod:`attnsvm.models`, :mod:`attnsvm.optim`,
+:mod:`attnsvm.train`).
+
+=================  ========  =====================================================================
+module             chapters  what
+=================  ========  =====================================================================
+``feasibility``    2         feasibility and rank of the Att-SVM over a grid of sizes
+``regpath``        3         the regularization path (norm-constrained risk minimization)
+``convergence``    4         local and global convergence, cones, over-parameterization
+``selection``      5-7       (K,Q) vs W, prompt attention, selection beyond one token
+``rates``          8-10      finite-time rates, global convergence, sparsification
+``nets``           11-12     joint training of W and the head; a small ViT and a text encoder
+``realdata``       12        offline loaders of image and text data sets
+=================  ========  =====================================================================
+"""
+import importlib
+
+_MODULES = ("feasibility", "regpath", "convergence", "selection", "rates", "nets", "realdata")
+
+__all__ = list(_MODULES)
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'attnsvm.experiments' has no attribute {name!r}")
