@@ -2,20 +2,21 @@
 import numpy as np
 import pytest
 
+from attnsvm import tokens
 from attnsvm import svm
 from attnsvm.experiments import feasibility
 
 
 def _inst(n, T, d, seed, query="self"):
     data = feasibility.draw_instance(n, T, d, seed=seed, query=query)
-    return data, svm.optimal_tokens(data.X, data.y, data.v)
+    return data, tokens.optimal_tokens(data.X, data.y, data.v)
 
 
 @pytest.mark.parametrize("n,T,d", [(3, 4, 5), (6, 3, 4), (4, 5, 3)])
 def test_lifted_features_linear_svm(n, T, d):
     """ch02-prop-lifted: the Att-SVM is the hard-margin SVM without bias on vec(A_it)."""
     data, opt = _inst(n, T, d, seed=(1, n, T, d))
-    A, idx = feasibility.lifted_features(data.X, data.Z, opt)
+    A, idx = tokens.lifted_features(data.X, data.Z, opt)
     assert A.shape == (n * (T - 1), d, d)
     W = svm.att_svm(data.X, data.Z, opt)
     # <A_it, W> = (x_opt - x_t)^T W z_i
@@ -32,7 +33,7 @@ def test_kkt_representation_rank_and_duality(seed):
     n, T, d = 5, 4, 8
     data, opt = _inst(n, T, d, seed=(2, seed))
     W, lam = svm.att_svm(data.X, data.Z, opt, return_dual=True)
-    A, idx = feasibility.lifted_features(data.X, data.Z, opt)
+    A, idx = tokens.lifted_features(data.X, data.Z, opt)
     lk = lam[idx[:, 0], idx[:, 1]]
     assert np.all(lk >= 0)
     assert np.allclose(np.einsum("k,kab->ab", lk, A), W, atol=1e-8 * np.linalg.norm(W))
@@ -84,7 +85,7 @@ def test_nuclear_projection_keeps_feasible_and_norm():
     data, opt = _inst(n, T, d, seed=4)
     Wn = svm.att_svm(data.X, data.Z, opt, norm="nuc")
     Pz = data.Z.T @ np.linalg.pinv(data.Z.T)
-    A, _ = feasibility.lifted_features(data.X, data.Z, opt)
+    A, _ = tokens.lifted_features(data.X, data.Z, opt)
     WP = Wn @ Pz
     assert np.einsum("kab,ab->k", A, WP).min() >= 1 - 1e-7
     assert np.linalg.norm(WP, "nuc") <= np.linalg.norm(Wn, "nuc") * (1 + 1e-7)
@@ -97,7 +98,7 @@ def test_linear_independence_implies_feasible(n, T, d):
     and then W = lstsq(<A_k, W> = 1) is feasible; the SVM solver agrees."""
     for s in range(5):
         data, opt = _inst(n, T, d, seed=(5, n, T, d, s))
-        A, _ = feasibility.lifted_features(data.X, data.Z, opt)
+        A, _ = tokens.lifted_features(data.X, data.Z, opt)
         F = A.reshape(len(A), -1)
         assert np.linalg.matrix_rank(F) == len(A)
         W = np.linalg.lstsq(F, np.ones(len(A)), rcond=None)[0]
@@ -111,7 +112,7 @@ def test_dependent_features_can_be_infeasible_or_feasible():
     feas = 0
     for s in range(20):
         data, opt = _inst(12, 3, 3, seed=(6, s))
-        A, _ = feasibility.lifted_features(data.X, data.Z, opt)
+        A, _ = tokens.lifted_features(data.X, data.Z, opt)
         assert np.linalg.matrix_rank(A.reshape(len(A), -1)) < len(A)      # 24 > d^2 = 9
         try:
             svm.att_svm(data.X, data.Z, opt)
@@ -131,7 +132,7 @@ def test_d1_feasible_iff_signs_agree():
         Z = rng.standard_normal((n, 1))
         y = rng.choice([-1.0, 1.0], n)
         v = np.array([rng.choice([-1.0, 1.0]) * (0.5 + rng.random())])
-        opt = svm.optimal_tokens(X, y, v)
+        opt = tokens.optimal_tokens(X, y, v)
         predicted = len(set(np.sign(y * Z[:, 0]))) == 1
         try:
             W = svm.att_svm(X, Z, opt)
@@ -151,7 +152,7 @@ def test_flipped_label_copy_is_infeasible(d, T):
     X = np.concatenate([data.X[:1], data.X[:1]])
     Z = np.concatenate([data.Z[:1], data.Z[:1]])
     y = np.array([data.y[0], -data.y[0]])
-    opt = svm.optimal_tokens(X, y, data.v)
+    opt = tokens.optimal_tokens(X, y, data.v)
     assert opt[0] != opt[1]
     with pytest.raises(svm.InfeasibleError):
         svm.att_svm(X, Z, opt)

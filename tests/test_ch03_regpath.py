@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
+from attnsvm import tokens
 from attnsvm import metrics, svm
 from attnsvm.experiments import feasibility, regpath
 
@@ -12,12 +13,12 @@ def _inst(n, T, d, seed, B=None):
         data = feasibility.draw_instance(n, T, d, seed=seed)
     else:
         data = feasibility.draw_instances(n, T, d, B, seed=seed)
-    return data, svm.optimal_tokens(data.X, data.y, data.v)
+    return data, tokens.optimal_tokens(data.X, data.y, data.v)
 
 
 def _outputs(W, data):
     S = metrics.attention(data.X, W, data.Z)                     # (n, T)
-    gam = svm.token_scores(data.X, data.y, data.v)
+    gam = tokens.token_scores(data.X, data.y, data.v)
     return (S * gam).sum(-1), gam
 
 
@@ -31,7 +32,7 @@ def test_output_sandwich(scale):
         W = rng.standard_normal((6, 6)) * scale
         u, gam = _outputs(W, data)
         gs = gam[np.arange(n), opt]
-        A, idx = feasibility.lifted_features(data.X, data.Z, opt)
+        A, idx = tokens.lifted_features(data.X, data.Z, opt)
         m = np.einsum("kab,ab->k", A, W)
         S = np.zeros(n)
         np.add.at(S, idx[:, 0], np.exp(-m))
@@ -102,7 +103,7 @@ def test_theorem_bounds_hold_on_the_path():
     rp = regpath.reg_path(data, R, inits=2, W_svm=Wmm, max_steps=600, device="cpu")
     assert np.all(rp.log_excess <= rp.log_excess_svm + 1e-12)   # the hypothesis on W_R
     for b, c in enumerate(consts):
-        A, _ = feasibility.lifted_features(data.X[b], data.Z[b], opt[b])
+        A, _ = tokens.lifted_features(data.X[b], data.Z[b], opt[b])
         nW = np.linalg.norm(Wmm[b])
         for k, Rk in enumerate(R):
             W = rp.W[k, b]
@@ -144,7 +145,7 @@ def test_nuclear_path_tends_to_nuclear_svm():
 
 def test_path_constants_batched_equals_one_at_a_time():
     data = A.data.random_unit(4, 3, 6, trials=3, seed=7)
-    opt = A.svm.optimal_tokens(data.X, data.y, data.v)
+    opt = A.tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = A.svm.att_svm_batch(data.X, data.Z, opt)
     assert feas.all()
     batched = regpath.path_constants(data, W_mm)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import attnsvm.experiments.convergence as C
+from attnsvm import tokens
 from attnsvm import metrics, svm
 from attnsvm.data import AttnData
 
@@ -16,7 +17,7 @@ from attnsvm.data import AttnData
 def inst():
     """A batch of small over-parameterized instances with their optimal tokens and W_mm."""
     data = C.draw_instances(4, 5, 6, trials=6, seed=3)
-    opt = svm.optimal_tokens(data.X, data.y, data.v)
+    opt = tokens.optimal_tokens(data.X, data.y, data.v)
     W, feas = svm.att_svm_batch(data.X, data.Z, opt)
     assert feas.all()
     return data, opt, W
@@ -184,7 +185,7 @@ def test_loss_floor_proposition(inst):
         for scale in (0.1, 1.0, 10.0, 100.0):
             W = scale * rng.standard_normal((x.d, x.d))
             assert C.loss_value(W, x) > Ls
-            g = svm.token_scores(x.X, x.y, x.v)
+            g = tokens.token_scores(x.X, x.y, x.v)
             s = metrics.attention(x.X, W, x.Z)
             u = (s * g).sum(-1)
             gs = np.sort(g, axis=1)
@@ -219,7 +220,7 @@ def test_every_choice_feasible_when_overparameterized():
             assert C.selection_margins(W, x.X, x.Z, np.array(alpha)).min() >= 1 - 1e-7
     # without the condition the conclusion fails: rank-deficient queries, d < n
     data = C.draw_instances(6, 8, 2, trials=4, seed=0)
-    opt = svm.optimal_tokens(data.X, data.y, data.v)
+    opt = tokens.optimal_tokens(data.X, data.y, data.v)
     _, feas = svm.att_svm_batch(data.X, data.Z, opt)
     assert not feas.all()
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import attnsvm.svm as svm
+from attnsvm import tokens
 from attnsvm.experiments import selection as S
 
 
@@ -13,7 +14,7 @@ def inst():
     out = []
     for b in range(3):
         X, y, Z, v = data.X[b], data.y[b], data.Z[b], data.v[b]
-        opt = svm.optimal_tokens(X, y, v)
+        opt = tokens.optimal_tokens(X, y, v)
         out.append((X, Z, opt))
     return out
 
@@ -29,7 +30,7 @@ def _margins(X, Z, opt, W):
 def test_rank_frobenius_at_most_n():
     data = S.unit_instances(3, 6, 8, trials=4, seed=2)
     for b in range(4):
-        opt = svm.optimal_tokens(data.X[b], data.y[b], data.v[b])
+        opt = tokens.optimal_tokens(data.X[b], data.y[b], data.v[b])
         W = svm.att_svm(data.X[b], data.Z[b], opt)
         assert svm.rank(W) <= 3
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import attnsvm.svm as svm
+from attnsvm import tokens
 from attnsvm.experiments import selection as S
-from attnsvm.models import get_loss
+from attnsvm.losses import get_loss
 
 
 def _risk_torch(p, X, y, v, loss):
@@ -43,7 +44,7 @@ def test_no_minimizer(inst):
     X, y, v, _ = inst
     Xt, yt, vt = (torch.tensor(a) for a in (X, y, v))
     gam = y[:, None] * (X @ v)
-    opt = svm.optimal_tokens(X, y, v)
+    opt = tokens.optimal_tokens(X, y, v)
     for loss in ("logistic", "exponential", "correlation"):
         lo = get_loss(loss)
         Lstar = float(lo.value(torch.tensor(gam.max(1))).mean())
@@ -102,9 +103,9 @@ def test_score_gap_speed():
 
 def test_prompt_instances_gap():
     data, planted = S.prompt_instances(10, 6, 5, trials=2, gap=0.3, noise=0.0, seed=1)
-    g = svm.token_scores(data.X, data.y, data.v)
+    g = tokens.token_scores(data.X, data.y, data.v)
     top = np.take_along_axis(g, planted[..., None], -1)[..., 0]
     g2 = g.copy()
     np.put_along_axis(g2, planted[..., None], -np.inf, -1)
     assert np.allclose(top - g2.max(-1), 0.3)
-    assert np.array_equal(svm.optimal_tokens(data.X, data.y, data.v), planted)
+    assert np.array_equal(tokens.optimal_tokens(data.X, data.y, data.v), planted)

@@ -8,7 +8,8 @@ import torch
 from attnsvm.experiments import nets
 from attnsvm.data import AttnData
 from attnsvm.metrics import attention
-from attnsvm.models import AttentionClassifier, get_loss
+from attnsvm.models import AttentionClassifier
+from attnsvm.losses import get_loss
 from attnsvm.svm import linear_svm
 from attnsvm.train import fit
 

@@ -6,7 +6,8 @@ import pytest
 
 from attnsvm.data import (AttnData, LinearData, orthogonal, overparameterized, prompt_2d,
                           random_unit, score_gap, separable, trial_seed)
-from attnsvm.svm import att_svm, linear_svm, optimal_tokens, p_svm
+from attnsvm.svm import att_svm, linear_svm, p_svm
+from attnsvm.tokens import optimal_tokens
 
 GENS = {
     "random_unit": lambda **k: random_unit(4, 3, 5, **k),

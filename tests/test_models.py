@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm.models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
+from attnsvm.losses import get_loss, log_mean_loss
+from attnsvm.models import AttentionClassifier, LinearClassifier
 
 LOSSES = ["logistic", "exponential", "correlation"]
 CASES = [("W", False), ("KQ", False), ("prompt", False), ("W", True), ("KQ", True),

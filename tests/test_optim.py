@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnsvm.data import AttnData
-from attnsvm.models import AttentionClassifier, get_loss
+from attnsvm.models import AttentionClassifier
+from attnsvm.losses import get_loss
 from attnsvm.optim import NGD, RULES, Adam, Polyak, SignGD, init_state, log_norm, update
 from attnsvm.train import fit
 

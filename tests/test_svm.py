@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from attnsvm.data import orthogonal, random_unit, separable
 from attnsvm.svm import (InfeasibleError, att_svm, att_svm_batch, choose_formulation, head_svm,
-                         in_cone, is_locally_optimal, linear_svm, optimal_tokens, p_svm, rank,
-                         support_tokens, token_scores)
+                         in_cone, is_locally_optimal, linear_svm, p_svm, rank,
+                         support_tokens)
+from attnsvm.tokens import optimal_tokens, token_scores
 
 
 def inst(n, T, d, seed=0, cross=True):

@@ -2,6 +2,8 @@
 
 The helper library of the book *Attention as an SVM*. Modules, by concept:
 
+``tokens``   token scores, optimal tokens, lifted features
+``losses``   margin losses with stable log-space companions
 ``data``     seeded data models (attention instances, separable data)
 ``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality
 ``models``   the attention classifier in its parameterizations, losses
@@ -25,17 +27,19 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
                "experiments")
 
 #: public name -> submodule that defines it
 _EXPORTS = {
     "data": ["AttnData", "LinearData", "random_unit", "score_gap", "orthogonal",
              "overparameterized", "prompt_2d", "separable"],
-    "svm": ["InfeasibleError", "SolverError", "token_scores", "optimal_tokens", "att_svm",
+    "tokens": ["token_scores", "optimal_tokens", "lifted_features"],
+    "losses": ["Loss", "get_loss"],
+    "svm": ["InfeasibleError", "SolverError", "att_svm",
             "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
             "is_locally_optimal", "in_cone", "rank"],
-    "models": ["AttentionClassifier", "LinearClassifier", "get_loss"],
+    "models": ["AttentionClassifier", "LinearClassifier"],
     "train": ["fit", "History", "NonFiniteError"],
     "devices": ["resolve_device", "cpu_threads"],
     "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",

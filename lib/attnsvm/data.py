@@ -94,14 +94,14 @@ class AttnData:
     @property
     def gamma(self) -> np.ndarray:
         """Token scores :math:`\\gamma_{it} = y_i v^\\top x_{it}`, shape (n, T) or (B, n, T)."""
-        from .svm import token_scores
+        from .tokens import token_scores
         return token_scores(self.X, self.y, self.v)
 
     @property
     def opt(self) -> np.ndarray:
         """Optimal tokens :math:`\\arg\\max_t \\gamma_{it}`, shape (n,) or (B, n) (see
         :func:`attnsvm.svm.optimal_tokens`; raises ValueError on a tie)."""
-        from .svm import optimal_tokens
+        from .tokens import optimal_tokens
         return optimal_tokens(self.X, self.y, self.v)
 
     def trial(self, b: int) -> "AttnData":
@@ -412,7 +412,8 @@ def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
     -------
     AttnData with d = 2
     """
-    from .svm import InfeasibleError, optimal_tokens, p_svm, token_scores
+    from .svm import InfeasibleError, p_svm
+    from .tokens import optimal_tokens, token_scores
 
     n = check_int("n", n, minimum=1)
     T = check_int("T", T, minimum=2)

@@ -65,13 +65,12 @@ import numpy as np
 import scipy.linalg as sla
 
 from ._checks import as_float_array, check_choice, check_positive
+from .tokens import TIE_TOL, optimal_tokens, token_scores  # noqa: F401  (used below)
 
 __all__ = [
     "InfeasibleError",
     "SolverError",
     "CLARABEL_OPTIONS",
-    "token_scores",
-    "optimal_tokens",
     "att_svm",
     "att_svm_batch",
     "choose_formulation",
@@ -89,7 +88,6 @@ CLARABEL_OPTIONS = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, ma
                         direct_solve_method="faer")
 
 #: tolerance for ties between token scores (relative to max(1, |gamma|))
-TIE_TOL = 1e-12
 #: largest relative constraint violation that is repaired by rescaling W
 _RESCALE_TOL = 1e-6
 
@@ -834,61 +832,6 @@ def head_svm(X, y, alpha, *, solver=None, return_dual=False):
     y = _check_labels(y, n)
     alpha = _check_alpha(alpha, n, T, "alpha")
     return linear_svm(X[np.arange(n), alpha], y, solver=solver, return_dual=return_dual)
-
-
-# ----------------------------------------------------------------------------- tokens
-
-def token_scores(X, y, v):
-    r"""Token scores :math:`\gamma_{it} = y_i v^\top x_{it}`, shape (n, T) or (B, n, T).
-
-    Parameters
-    ----------
-    X : array_like, shape (n, T, d) or (B, n, T, d)
-    y : array_like, shape (n,) or (B, n)
-    v : array_like, shape (d,) or (B, d)
-    """
-    X = as_float_array("X", X, min_ndim=3, max_ndim=4)
-    lead = X.shape[:1] if X.ndim == 4 else ()
-    n, T, d = X.shape[-3:]
-    if n == 0:
-        raise ValueError("X must hold at least one sequence (n >= 1), got n = 0")
-    if T < 2:
-        raise ValueError(f"X must have at least T = 2 tokens per sequence, got T = {T}")
-    y = as_float_array("y", y, shape=lead + (n,))
-    v = as_float_array("v", v, shape=lead + (d,))
-    return y[..., None] * np.einsum("...ntd,...d->...nt", X, v)
-
-
-def optimal_tokens(X, y, v):
-    r"""The optimal tokens :math:`\mathrm{opt}_i = \arg\max_t \gamma_{it}`.
-
-    Parameters
-    ----------
-    X : array_like, shape (n, T, d) or (B, n, T, d)
-    y : array_like, shape (n,) or (B, n)
-    v : array_like, shape (d,) or (B, d)
-
-    Returns
-    -------
-    opt : ndarray of int, shape (n,) or (B, n)
-
-    Raises
-    ------
-    ValueError
-        If a sequence's two best scores are within ``1e-12 * max(1, |best score|)``
-        (the optimal token is not unique); the message names the sequence (and trial).
-    """
-    g = token_scores(X, y, v)
-    opt = np.argmax(g, axis=-1)
-    top2 = -np.partition(-g, 1, axis=-1)[..., :2]
-    tie = (top2[..., 0] - top2[..., 1]) <= TIE_TOL * np.maximum(1.0, np.abs(top2[..., 0]))
-    if np.any(tie):
-        idx = np.argwhere(tie)[0]
-        where = (f"sequence i={idx[-1]}" + (f" of trial b={idx[0]}" if g.ndim == 3 else ""))
-        raise ValueError(f"the optimal token of {where} is not unique: its two best scores "
-                         f"{top2[tuple(idx)][0]!r} and {top2[tuple(idx)][1]!r} tie within "
-                         f"{TIE_TOL:g}")
-    return opt.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- local optimality

@@ -46,6 +46,7 @@ from ..data import AttnData
 from .. import data as _data
 from .. import metrics as _metrics
 from .. import svm as _svm
+from .. import tokens as _tokens
 from .. import train as _train
 
 __all__ = [
@@ -194,7 +195,7 @@ def loss_value(W, data, *, loss="logistic"):
     W = as_float_array("W", W, shape=(data.d, data.d))
     ell, _ = _loss_fns(loss)
     s = _metrics.attention(data.X, W, data.Z)
-    g = _svm.token_scores(data.X, data.y, data.v)
+    g = _tokens.token_scores(data.X, data.y, data.v)
     return float(np.mean(ell((s * g).sum(-1))))
 
 
@@ -215,7 +216,7 @@ def loss_grad(W, data, *, loss="logistic"):
     W = as_float_array("W", W, shape=(data.d, data.d))
     ell, nd = _loss_fns(loss)
     s = _metrics.attention(data.X, W, data.Z)
-    g = _svm.token_scores(data.X, data.y, data.v)
+    g = _tokens.token_scores(data.X, data.y, data.v)
     u = (s * g).sum(-1)
     q = -nd(u)[:, None] * s * (g - u[:, None]) / data.n          # (n, T)
     G = np.einsum("nt,ntd,ne->de", q, data.X, data.Z)
@@ -245,7 +246,7 @@ def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
     _, nd = _loss_fns(loss)
     m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
-    g = _svm.token_scores(data.X, data.y, data.v)
+    g = _tokens.token_scores(data.X, data.y, data.v)
     delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
     c = np.asarray(c, dtype=float)
     out = np.empty(c.shape)
@@ -278,7 +279,7 @@ def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6)
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
     S = _svm.support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
     _, nd = _loss_fns(loss)
-    g = _svm.token_scores(data.X, data.y, data.v)
+    g = _tokens.token_scores(data.X, data.y, data.v)
     ga = g[np.arange(n), alpha]
     return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
 
@@ -290,7 +291,7 @@ def loss_floor(data, alpha=None, *, loss="logistic"):
     if not isinstance(data, AttnData):
         raise ValueError(f"data must be AttnData, got {type(data).__name__}")
     ell, _ = _loss_fns(loss)
-    g = _svm.token_scores(data.X, data.y, data.v)
+    g = _tokens.token_scores(data.X, data.y, data.v)
     if alpha is None:
         ga = g.max(-1)
     else:
@@ -345,7 +346,7 @@ def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
         key = seed * max_tries + k
         data = draw_instances(n, T, 2, trials=1, seed=key).trial(0)
         try:
-            opt = _svm.optimal_tokens(data.X, data.y, data.v)
+            opt = _tokens.optimal_tokens(data.X, data.y, data.v)
             Wf = _svm.att_svm(data.X, data.Z, opt)
             Wn = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
             _svm.p_svm(data.X, opt)
@@ -434,7 +435,7 @@ def classify(data, W, selected, *, threshold=GLOBAL_CORR, W_mm=None, feasible_op
     threshold = check_positive("threshold", threshold)
     if threshold >= 1:
         raise ValueError(f"threshold must be < 1, got {threshold}")
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     if W_mm is None:
         W_mm, feasible_opt = _svm.att_svm_batch(data.X, data.Z, opt)
     is_opt = np.all(selected == opt, axis=-1)
@@ -516,7 +517,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     LocalRun
     """
     data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
     with _train.cpu_threads(device):
         h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
@@ -557,7 +558,7 @@ def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
     if not isinstance(data, AttnData) or not data.batched:
         raise ValueError("data must be a batched AttnData")
     B, n, T = data.trials, data.n, data.T
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     alpha = opt.copy()
     found = np.zeros(B, dtype=bool)
     for b in range(B):
@@ -665,7 +666,7 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
     if W_alpha is None:
         W_alpha = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     W_a = W_alpha
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas_opt = _svm.att_svm_batch(data.X, data.Z, opt)
     lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
@@ -793,7 +794,7 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
     data = _instance(data)
     if data.d != 2:
         raise ValueError(f"trajectories_2d needs d = 2, got d = {data.d}")
-    opt = _svm.optimal_tokens(data.X, data.y, data.v)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm = _svm.att_svm(data.X, data.Z, opt)
     W_nuc = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
     p_mm = _svm.p_svm(data.X, opt)

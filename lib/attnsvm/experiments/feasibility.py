@@ -23,9 +23,10 @@ import numpy as np
 
 from .._checks import check_choice, check_int
 from ..data import AttnData, random_unit
-from ..svm import InfeasibleError, att_svm, optimal_tokens, rank
+from ..svm import InfeasibleError, att_svm, rank
+from ..tokens import optimal_tokens
 
-__all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep", "lifted_features",
+__all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep",
            "singular_gap"]
 
 
@@ -202,27 +203,3 @@ def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=Fa
     config = dict(ns=list(ns), Ts=list(Ts), ds=list(ds), instances=instances, seed=seed,
                   query=query, nuclear=nuclear, rtol=rtol)
     return SweepResult(summ, per, config)
-
-
-def lifted_features(X, Z, opt):
-    r"""The lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` of the
-    Att-SVM, one per constraint (:math:`t \ne \mathrm{opt}_i`), in the order of ``(i, t)``.
-
-    Parameters
-    ----------
-    X : array_like (n, T, d); Z : array_like (n, d); opt : array_like of int (n,)
-
-    Returns
-    -------
-    A : ndarray (n (T-1), d, d)
-    idx : ndarray of int (n (T-1), 2), the pairs ``(i, t)``
-    """
-    X = np.asarray(X, dtype=float)
-    Z = np.asarray(Z, dtype=float)
-    opt = np.asarray(opt, dtype=np.int64)
-    n, T, d = X.shape
-    mask = np.ones((n, T), dtype=bool)
-    mask[np.arange(n), opt] = False
-    i, t = np.nonzero(mask)
-    U = X[i, opt[i]] - X[i, t]
-    return U[:, :, None] * Z[i][:, None, :], np.stack([i, t], axis=1)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import metrics, svm, train
+from .. import metrics, svm, tokens, train
 from ..data import AttnData
 
 __all__ = [
@@ -115,7 +115,7 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     for k in range(max_tries):
         data, opt = score_data(n, T, d, trials=1, distinct=True, seed=seed + k, **kw)
         one = data.trial(0)
-        g = svm.token_scores(one.X, one.y, one.v)
+        g = tokens.token_scores(one.X, one.y, one.v)
         second = np.argsort(-g, axis=-1)[:, 1]
         for i in range(n):
             alpha = opt[0].copy()

@@ -39,7 +39,7 @@ import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive
 from ..data import AttnData
-from ..svm import optimal_tokens, token_scores
+from ..tokens import optimal_tokens, token_scores
 from ..train import cpu_threads, resolve_device
 
 __all__ = ["RegPath", "reg_path", "log_excess", "excess_loss", "project_ball", "path_constants",

@@ -39,6 +39,7 @@ from .._checks import as_float_array, check_int, check_positive
 from ..data import AttnData, random_unit
 from .. import metrics as _metrics
 from .. import svm as _svm
+from .. import tokens as _tokens
 from .. import train as _train
 
 __all__ = [
@@ -314,7 +315,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
     """
     steps = check_int("steps", steps, minimum=1)
     X, Z, y, v = data.X, data.Z, data.y, data.v
-    opt = _svm.optimal_tokens(X, y, v)
+    opt = _tokens.optimal_tokens(X, y, v)
     hist = {}
     with _train.cpu_threads(device):
         for model in ("W", "KQ"):
