@@ -204,7 +204,7 @@ def test_failing_notebook_fails_the_build_naming_it_and_caches_nothing(minibook)
 
 def test_cli_exits_nonzero_naming_the_notebook(minibook, capsys):
     _add_notebook(minibook, "broken", "k = 0", "raise RuntimeError('boom')")
-    code = book.main(["build", "--root", str(minibook), "--no-render"])
+    code = book.main(["build", "--root", str(minibook), "--no-render", "--workers", "1"])
     err = capsys.readouterr().err
     assert code == 1
     assert "notebooks/broken.ipynb" in err and "RuntimeError: boom" in err
@@ -226,14 +226,23 @@ def test_interrupted_execution_leaves_no_cache_and_no_partial_file(minibook, mon
     assert not (minibook / "_build" / "cache" / "quick" / "notebooks" / "good.ipynb.json").exists()
 
 
-def test_only_executes_one_notebook_and_skips_rendering_when_others_are_not_cached(minibook):
+def test_only_executes_one_notebook_and_fails_to_render_when_others_are_not_cached(minibook,
+                                                                                    capsys):
     _add_notebook(minibook, "other", "a = 1", "b = a + 1")
-    lines = []
-    report = book.build(minibook, "quick", only="other", log=lines.append)
+    with pytest.raises(book.BuildError, match=r"cannot render: 1 notebook.*good\.ipynb"):
+        book.build(minibook, "quick", only="other", log=lambda m: None)
+    report = json.loads((minibook / "_build" / "execution-report.json").read_text())
     status = {e["notebook"]: e["status"] for e in report["notebooks"]}
     assert status == {"notebooks/good.ipynb": "skipped", "notebooks/other.ipynb": "ok"}
     assert _runs(minibook) == []
-    assert any("rendering skipped" in line for line in lines)
+    assert not (minibook / "_build" / "html").exists()
+    # the executed notebook was cached: with --no-render the same call succeeds, from the cache
+    report = book.build(minibook, "quick", only="other", render_html=False, log=lambda m: None)
+    assert [e["cached"] for e in report["notebooks"]] == [False, True]
+    # the command line exits non-zero with one line saying why
+    code = book.main(["build", "--root", str(minibook), "--only", "other", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: cannot render") and err.count("\n") == 1
 
 
 def test_resolve_device():

@@ -1,6 +1,6 @@
-"""``python -m attnsvm.book``: the book's command line (see :func:`attnsvm.book.main`)."""
+"""``python -m attnsvm.book``: the book's command line (see :mod:`attnsvm.book.cli`)."""
 import sys
 
-from .build import main
+from .cli import main
 
 sys.exit(main())

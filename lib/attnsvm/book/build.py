@@ -91,6 +91,7 @@ class NotebookResult:
     device: str
     status: str  # "ok", "failed", "skipped"
     error: str | None = None
+    worker: str | None = None  # where it was executed (a Dask worker's address, or in-process)
 
 
 # --------------------------------------------------------------------------- configuration
@@ -211,6 +212,15 @@ def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None
         if extra:
             raise BuildError(f"profile {profile!r} gives {nb} parameters {extra} that its "
                              f"parameters cell does not define (defined: {sorted(defined)})")
+        from .params import ParameterError, check_value, notebook_defaults
+
+        literal = notebook_defaults(Path(root) / nb)
+        for name, value in params.items():
+            try:
+                check_value(name, value, literal[name][1])
+            except TypeError as exc:
+                raise ParameterError(f"profile {profile!r} gives {nb} {name}={value!r}: {exc} "
+                                     f"(default {literal[name][0]})") from None
         out[nb] = params
     return out
 
@@ -330,13 +340,26 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
 
 def execute_notebooks(root: Path, profile: str, *, only: str | None = None, force: bool = False,
                       build_dir: Path | None = None, kernel_name: str = "python3",
-                      toc: str | os.PathLike | None = None, log=print) -> list[NotebookResult]:
+                      toc: str | os.PathLike | None = None, log=print, workers: int | None = 1,
+                      scheduler: str | None = None, resources: dict | None = None,
+                      progress_bar: bool | None = None) -> list[NotebookResult]:
     """Execute the notebooks of ``_toc.yml`` under ``profile``, using the cache.
 
-    Returns one :class:`NotebookResult` per notebook. With ``only``, the other notebooks are
-    reported from the cache when they are cached there and as ``skipped`` otherwise. ``toc``
-    replaces ``_toc.yml`` by another table of contents (a part of the book).
+    Returns one :class:`NotebookResult` per notebook, in the order of the table of contents.
+    With ``only``, the other notebooks are reported from the cache when they are cached there
+    and as ``skipped`` otherwise. ``toc`` replaces ``_toc.yml`` by another table of contents
+    (a part of the book).
+
+    ``workers=1`` without ``scheduler`` executes in this process, one notebook after another.
+    Otherwise the notebooks are Dask tasks (:mod:`attnsvm.book.parallel`) on a local cluster of
+    ``workers`` processes, or on the cluster at ``scheduler``; ``resources`` (e.g.
+    ``{"GPU": 1}``) is what each task needs of a worker. Either way: one progress line per
+    notebook as it finishes, each success cached at once (atomically), a failure reported with
+    its notebook, cell and exception while the others still run, and the report names the worker
+    and device of each execution.
     """
+    from .parallel import Progress, make_job, run_jobs, threads_per_worker
+
     root = Path(root)
     build_dir = Path(build_dir or root / BUILD_DIR)
     subset = toc is not None
@@ -349,50 +372,71 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         only = matches[0]
     table = resolve_profile(root, profile, toc, subset=subset)  # validates before anything runs
     lib_h, env_h = library_hash(root), environment_hash(root)
-    results = []
-    for k, nb in enumerate(toc, 1):
+    parallel = scheduler is not None or (workers is not None and int(workers) > 1)
+    threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
+    results: dict[str, NotebookResult] = {}
+    jobs, keys = [], {}
+    progress = Progress(len(toc), log=log, bar=progress_bar if parallel else False)
+
+    def paths(nb):
+        return (build_dir / "executed" / profile / nb, build_dir / "cache" / profile / (nb + ".json"),
+                build_dir / "failed" / profile / nb)
+
+    for nb in toc:
         params = table[nb]
         defaults = notebook_parameters(root / nb)
-        dev_param = params.get("device", _literal(defaults.get("device", "'auto'")))
-        device = resolve_device(str(dev_param))
+        dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
+        device = resolve_device(dev_param)
         key = cache_key(root, nb, params, device, lib_h, env_h)
-        out_path = build_dir / "executed" / profile / nb
-        record_path = build_dir / "cache" / profile / (nb + ".json")
-        failed_path = build_dir / "failed" / profile / nb
+        out_path, record_path, failed_path = paths(nb)
         record = _read_json(record_path)
         cached = (not force and record is not None and record.get("key") == key
                   and out_path.is_file())
-        tag = f"[{k:>2}/{len(toc)}] {nb}"
         if cached:
-            results.append(NotebookResult(nb, profile, params, str(out_path), record["seconds"],
-                                          True, record["device"], "ok"))
-            log(f"{tag}: cached ({record['seconds']:.1f} s when executed, {record['device']})")
+            results[nb] = NotebookResult(nb, profile, params, str(out_path), record["seconds"],
+                                         True, record["device"], "ok",
+                                         worker=record.get("worker"))
+            progress.step(f"{nb}: cached ({record['seconds']:.1f} s when executed, "
+                          f"{record['device']})")
             continue
         if only is not None and nb != only:
-            results.append(NotebookResult(nb, profile, params, None, None, False, device,
-                                          "skipped"))
-            log(f"{tag}: skipped (--only {only}; not cached under this profile)")
+            results[nb] = NotebookResult(nb, profile, params, None, None, False, device,
+                                         "skipped")
+            progress.step(f"{nb}: skipped (--only {only}; not cached under this profile)")
             continue
         if record_path.exists():
             record_path.unlink()  # the old record no longer describes what will be there
-        t0 = time.perf_counter()
-        try:
-            _execute_one(root, nb, params, out_path, failed_path, kernel_name)
-        except Exception as exc:  # report, keep going with the other notebooks
-            seconds = time.perf_counter() - t0
-            msg = _describe_failure(nb, exc)
-            results.append(NotebookResult(nb, profile, params, None, seconds, False, device,
-                                          "failed", msg))
-            log(f"{tag}: FAILED after {seconds:.1f} s -- {msg}")
-            continue
-        seconds = time.perf_counter() - t0
-        label = _device_label(device)
+        keys[nb] = (key, device)
+        jobs.append(make_job(root, nb, params, out_path, failed_path, device=dev_param,
+                             kernel_name=kernel_name, threads=threads))
+
+    def on_result(job, res):
+        nb = job["notebook"]
+        params = job["parameters"]
+        out_path, record_path, _ = paths(nb)
+        worker = res.get("worker")
+        on = f" on {worker}" if parallel and worker else ""
+        if res["status"] != "ok":
+            results[nb] = NotebookResult(nb, profile, params, None, res["seconds"], False,
+                                         res["device_label"], "failed", res["error"], worker)
+            secs = "" if res["seconds"] is None else f" after {res['seconds']:.1f} s"
+            progress.step(f"{nb}: FAILED{secs}{on} -- {res['error']}")
+            return
+        key, device = keys[nb]
+        if res["device"] != device:  # the worker resolved 'auto' differently: key by what ran
+            key = cache_key(root, nb, params, res["device"], lib_h, env_h)
         _atomic_write_text(record_path, json.dumps(
-            {"key": key, "seconds": seconds, "device": label, "parameters": params}, indent=1))
-        results.append(NotebookResult(nb, profile, params, str(out_path), seconds, False, label,
-                                      "ok"))
-        log(f"{tag}: executed in {seconds:.1f} s ({label})")
-    return results
+            {"key": key, "seconds": res["seconds"], "device": res["device_label"],
+             "worker": worker, "parameters": params}, indent=1))
+        results[nb] = NotebookResult(nb, profile, params, str(out_path), res["seconds"], False,
+                                     res["device_label"], "ok", worker=worker)
+        progress.step(f"{nb}: executed in {res['seconds']:.1f} s ({res['device_label']}){on}")
+
+    try:
+        run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources)
+    finally:
+        progress.close()
+    return [results[nb] for nb in toc]
 
 
 def _literal(src: str):
@@ -438,13 +482,14 @@ def write_report(results: list[NotebookResult], path: Path) -> dict:
 
 def report_markdown(report: dict) -> str:
     """The table of the rendered execution report page."""
-    rows = ["| Notebook | Profile | Parameters | Runtime (s) | Cached | Device | Status |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| Notebook | Profile | Parameters | Runtime (s) | Cached | Device | Worker | Status |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in report["notebooks"]:
         params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items()) or "defaults"
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
         rows.append(f"| {r['notebook']} | {r['profile']} | {params} | {secs} | "
-                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | {r['status']} |")
+                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
+                    f"{r.get('worker') or ''} | {r['status']} |")
     pk = ["| Package | Version |", "|---|---|"]
     pk += [f"| {k} | {v} |" for k, v in report["packages"].items()]
     return ("\n".join(rows) + f"\n\nGenerated {report['generated']}. Runtime is the wall-clock "
@@ -518,11 +563,14 @@ def render(stage_dir: Path, out_root: Path, *, strict: bool = True) -> None:
 def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
           only: str | None = None, force: bool = False, render_html: bool = True,
           build_dir: str | os.PathLike | None = None, toc: str | os.PathLike | None = None,
-          log=print) -> dict:
+          log=print, workers: int | None = 1, scheduler: str | None = None,
+          resources: dict | None = None, progress_bar: bool | None = None) -> dict:
     """Execute (with cache) and render the book. Returns the execution report.
 
     ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``. ``toc``
     builds a part of the book from another table of contents (for working on a few chapters).
+    ``workers``, ``scheduler`` and ``resources``: see :func:`execute_notebooks` (the command
+    line's default is one worker per core; this function's is the serial, in-process run).
 
     Raises
     ------
@@ -537,7 +585,8 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
         raise BuildError(f"build_dir must be a directory named {BUILD_DIR!r}, got {build_dir}")
     t0 = time.perf_counter()
     results = execute_notebooks(root, profile, only=only, force=force, build_dir=build_dir,
-                                toc=toc, log=log)
+                                toc=toc, log=log, workers=workers, scheduler=scheduler,
+                                resources=resources, progress_bar=progress_bar)
     report = write_report(results, build_dir / "execution-report.json")
     failed = [r for r in results if r.status == "failed"]
     if failed:
@@ -545,9 +594,10 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
                              + "\n  ".join(r.error for r in failed))
     skipped = [r for r in results if r.status == "skipped"]
     if render_html and skipped:
-        log(f"rendering skipped: {len(skipped)} notebook(s) have no cached execution under "
-            f"profile {profile!r}; run a full build")
-        return report
+        raise BuildError(f"cannot render: {len(skipped)} notebook(s) have no cached execution "
+                         f"under profile {profile!r} ({', '.join(r.notebook for r in skipped)}); "
+                         f"run a full build first, or pass --no-render (the executed notebooks "
+                         f"are cached)")
     if render_html:
         stage(root, results, report, build_dir / "stage", toc=toc)
         render(build_dir / "stage", build_dir.parent)
@@ -574,38 +624,7 @@ def strip_outputs(path: str | os.PathLike) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnsvm.book", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="execute the notebooks (cached) and render the book")
-    b.add_argument("--profile", default="quick", help="profile of profiles.yml (default: quick)")
-    b.add_argument("--only", default=None, help="execute only this notebook (path or file name)")
-    b.add_argument("--force", action="store_true", help="ignore the cache and re-execute")
-    b.add_argument("--no-render", action="store_true", help="execute only; do not render HTML")
-    b.add_argument("--root", default=None, help="the book's root (default: found from the cwd)")
-    b.add_argument("--build-dir", default=None,
-                   help="build directory, named _build (default: <root>/_build)")
-    b.add_argument("--toc", default=None,
-                   help="another table of contents, to build a part of the book")
-    ls = sub.add_parser("list", help="list the notebooks and their parameters under a profile")
-    ls.add_argument("--profile", default="quick")
-    ls.add_argument("--root", default=None)
-    st = sub.add_parser("strip", help="remove outputs and execution counts from notebooks")
-    st.add_argument("notebooks", nargs="+")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "strip":
-            for path in args.notebooks:
-                print(f"{path}: {'stripped' if strip_outputs(path) else 'clean'}")
-            return 0
-        if args.command == "list":
-            root = find_root(args.root)
-            for nb, params in resolve_profile(root, args.profile).items():
-                print(f"{nb}: {params or 'defaults'}")
-            return 0
-        build(args.root, args.profile, only=args.only, force=args.force,
-              render_html=not args.no_render, build_dir=args.build_dir, toc=args.toc)
-    except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """The command line ``python -m attnsvm.book`` (see :mod:`attnsvm.book.cli`)."""
+    from .cli import main as cli_main
 
+    return cli_main(argv)
