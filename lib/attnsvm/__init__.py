@@ -44,7 +44,7 @@ _EXPORTS = {
     "devices": ["resolve_device", "cpu_threads"],
     "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
                 "opt_mass", "fit_rate"],
-    "plot": ["use_style", "figure", "trial_band", "save_or_glue"],
+    "plot": ["use_style", "figure", "trial_band", "save_or_glue", "sweep_plot"],
 }
 
 

@@ -97,3 +97,93 @@ def save_or_glue(fig, key: str):
     glue(key, fig, display=False)
     plt.close(fig)
     return None
+
+
+def _sweep_rows(table):
+    """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
+    columns or a pandas DataFrame."""
+    import os
+
+    if isinstance(table, (str, os.PathLike)):
+        from .book.sweep import read_table
+
+        return read_table(table)
+    if hasattr(table, "to_dict") and not isinstance(table, dict):  # a pandas DataFrame
+        return table.to_dict("records")
+    if isinstance(table, dict):
+        cols = list(table)
+        n = len(table[cols[0]]) if cols else 0
+        return [{c: table[c][i] for c in cols} for i in range(n)]
+    return list(table)
+
+
+def sweep_plot(table, x: str, y: str, *, by: str | None = None, ax=None, logx: bool = False,
+               logy: bool = False, marker: str = "o", **kwargs):
+    """One call: a glued value ``y`` of a sweep against a swept parameter ``x``.
+
+    Parameters
+    ----------
+    table : list of dict, path, dict of columns or pandas DataFrame
+        The table of ``python -m attnsvm.book sweep`` (:func:`attnsvm.book.sweep`), or its CSV
+        or Parquet file.
+    x, y : str
+        Column names: a swept parameter and a glued value.
+    by : str, optional
+        Another swept parameter: one line per value of it. Without it, every ``x`` must appear
+        once among the successful points (else pass ``by``).
+    ax : matplotlib Axes, optional
+        Draw there; default a new :func:`figure`.
+    logx, logy : bool
+        Logarithmic axes.
+
+    Returns
+    -------
+    (fig, ax)
+        Failed points (``status`` not ``ok``) and points without a value of ``y`` are left out
+        and counted in the title, never dropped silently.
+    """
+    rows = _sweep_rows(table)
+    if not rows:
+        raise ValueError("table must have at least one row")
+    columns = set().union(*rows)
+    for name, col in (("x", x), ("y", y), ("by", by)):
+        if col is not None and col not in columns:
+            raise ValueError(f"{name}={col!r} is not a column of the table; columns: "
+                             f"{sorted(columns)}")
+
+    def usable(r):
+        v = r.get(y)
+        ok = r.get("status", "ok") == "ok"
+        return ok and v is not None and not (isinstance(v, float) and np.isnan(v))
+
+    kept = [r for r in rows if usable(r)]
+    left_out = len(rows) - len(kept)
+    groups = {}
+    for r in kept:
+        groups.setdefault(None if by is None else r.get(by), []).append(r)
+    if ax is None:
+        fig, ax = figure()
+    else:
+        fig = ax.figure
+    for value, members in groups.items():
+        xs = [float(r[x]) for r in members]
+        if len(set(xs)) != len(xs):
+            raise ValueError(f"several points share a value of x={x!r}"
+                             + ("" if by is None else f" within {by}={value!r}")
+                             + "; pass by= another swept parameter")
+        order = np.argsort(xs)
+        ax.plot(np.asarray(xs)[order], np.asarray([float(r[y]) for r in members])[order],
+                marker=marker, label=None if by is None else f"{by}={value}", **kwargs)
+    ax.set(xlabel=x, ylabel=y)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if by is not None:
+        ax.legend()
+    if left_out:
+        ax.set_title(f"{left_out} failed or empty point(s) not shown", fontsize="small")
+    return fig, ax
+
+
+__all__.append("sweep_plot")

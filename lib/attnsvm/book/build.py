@@ -326,9 +326,10 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
         papermill.execute_notebook(
             str(Path(root) / notebook), tmp, parameters=parameters, kernel_name=kernel_name,
             cwd=str((Path(root) / notebook).parent), progress_bar=False, log_output=False,
-            # the kernel's own start-up log (a transport notice on every start) is not the
-            # build's business: errors still surface through papermill
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            # the kernel's own log (a transport notice on every start, "KeyboardInterrupt
+            # caught" when jupyter_client interrupts it at shutdown) is not the build's
+            # business: errors in cells still surface through papermill
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
         )
         os.replace(tmp, out_path)
     except BaseException:
