@@ -4,6 +4,7 @@
 PYTHON  ?= $(shell command -v python3.11 || command -v python3)
 VENV    ?= .venv
 PROFILE ?= quick
+WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed
 
@@ -25,7 +26,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.tom
 	touch $(STAMP)
 
 book: $(STAMP)
-	$(BIN)/python -m attnsvm.book build --profile $(PROFILE)
+	$(BIN)/python -m attnsvm.book build --profile $(PROFILE) --workers $(WORKERS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -33,6 +34,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py
 	$(BIN)/python benchmarks/train_speed.py
+	$(BIN)/python benchmarks/build_parallel.py
 
 clean:
 	rm -rf _build

@@ -176,3 +176,26 @@ def test_sweep_values_are_checked_before_anything_is_submitted(minibook, capsys)
         assert code == 2 and needle in err and err.count("\n") == 1, err
     assert _points(counter) == []
     assert not (minibook / "_build" / "sweeps").exists()
+
+
+def test_build_and_sweep_on_an_existing_cluster_given_by_its_address(minibook, tmp_path):
+    from distributed import LocalCluster
+
+    counter = _sweep_notebook(minibook)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        report = book.build(minibook, "quick", render_html=False, scheduler=address,
+                            log=lambda m: None)
+        assert [e["status"] for e in report["notebooks"]] == ["ok", "ok"]
+        workers = set(cluster.scheduler_info["workers"])
+        assert all(e["worker"].split()[0] in workers for e in report["notebooks"])
+        rows = book.sweep("notebooks/cheap.ipynb", {"a": "1,2"}, root=minibook,
+                          scheduler=address, out=tmp_path / "c.csv", log=lambda m: None)
+        assert [r["status"] for r in rows] == ["ok", "ok"] and len(_points(counter)) == 3
+        again = book.sweep("notebooks/cheap.ipynb", {"a": "1,2"}, root=minibook,
+                           scheduler=address, out=tmp_path / "c.csv", log=lambda m: None)
+        assert all(r["cached"] for r in again) and len(_points(counter)) == 3
+        rebuilt = book.build(minibook, "quick", render_html=False, scheduler=address,
+                             log=lambda m: None)
+        assert all(e["cached"] for e in rebuilt["notebooks"])

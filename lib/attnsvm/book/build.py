@@ -1,8 +1,9 @@
 """The book's build: execute the notebooks with papermill under a profile, then render.
 
-Usage::
+Usage (the whole command line, with ``run`` and ``sweep``: :mod:`attnsvm.book.cli`)::
 
     python -m attnsvm.book build [--profile quick|paper] [--only NOTEBOOK] [--force]
+                                 [--workers N | --scheduler ADDRESS]
     python -m attnsvm.book list  [--profile quick|paper]
     python -m attnsvm.book strip NOTEBOOK...     # remove outputs before committing
 
@@ -359,7 +360,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
     its notebook, cell and exception while the others still run, and the report names the worker
     and device of each execution.
     """
-    from .parallel import Progress, make_job, run_jobs, threads_per_worker
+    from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
 
     root = Path(root)
     build_dir = Path(build_dir or root / BUILD_DIR)
@@ -374,6 +375,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
     table = resolve_profile(root, profile, toc, subset=subset)  # validates before anything runs
     lib_h, env_h = library_hash(root), environment_hash(root)
     parallel = scheduler is not None or (workers is not None and int(workers) > 1)
+    resolve = device_resolver(scheduler, resources)
     threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
     results: dict[str, NotebookResult] = {}
     jobs, keys = [], {}
@@ -387,7 +389,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         params = table[nb]
         defaults = notebook_parameters(root / nb)
         dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
-        device = resolve_device(dev_param)
+        device = resolve(dev_param)
         key = cache_key(root, nb, params, device, lib_h, env_h)
         out_path, record_path, failed_path = paths(nb)
         record = _read_json(record_path)
@@ -409,7 +411,8 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
             record_path.unlink()  # the old record no longer describes what will be there
         keys[nb] = (key, device)
         jobs.append(make_job(root, nb, params, out_path, failed_path, device=dev_param,
-                             kernel_name=kernel_name, threads=threads))
+                             kernel_name=kernel_name, threads=threads,
+                             resolved=None if scheduler else device))
 
     def on_result(job, res):
         nb = job["notebook"]

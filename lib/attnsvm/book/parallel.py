@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 __all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
-           "run_jobs", "dask_client", "Progress", "parse_resources"]
+           "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver"]
 
 #: environment variables that cap the threads of BLAS libraries and torch in a kernel
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -66,11 +66,18 @@ def parse_resources(text: str | None) -> dict | None:
 
 
 def make_job(root, notebook: str, parameters: dict, out_path, failed_path, *, device: str = "auto",
-             kernel_name: str = "python3", threads: int | None = None, name: str | None = None) -> dict:
-    """A job for :func:`run_job` (plain, picklable values only)."""
+             kernel_name: str = "python3", threads: int | None = None, name: str | None = None,
+             resolved: str | None = None) -> dict:
+    """A job for :func:`run_job` (plain, picklable values only).
+
+    ``device`` is the notebook's ``device`` parameter; ``resolved`` is what it resolves to on
+    this machine, given when the job runs here (in-process or on a local cluster) so that the
+    worker need not import torch to find out; on a remote cluster the worker resolves it.
+    """
     return {"root": str(root), "notebook": notebook, "parameters": dict(parameters),
             "out_path": str(out_path), "failed_path": str(failed_path), "device": str(device),
-            "kernel_name": kernel_name, "threads": threads, "name": name or notebook}
+            "kernel_name": kernel_name, "threads": threads, "name": name or notebook,
+            "resolved": resolved}
 
 
 @contextlib.contextmanager
@@ -113,7 +120,7 @@ def run_job(job: dict) -> dict:
     worker = _worker_label()
     t0 = time.perf_counter()
     try:
-        device = resolve_device(job["device"])
+        device = job.get("resolved") or resolve_device(job["device"])
         label = _device_label(device)
     except Exception as exc:  # e.g. device='cuda' on a worker without CUDA
         return {"status": "failed", "seconds": 0.0, "device": job["device"],
@@ -159,6 +166,33 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
             client.close()
     finally:
         cluster.close()
+
+
+def _resolve_on_worker(device: str) -> str:
+    from .build import resolve_device
+
+    return resolve_device(device)
+
+
+def device_resolver(scheduler: str | None = None, resources: dict | None = None):
+    """A function ``device parameter -> device name`` for cache keys, evaluated where the
+    notebooks run: here without ``scheduler``, else on a worker of that cluster (one task per
+    distinct value, e.g. ``"auto"`` is ``"cuda"`` on a GPU worker), so that a re-run finds the
+    cache entries of the device the notebooks actually ran on."""
+    from .build import resolve_device
+
+    if scheduler is None:
+        return resolve_device
+    seen: dict[str, str] = {}
+
+    def resolve(device: str) -> str:
+        if device not in seen:
+            with dask_client(scheduler=scheduler) as client:
+                seen[device] = client.submit(_resolve_on_worker, device, pure=False,
+                                             resources=resources).result()
+        return seen[device]
+
+    return resolve
 
 
 class Progress:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .build import (BUILD_DIR, BuildError, _atomic_write_text, _literal, _read_json, cache_key,
                     environment_hash, find_root, library_hash, notebook_parameters,
-                    resolve_device, resolve_profile)
+                    resolve_profile)
 from .params import parameter_grid, validate_overrides
 
 __all__ = ["RESULT_COLUMNS", "glued_scalars", "sweep", "write_table", "read_table",
@@ -187,7 +187,7 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     list of dict
         One row per grid point, in grid order (see the module's documentation for the columns).
     """
-    from .parallel import Progress, make_job, run_jobs, threads_per_worker
+    from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
 
     root = find_root(root)
     path = Path(notebook)
@@ -210,6 +210,7 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     defaults = notebook_parameters(root / nb)
     lib_h, env_h = library_hash(root), environment_hash(root)
     parallel = scheduler is not None or (workers is not None and int(workers) > 1)
+    resolve = device_resolver(scheduler, resources)
     threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
     progress = Progress(len(grid), log=log, bar=progress_bar if parallel else False, desc="points")
     rows: list[dict | None] = [None] * len(grid)
@@ -234,7 +235,7 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     for i, point in enumerate(grid):
         params = {**base, **point}
         dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
-        device = resolve_device(dev_param)
+        device = resolve(dev_param)
         key = cache_key(root, nb, params, device, lib_h, env_h)
         executed, record_path, failed = point_paths(build_dir, nb, key)
         record = _read_json(record_path)
@@ -248,6 +249,7 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
         info[len(jobs)] = (i, params, key, device, point)
         jobs.append(make_job(root, nb, params, executed, failed, device=dev_param,
                              kernel_name=kernel_name, threads=threads,
+                             resolved=None if scheduler else device,
                              name=f"{nb} [{label(point)}]"))
         jobs[-1]["index"] = len(jobs) - 1
 
