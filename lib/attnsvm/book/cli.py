@@ -169,10 +169,9 @@ def main(argv=None) -> int:
         if args.command == "sweep":
             from .sweep import sweep
 
-            rows = sweep(args.notebook, dict(_pairs(args.parameter)) if len(
-                {n for n, _ in args.parameter}) == len(args.parameter) else _duplicate(args),
-                root=args.root, profile=args.profile, build_dir=args.build_dir, out=args.out,
-                force=args.force, **_execution_kwargs(args))
+            rows = sweep(args.notebook, _pairs(args.parameter), root=args.root,
+                         profile=args.profile, build_dir=args.build_dir, out=args.out,
+                         force=args.force, **_execution_kwargs(args))
             return 1 if any(r["status"] != "ok" for r in rows) else 0
         build(args.root, args.profile, only=args.only, force=args.force,
               render_html=not args.no_render, build_dir=args.build_dir, toc=args.toc,
@@ -188,12 +187,3 @@ def main(argv=None) -> int:
         return 2
     return 0
 
-
-def _duplicate(args):
-    seen = set()
-    for name, _ in args.parameter:
-        if name in seen:
-            raise ParameterError(f"-p {name} given twice; give the values of a sweep as one "
-                                 f"comma-separated list (-p {name} v1,v2)")
-        seen.add(name)
-    raise AssertionError  # pragma: no cover

@@ -149,12 +149,14 @@ def read_table(path: str | os.PathLike) -> list[dict]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    rows = []
+    def cell(text):
+        if text == "":
+            return None
+        value = _scalar(text)
+        return text if value is None or isinstance(value, str) else value
+
     with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            rows.append({k: (None if v == "" else _scalar(v) if _scalar(v) is not None
-                             and not isinstance(_scalar(v), str) else v) for k, v in row.items()})
-    return rows
+        return [{k: cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
 
 def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike | None = None,
@@ -168,10 +170,10 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     ----------
     notebook : path
         The notebook (relative to the current directory or to the book's root).
-    values : dict
-        ``{name: [text or value, ...]}``; texts are checked and converted as ``-p`` values
-        (:func:`attnsvm.book.params.validate_overrides`), all of them before anything runs. A
-        name with one value is a fixed parameter.
+    values : dict or list of (name, values) pairs
+        ``{name: "v1,v2"}`` (texts as on the command line) or ``{name: [value, ...]}``; checked
+        and converted as ``-p`` values (:func:`attnsvm.book.params.validate_overrides`), all of
+        them before anything runs. A name with one value is a fixed parameter.
     profile : str, optional
         Start from this profile's parameters of the notebook (default: the notebook's own).
     workers, scheduler, resources
@@ -200,8 +202,9 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     except ValueError:
         raise BuildError(f"notebook {notebook} is not inside the book's root {root}") from None
     build_dir = Path(build_dir) if build_dir is not None else root / BUILD_DIR
+    items = values.items() if isinstance(values, dict) else values
     pairs = [(k, v if isinstance(v, str) else ",".join(map(repr, v)) if isinstance(v, (list, tuple))
-              else repr(v)) for k, v in values.items()]
+              else repr(v)) for k, v in items]
     checked = validate_overrides(root / nb, pairs, root=root, sweep=True)
     base = {}
     if profile is not None:
