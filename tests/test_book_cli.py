@@ -9,7 +9,6 @@ import nbformat
 import pytest
 
 from attnsvm import book
-from attnsvm.book import params as P
 from test_book import REPO, _notebook, minibook  # noqa: F401
 
 NB = REPO / "notebooks" / "ch01_separable.ipynb"

@@ -27,7 +27,6 @@ Steps of ``build``:
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
