@@ -562,7 +562,7 @@ def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
     alpha = opt.copy()
     found = np.zeros(B, dtype=bool)
     for b in range(B):
-        r = np.random.default_rng([seed, b, 7])
+        r = _data.stream(seed, "choice-search", b)
         cur = opt[b].copy()
         for _ in range(max_tries):
             cand = cur.copy()
@@ -636,7 +636,7 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     R0 = check_positive("R0", R0)
     eps = check_positive("eps", eps, allow_zero=True)
     W_a = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
-    r = np.random.default_rng([seed, 11])
+    r = _data.stream(seed, "cone-start")
     G = r.standard_normal((B, d, d))
     G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
     Wbar = W_a / np.linalg.norm(W_a, axis=(1, 2), keepdims=True)

@@ -670,28 +670,18 @@ def compare_optimizers(make_model, train, settings, *, seed=0, **kw):
 
 # ============================================================================= joint training
 def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
-    r"""Seeded instances for joint training with one planted label-carrying token.
-
-    Every token is :math:`N(0, I_d/d)`; in sequence :math:`i` the token at a random position
-    :math:`r_i` is replaced by :math:`y_i\,\mathrm{signal}\,\mu + N(0, I_d/d)` with a unit vector
-    :math:`\mu` (one per trial); queries :math:`z_i \sim N(0, I_d/d)` are drawn separately
-    (cross-attention queries). The head starts at :math:`v_0 = 0` (``v`` of the data).
+    r"""Seeded instances for joint training with one planted label-carrying token:
+    :func:`attnsvm.data.planted_token` batched with ``trials`` trials (trial ``b`` does not
+    depend on ``trials``). The head starts at :math:`v_0 = 0` (``v`` of the data).
 
     Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
     planted positions (trials, n).
     """
-    from ..data import AttnData
+    from .._checks import check_int
+    from ..data import planted_token
 
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((trials, n, T, d)) / math.sqrt(d)
-    Z = rng.standard_normal((trials, n, d)) / math.sqrt(d)
-    y = rng.choice([-1.0, 1.0], size=(trials, n))
-    mu = rng.standard_normal((trials, d))
-    mu /= np.linalg.norm(mu, axis=-1, keepdims=True)
-    r = rng.integers(0, T, size=(trials, n))
-    b, i = np.meshgrid(np.arange(trials), np.arange(n), indexing="ij")
-    X[b, i, r] += signal * y[..., None] * mu[:, None, :]
-    return AttnData(X, y, Z, np.zeros((trials, d))), r
+    trials = check_int("trials", trials, minimum=1)
+    return planted_token(n, T, d, signal=signal, trials=trials, seed=seed)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import metrics, svm, tokens, train
-from ..data import AttnData
+from .._checks import check_int
+from ..data import AttnData, Stream, prescribed_scores, stream
 
 __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
@@ -55,14 +56,11 @@ def _beta(u):
 # ----------------------------------------------------------------------------- data
 def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
                spread=0.8, seed=0):
-    r"""Seeded attention instances with prescribed token scores (cross-attention queries).
-
-    Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with :math:`g_{it}\sim N(0, I_d/d)`,
-    a unit head ``v``, unit queries :math:`z_i`, a random optimal position
-    :math:`\mathrm{opt}_i`, so the token scores are exactly :math:`\gamma_{it} = c_{it}`:
-    :math:`c_{i,\mathrm{opt}_i} = \gamma^\star` (``gamma_opt``) and, for the other tokens,
-    :math:`\gamma^\circ` (``gamma_other``, the equal-score model, ``distinct=False``) or,
-    with ``distinct=True``, distinct values drawn uniformly in
+    r"""Seeded attention instances with prescribed token scores (cross-attention queries):
+    :func:`attnsvm.data.prescribed_scores` batched with ``trials`` trials (trial ``b`` does not
+    depend on ``trials``). The token scores are exactly :math:`\gamma^\star` (``gamma_opt``)
+    at the optimal position and :math:`\gamma^\circ` (``gamma_other``) elsewhere, or, with
+    ``distinct=True``, distinct values in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
 
     Returns
@@ -70,25 +68,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     data : AttnData, batched (trials, n, T, d)
     opt : ndarray (trials, n) int
     """
-    if not gamma_opt > gamma_other:
-        raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
-    if not 0 < spread < 1:
-        raise ValueError(f"spread must be in (0, 1), got {spread}")
-    rng = np.random.default_rng([seed, 8])
-    v = rng.standard_normal((trials, d))
-    v /= np.linalg.norm(v, axis=-1, keepdims=True)
-    G = rng.standard_normal((trials, n, T, d)) / np.sqrt(d)
-    G -= np.einsum("bntd,bd->bnt", G, v)[..., None] * v[:, None, None, :]
-    y = rng.choice([-1.0, 1.0], size=(trials, n))
-    opt = rng.integers(T, size=(trials, n))
-    c = np.full((trials, n, T), float(gamma_other))
-    if distinct:
-        c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(trials, n, T))
-    np.put_along_axis(c, opt[..., None], float(gamma_opt), axis=-1)
-    X = G + (y[..., None] * c)[..., None] * v[:, None, None, :]
-    Z = rng.standard_normal((trials, n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    return AttnData(X, y, Z, v), opt.astype(np.int64)
+    trials = check_int("trials", trials, minimum=1)
+    return prescribed_scores(n, T, d, gamma_opt=gamma_opt, gamma_other=gamma_other,
+                             distinct=distinct, spread=spread, trials=trials,
+                             seed=Stream(seed, "scores"))
 
 
 def svm_batch(data, alpha):
@@ -101,7 +84,8 @@ def svm_batch(data, alpha):
 def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     r"""A distinct-score instance with a locally optimal choice :math:`\alpha \ne \mathrm{opt}`.
 
-    Draws instances ``score_data(n, T, d, distinct=True, seed=seed + k)`` for
+    Draws unbatched instances ``attnsvm.data.prescribed_scores(n, T, d, distinct=True,
+    seed=Stream(seed + k, "scores"))`` for
     ``k = 0, 1, ...`` and, for each, tries the choices that swap one sequence's optimal token for
     its second-best token; returns the first locally optimal one (checked with
     ``attnsvm.svm.is_locally_optimal``).
@@ -113,15 +97,15 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     tries : int, the number of instances drawn
     """
     for k in range(max_tries):
-        data, opt = score_data(n, T, d, trials=1, distinct=True, seed=seed + k, **kw)
-        one = data.trial(0)
+        one, opt = prescribed_scores(n, T, d, distinct=True, seed=Stream(seed + k, "scores"),
+                                     **kw)
         g = tokens.token_scores(one.X, one.y, one.v)
         second = np.argsort(-g, axis=-1)[:, 1]
         for i in range(n):
-            alpha = opt[0].copy()
+            alpha = opt.copy()
             alpha[i] = second[i]
             if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
-                return one, opt[0], alpha, k + 1
+                return one, opt, alpha, k + 1
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
 
 
@@ -269,7 +253,7 @@ def one_minus_corr(W, W_ref):
 # ----------------------------------------------------------------------------- experiments
 def random_inits(d, trials, *, radius, seed=0):
     r"""``trials`` Gaussian matrices (trials, d, d) rescaled to Frobenius norm ``radius``."""
-    rng = np.random.default_rng([seed, 9])
+    rng = stream(seed, "init")
     W = rng.standard_normal((trials, d, d))
     return radius * W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
 
