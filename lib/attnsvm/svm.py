@@ -663,13 +663,15 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
 
 
 def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
-    r"""Solve :func:`att_svm` for each trial of a batch.
+    r"""Solve :func:`att_svm` for each trial of a batch (the one batched Att-SVM of the library).
 
     Parameters
     ----------
     X : array_like, shape (B, n, T, d)
     Z : array_like, shape (B, n, d)
-    opt : array_like of int, shape (B, n)
+    opt : array_like of int, shape (B, n), or a sequence of ``B`` selections
+        One token per sequence and trial, or, per trial, anything :func:`att_svm` takes
+        (e.g. a list of ``n`` token sets: the multi-token Att-SVM).
     norm, solver
         As in :func:`att_svm`.
     strict : bool
@@ -686,15 +688,13 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
     X = as_float_array("X", X, ndim=4)
     B = X.shape[0]
     Z = as_float_array("Z", Z, shape=(B, X.shape[1], X.shape[3]))
-    opt = np.asarray(opt)
-    if opt.shape != X.shape[:2]:
-        raise ValueError(f"opt must have shape {X.shape[:2]}, got {opt.shape}")
+    sels = _batch_selections(opt, X.shape[:2])
     d = X.shape[-1]
     W = np.zeros((B, d, d))
     feasible = np.zeros(B, dtype=bool)
     for b in range(B):
         try:
-            W[b] = att_svm(X[b], Z[b], opt[b], norm=norm, solver=solver)
+            W[b] = att_svm(X[b], Z[b], sels[b], norm=norm, solver=solver)
             feasible[b] = True
         except InfeasibleError:
             pass
@@ -702,6 +702,22 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
         raise InfeasibleError(f"the Att-SVM is infeasible in trials {np.flatnonzero(~feasible).tolist()}"
                               f" of {B} (n={X.shape[1]}, T={X.shape[2]}, d={d})")
     return W, feasible
+
+
+def _is_sets(sel):
+    return not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel)
+
+
+def _batch_selections(opt, shape):
+    """Per-trial selections of :func:`att_svm_batch`: an int array (B, n) or B selections."""
+    B, n = shape
+    if not isinstance(opt, np.ndarray) and len(opt) == B and any(_is_sets(o) for o in opt):
+        return [[tuple(s) for s in o] if _is_sets(o) else np.asarray(o, dtype=np.int64)
+                for o in opt]
+    opt = np.asarray(opt)
+    if opt.shape != (B, n):
+        raise ValueError(f"opt must have shape {(B, n)}, got {opt.shape}")
+    return opt
 
 
 def p_svm(X, opt, *, solver=None, return_dual=False):

@@ -711,11 +711,11 @@ class JointRun:
 
 
 def joint_references(data, alpha):
-    """Per trial, the Frobenius attention SVM ``att_svm(X, Z, alpha)`` and the max-margin head
+    """Per trial, the Frobenius attention SVM (``att_svm_batch(X, Z, alpha, strict=True)``) and the max-margin head
     ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    from ..svm import att_svm, head_svm
+    from ..svm import att_svm_batch, head_svm
 
-    W = np.stack([att_svm(data.X[b], data.Z[b], alpha[b]) for b in range(data.trials)])
+    W = att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
     return W, v
 

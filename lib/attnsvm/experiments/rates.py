@@ -34,6 +34,7 @@ import numpy as np
 from .. import metrics, svm, tokens, train
 from .._checks import check_int
 from ..data import AttnData, Stream, prescribed_scores, stream
+from ..losses import get_loss
 
 __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
@@ -43,14 +44,8 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- logistic loss
-def _ell(u):
-    return np.logaddexp(0.0, -u)
-
-
-def _beta(u):
-    """:math:`-\\ell'(u) = 1/(1+e^{u})`."""
-    return 0.5 * (1.0 - np.tanh(0.5 * u))
+#: the logistic loss of the rates chapters (:math:`\ell` and :math:`-\ell'` from attnsvm.losses)
+_LOGISTIC = get_loss("logistic")
 
 
 # ----------------------------------------------------------------------------- data
@@ -125,13 +120,12 @@ def features(data, opt):
     """
     X, _, Z, _ = _lead(data)
     opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
-    xo = np.take_along_axis(X, opt[..., None, None], axis=2)
-    return xo - X, Z
+    return tokens.token_differences(X, opt), Z
 
 
 def _scores(data, opt):
     X, y, _, v = _lead(data)
-    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    g = tokens.token_scores(X, y, v)
     opt = np.asarray(opt).reshape(g.shape[:2])
     gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
     mask = np.ones(g.shape, dtype=bool)
@@ -159,24 +153,22 @@ def constants(data, opt, W_mm):
     gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
     go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
     Delta = gs - go
-    bm, bp = _beta(gs), _beta(np.where(mask, g, np.inf).min(axis=-1))
+    bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
     lam = (bm / bp).min(axis=-1)
     mu = 2.0 / 3.0 * gA * lam
     H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
     return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
                 b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
-                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_ell(gs).mean(-1),
+                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
                 eta_ngd=np.minimum(np.log(2) / RA, mu / H))
 
 
 # ----------------------------------------------------------------------------- exact metrics
 def _margins(data, opt, W):
     """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
-    U, Z = features(data, opt)
-    Wz = np.einsum("...bde,bne->...bnd", W, Z)
-    m = np.einsum("bntd,...bnd->...bnt", U, Wz)
-    _, _, mask, _ = _scores(data, opt)
-    return np.where(mask, m, np.inf)
+    X, _, Z, _ = _lead(data)
+    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
+    return tokens.selection_margins(W, X, Z, opt)
 
 
 def _log_q(data, opt, W):
@@ -215,7 +207,7 @@ def excess_loss(data, opt, W, *, log=False):
     tm = terms.max(axis=-1, keepdims=True)
     log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))   # log of delta_i
     delta = np.exp(log_delta)
-    b = _beta(gs)
+    b = _LOGISTIC.neg_deriv_np(gs)
     with np.errstate(divide="ignore"):
         # log E_i; for tiny delta, E_i = b delta (1 + O(delta)) is used in log form (no underflow)
         log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
@@ -240,7 +232,7 @@ def grad(data, W):
     s = metrics.softmax(a)
     g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
     u = (s * g).sum(-1)
-    c = _beta(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
+    c = _LOGISTIC.neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
     return -np.einsum("bnt,bntd,bne->bde", c, X, Z)
 
 

@@ -15,8 +15,8 @@ Selections and SVMs
 -------------------
 * :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
   parameter (argmax of the scores; the set of tokens keeping softmax mass).
-* :func:`svm_per_trial`: an attention SVM per trial (Frobenius or nuclear, for ``opt``, for
-  any choice :math:`\alpha` or for token sets), infeasible trials flagged, identical
+* the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
+  ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
   selections solved once.
 * :func:`balanced_factors`, :func:`factor_cost`: the factorization that attains
   :math:`\|W\|_* = \min_{KQ^\top = W} (\|K\|_F^2 + \|Q\|_F^2)/2`.
@@ -47,7 +47,6 @@ __all__ = [
     "prompt_instances",
     "selected_tokens",
     "selected_sets",
-    "svm_per_trial",
     "balanced_factors",
     "factor_cost",
     "imbalance",
@@ -95,12 +94,6 @@ def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
 
 
 # ----------------------------------------------------------------------------- selections
-def _scores(X, W, Z=None):
-    if Z is None:
-        return np.einsum("...ntd,...d->...nt", X, W)
-    return np.einsum("...ntd,...nd->...nt", X, np.einsum("...de,...ne->...nd", W, Z))
-
-
 def selected_tokens(X, W, Z=None):
     r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
     :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
@@ -109,7 +102,7 @@ def selected_tokens(X, W, Z=None):
     """
     X = as_float_array("X", X, min_ndim=3)
     W = as_float_array("W", W)
-    return np.argmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
+    return np.argmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
 
 
 def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
@@ -124,48 +117,13 @@ def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
     if mass_tol >= 1:
         raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
     W = as_float_array("W", W)
-    S = _metrics.softmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)))
+    S = _metrics.softmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)))
     keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
 
     def sets(k):
         return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
 
     return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
-
-
-def svm_per_trial(X, Z, selection, *, norm="fro"):
-    r"""One attention SVM per trial, for a selection per trial.
-
-    Parameters
-    ----------
-    X : (B, n, T, d); Z : (B, n, d)
-    selection : int array (B, n) (one token per sequence) or a list of B lists of token sets
-    norm : "fro" or "nuc"
-
-    Returns
-    -------
-    W : (B, d, d), zeros where infeasible
-    feasible : (B,) bool
-    """
-    X = as_float_array("X", X, ndim=4)
-    B, n, T, d = X.shape
-    Z = as_float_array("Z", Z, shape=(B, n, d))
-    if len(selection) != B:
-        raise ValueError(f"selection must have one entry per trial ({B}), got {len(selection)}")
-    W = np.zeros((B, d, d))
-    feas = np.zeros(B, dtype=bool)
-    for b in range(B):
-        sel = selection[b]
-        if not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel):
-            opt = [tuple(s) for s in sel]
-        else:
-            opt = np.asarray(sel, dtype=np.int64)
-        try:
-            W[b] = _svm.att_svm(X[b], Z[b], opt, norm=norm)
-            feas[b] = True
-        except _svm.InfeasibleError:
-            pass
-    return W, feas
 
 
 # ----------------------------------------------------------------------------- factorization
@@ -260,7 +218,7 @@ def _svm_cache(X, Z, sels, norm):
         for b in range(B):
             ck = (b, tuple(int(t) for t in sel[b]))
             if ck not in cache:
-                Wb, fb = svm_per_trial(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
+                Wb, fb = _svm.att_svm_batch(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
                 cache[ck] = (Wb[0], fb[0])
             W[b], f[b] = cache[ck]
         out[(norm, key)], feas[(norm, key)] = W, f
@@ -502,9 +460,9 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     fg = np.zeros(B, dtype=bool)
     idx = np.flatnonzero(resolved)
     if idx.size:
-        Wg[idx], fg[idx] = svm_per_trial(X[idx], Z[idx], [sets[b] for b in idx])
+        Wg[idx], fg[idx] = _svm.att_svm_batch(X[idx], Z[idx], [sets[b] for b in idx])
     single = selected_tokens(X, W, Z)
-    Ws, fs = svm_per_trial(X, Z, single)
+    Ws, fs = _svm.att_svm_batch(X, Z, single)
     cg = _metrics.corr(h.snapshots, Wg[None])
     cs = _metrics.corr(h.snapshots, Ws[None])
     cg[:, ~fg] = np.nan
