@@ -27,7 +27,7 @@ def test_output_sandwich(scale):
     """ch03-lem-output: gamma* - Dbar S/(1+S) <= y f <= gamma* - delta S/(1+S)."""
     data, opt = _inst(5, 4, 6, seed=10)
     rng = np.random.default_rng(0)
-    n, T = 5, 4
+    n = 5
     for _ in range(20):
         W = rng.standard_normal((6, 6)) * scale
         u, gam = _outputs(W, data)

@@ -12,7 +12,8 @@ token per sequence :math:`\alpha` (``alpha``, (n,) int), its Att-SVM
 
 Theory helpers (numpy, one instance)
 ------------------------------------
-* ``selection_margins`` (``attnsvm.tokens``, re-exported), :func:`nonselected_mass`: the margins of a choice and the softmax
+* ``selection_margins`` (``attnsvm.tokens``, re-exported), :func:`nonselected_mass`: the
+  margins of a choice and the softmax
   mass :math:`1 - s_{i\alpha_i}` left on the other tokens (log-sum-exp, exact at any norm).
 * :func:`saturation_bound`, :func:`cone_margin_bound`: the bounds of the saturation lemma and
   of its cone version.
@@ -39,7 +40,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive
 from ..data import AttnData

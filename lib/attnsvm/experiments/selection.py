@@ -33,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .._checks import as_float_array, check_int, check_positive
 from ..data import AttnData, Stream, planted_prompt, random_unit, stream, stream_seed
