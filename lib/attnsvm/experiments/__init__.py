@@ -7,6 +7,7 @@ rules and the training engine are the core modules' (:mod:`attnsvm.losses`,
 =================  ========  =====================================================================
 module             chapters  what
 =================  ========  =====================================================================
+``separable``      1         implicit bias on separable data: rates of GD, NGD, Polyak, Adam
 ``feasibility``    2         feasibility and rank of the Att-SVM over a grid of sizes
 ``regpath``        3         the regularization path (norm-constrained risk minimization)
 ``convergence``    4         local and global convergence, cones, over-parameterization
@@ -19,7 +20,7 @@ module             chapters  what
 """
 import importlib
 
-_MODULES = ("feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
 
 __all__ = list(_MODULES)
 
