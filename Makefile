@@ -1,6 +1,8 @@
 # Two commands do everything on a fresh machine with Python 3.11 and make:
 #   make book   -- virtual environment + pinned packages, execute (quick profile) and render the book
 #   make test   -- the whole test suite, which includes a full quick-profile build of the book
+#   make test-fast -- the library and the chapters' claims, without the slow tier (< 2 min)
+#   make lint   -- ruff (configured in pyproject.toml)
 PYTHON  ?= $(shell command -v python3.11 || command -v python3)
 VENV    ?= .venv
 PROFILE ?= quick
@@ -8,11 +10,17 @@ WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed
 
-.PHONY: book test venv bench clean help
+# pytest-xdist workers ("auto": one per core); PYTEST_WORKERS=0 runs in one process
+PYTEST_WORKERS ?= auto
+XDIST    = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
+.PHONY: book test test-fast lint venv bench clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
 	@echo "make test                         run the test suite (includes a quick book build)"
+	@echo "make test-fast                    the suite without the slow tier (pytest -m 'not slow')"
+	@echo "make lint                         ruff check lib tests benchmarks"
 	@echo "make bench                        run the benchmarks in benchmarks/"
 
 venv: $(STAMP)
@@ -29,7 +37,13 @@ book: $(STAMP)
 	$(BIN)/python -m attnsvm.book build --profile $(PROFILE) --workers $(WORKERS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
+
+lint: $(STAMP)
+	$(BIN)/ruff check lib tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py

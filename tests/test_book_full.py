@@ -36,6 +36,7 @@ def built(tmp_path_factory):
     return out, report
 
 
+@pytest.mark.slow
 def test_every_notebook_executes_under_the_quick_profile(built):
     out, report = built
     names = [e["notebook"] for e in report["notebooks"]]
@@ -45,6 +46,7 @@ def test_every_notebook_executes_under_the_quick_profile(built):
     assert on_disk["notebooks"] == json.loads(json.dumps(report["notebooks"], default=str))
 
 
+@pytest.mark.slow
 def test_every_page_is_rendered(built):
     out, _ = built
     html = out / "html"
@@ -53,6 +55,7 @@ def test_every_page_is_rendered(built):
         assert (html / f"{doc}.html").is_file(), doc
 
 
+@pytest.mark.slow
 def test_glued_numbers_reach_the_chapters(built):
     out, report = built
     text = (out / "html" / "book" / "ch01_separable.html").read_text()
@@ -69,6 +72,7 @@ def test_glued_numbers_reach_the_chapters(built):
     assert f"{float(glued['slope_gd']):.3f}" in text
 
 
+@pytest.mark.slow
 def test_execution_report_page_lists_every_notebook(built):
     out, _ = built
     text = (out / "html" / "book" / "execution_report.html").read_text()

@@ -150,3 +150,21 @@ def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
 def test_ngd_ends_closer_to_the_max_margin_direction_than_gd_on_every_seed(trajectories):
     _, _, gd, ngd = trajectories
     assert np.all(_dir_err(ngd.corr["w_mm"][-1]) < 0.5 * _dir_err(gd.corr["w_mm"][-1]))
+
+
+def test_driver_summary_holds_the_chapter_numbers():
+    """The notebook's glued numbers come from SeparableRun.summary(): check them against the
+    claims (GD's err * log t bounded; NGD's error falls faster than GD's) and NaN-safety."""
+    from attnsvm.experiments import separable
+    res = separable.separable_rates(N, D, margin=0.1, trials=4, steps=20000, seed=10,
+                                    settings={k: separable.DEFAULT_SETTINGS[k] for k in ("gd", "ngd")},
+                                    device="cpu", n_records=60)
+    s = res.summary()
+    assert set(s) == {"slope_gd", "slope_ngd", "err_final_gd", "err_final_ngd", "gd_loglog_ratio"}
+    assert 1.0 <= s["gd_loglog_ratio"] < 2.0
+    assert s["slope_ngd"] < s["slope_gd"] < 0
+    assert s["err_final_ngd"] < 0.5 * s["err_final_gd"]
+    res.err["ngd"][:] = np.nan                       # NaN-safe: NaN in, NaN out, no exception
+    s2 = res.summary()
+    assert np.isnan(s2["slope_ngd"]) and np.isnan(s2["err_final_ngd"])
+    assert s2["slope_gd"] == s["slope_gd"]

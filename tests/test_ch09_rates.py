@@ -47,7 +47,8 @@ def test_curvature(inst):
     h = 1e-3
     for _ in range(6):
         off = rng.standard_normal(W0.shape)
-        off *= (0.99 * np.log(2) / c["R_A"] * rng.uniform())[:, None, None] / np.linalg.norm(off, axis=(-2, -1), keepdims=True)
+        off *= ((0.99 * np.log(2) / c["R_A"] * rng.uniform())[:, None, None]
+                / np.linalg.norm(off, axis=(-2, -1), keepdims=True))
         M = rng.standard_normal(W0.shape)
         M /= np.linalg.norm(M, axis=(-2, -1), keepdims=True)
         W1 = W0 + off
@@ -92,7 +93,8 @@ def test_gd_theorem(inst):
     assert np.all(invE >= (1 / E0 + eta * c["mu"] ** 2 / 2 * t) * (1 - 1e-9))
     assert np.all(invE <= (1 / E0 + 3 * eta * c["R_A"] ** 2 / c["lam"] ** 2 * t) * (1 + 1e-9))
     n0 = np.linalg.norm(W0, axis=(-2, -1))
-    upper = n0 + eta * c["R_A"] * E0 / c["lam"] + 2 * c["R_A"] / (c["lam"] * c["mu"] ** 2) * np.log1p(eta * c["mu"] ** 2 * E0 * t / 2)
+    upper = (n0 + eta * c["R_A"] * E0 / c["lam"]
+             + 2 * c["R_A"] / (c["lam"] * c["mu"] ** 2) * np.log1p(eta * c["mu"] ** 2 * E0 * t / 2))
     assert np.all(h.norm <= upper + 1e-9)
     late = t[:, 0] >= 1
     lower = np.log(c["eps0"] * eta * c["mu"] ** 2 * t[late]) / c["gamma_A"]

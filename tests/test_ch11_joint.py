@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm.experiments import nets
+from attnsvm.experiments import joint as nets
 from attnsvm.data import AttnData
 from attnsvm.metrics import attention
 from attnsvm.models import AttentionClassifier

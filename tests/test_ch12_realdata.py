@@ -257,6 +257,7 @@ def test_minilm_bad_directory(tmp_path):
         nets.load_minilm(tmp_path)
 
 
+@pytest.mark.slow
 def test_text_classifier_trains(minilm):
     model, tok = minilm
     texts = ["good", "great movie", "awful", "terrible film", "loved it", "hated it"] * 4
@@ -283,6 +284,7 @@ def digits():
            ((torch.as_tensor(ds.X_test),), torch.as_tensor(ds.y_test)), ds
 
 
+@pytest.mark.slow
 def test_four_optimizers_on_a_tiny_vit(digits):
     train, test, ds = digits
     settings = {"sgd": dict(lr=0.1), "sngd": dict(lr=0.05), "sps": dict(lr=1.0, eta_max=1.0),
@@ -299,6 +301,7 @@ def test_four_optimizers_on_a_tiny_vit(digits):
         assert 0 <= h.test_acc <= 1
 
 
+@pytest.mark.slow
 def test_observed_adam_grows_norms_and_sparsifies(digits):
     train, test, ds = digits
     torch.manual_seed(0)

@@ -6,6 +6,7 @@ import pytest
 
 from attnsvm.data import (AttnData, LinearData, orthogonal, overparameterized, prompt_2d,
                           random_unit, score_gap, separable, trial_seed)
+from attnsvm import data as _data_module
 from attnsvm.svm import att_svm, linear_svm, p_svm
 from attnsvm.tokens import optimal_tokens
 
@@ -157,3 +158,112 @@ def test_containers_backward_compatible():
 def test_bad_arguments_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- seeding contract
+#: sizes for every generator of attnsvm.data.GENERATORS; a generator missing here fails the
+#: contract test below, so a new generator cannot skip the seeding contract
+CONTRACT_ARGS = {
+    "random_unit": dict(n=4, T=3, d=5),
+    "score_gap": dict(n=4, T=5, d=6, gap=0.3),
+    "orthogonal": dict(n=3, T=4, d=13),
+    "overparameterized": dict(n=3, T=4, d=5),
+    "prompt_2d": dict(n=3, T=5),
+    "separable": dict(n=7, d=4),
+    "prescribed_scores": dict(n=4, T=5, d=6, distinct=True),
+    "planted_token": dict(n=4, T=5, d=6),
+    "planted_prompt": dict(n=4, T=5, d=3),
+}
+
+
+def _arrays(out):
+    """All arrays of a generator's output (the container's fields, then any extras)."""
+    parts = out if isinstance(out, tuple) else (out,)
+    arrays = []
+    for p in parts:
+        if isinstance(p, (AttnData, LinearData)):
+            arrays += [getattr(p, f) for f in ("X", "y", "Z", "v", "w_star") if hasattr(p, f)]
+        else:
+            arrays.append(np.asarray(p))
+    return arrays
+
+
+def test_every_public_generator_is_registered():
+    from attnsvm import data
+    helpers = {"trial_seed", "stream", "stream_seed"}
+    public = {n for n in data.__all__ if callable(getattr(data, n)) and n not in helpers
+              and not isinstance(getattr(data, n), type)}
+    assert public == set(data.GENERATORS)
+    assert set(CONTRACT_ARGS) == set(data.GENERATORS), "add the new generator to CONTRACT_ARGS"
+
+
+@pytest.mark.parametrize("seed", [7, _data_module.Stream(7, "scores")], ids=["int", "stream"])
+@pytest.mark.parametrize("name", sorted(_data_module.GENERATORS))
+def test_trial_zero_does_not_depend_on_trials(name, seed):
+    from attnsvm import data
+    assert name in CONTRACT_ARGS, f"generator {name} has no entry in CONTRACT_ARGS"
+    gen, kw = data.GENERATORS[name], CONTRACT_ARGS[name]
+    one, four = _arrays(gen(trials=1, seed=seed, **kw)), _arrays(gen(trials=4, seed=seed, **kw))
+    assert len(one) == len(four)
+    for a, b in zip(one, four):
+        assert a.shape[0] == 1 and b.shape[0] == 4
+        np.testing.assert_array_equal(a[0], b[0])
+    # the trials differ (the streams are independent), and the seed matters
+    assert not np.array_equal(four[0][0], four[0][1])
+    assert not np.array_equal(one[0], _arrays(gen(trials=1, seed=8, **kw))[0])
+    # a trial drawn alone from its trial seed is the same trial
+    alone = _arrays(gen(seed=data.trial_seed(seed, 2), **kw))
+    for a, b in zip(alone, four):
+        np.testing.assert_array_equal(a, b[2])
+
+
+def test_prescribed_scores_exact_scores():
+    from attnsvm.data import prescribed_scores
+    D, opt = prescribed_scores(5, 4, 6, gamma_opt=1.5, gamma_other=-0.5, trials=3, seed=2)
+    g = D.gamma
+    np.testing.assert_allclose(np.take_along_axis(g, opt[..., None], -1)[..., 0], 1.5, atol=1e-12)
+    mask = np.ones_like(g, dtype=bool)
+    np.put_along_axis(mask, opt[..., None], False, axis=-1)
+    np.testing.assert_allclose(g[mask], -0.5, atol=1e-12)
+    np.testing.assert_array_equal(D.opt, opt)
+    with pytest.raises(ValueError, match="gamma_opt"):
+        prescribed_scores(3, 3, 3, gamma_opt=0.0, gamma_other=0.0)
+
+
+def test_planted_generators():
+    from attnsvm.data import planted_prompt, planted_token
+    D, r = planted_token(5, 4, 6, signal=3.0, trials=2, seed=1)
+    assert np.all(D.v == 0) and r.shape == (2, 5)
+    P, planted = planted_prompt(5, 4, 3, gap=0.5, noise=0.0, trials=2, seed=1)
+    np.testing.assert_array_equal(P.opt, planted)         # without noise, the relevant token wins
+    np.testing.assert_allclose(P.X[np.arange(2)[:, None], np.arange(5), planted][..., 0], 1.0)
+
+
+def test_take_keeps_the_trials_axis():
+    D = random_unit(3, 4, 5, trials=5, seed=0)
+    sub = D.take([3, 1])
+    assert sub.trials == 2 and sub.batched
+    np.testing.assert_array_equal(sub.X[0], D.X[3])
+    np.testing.assert_array_equal(D.take(np.arange(5) % 2 == 0).X, D.X[::2])
+    np.testing.assert_array_equal(D.take(slice(1, 3)).y, D.y[1:3])
+    np.testing.assert_array_equal(D.take(4).Z, D.Z[4:5])
+    with pytest.raises(ValueError, match="idx"):
+        D.take([5])
+    with pytest.raises(ValueError, match="idx"):
+        D.take(np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="batched"):
+        D.trial(0).take([0])
+    L = separable(4, 3, trials=3, seed=0).take([2])
+    assert L.trials == 1 and L.w_star.shape == (1, 3)
+
+
+def test_named_streams():
+    from attnsvm.data import STREAMS, stream, stream_seed
+    a = stream(3, "init").standard_normal(4)
+    np.testing.assert_array_equal(a, np.random.default_rng([3, STREAMS["init"]]).standard_normal(4))
+    assert not np.array_equal(stream(3, "init", 0).standard_normal(4),
+                              stream(3, "init", 1).standard_normal(4))
+    assert not np.array_equal(a, stream(3, "cone-start").standard_normal(4))
+    assert len(set(STREAMS.values())) == len(STREAMS)
+    with pytest.raises(ValueError, match="name"):
+        stream_seed(0, "no-such-stream")

@@ -146,6 +146,7 @@ def test_infeasible_raises(solver, norm):
         att_svm(X, Z, opt, norm=norm, solver=solver)
 
 
+@pytest.mark.slow
 def test_infeasible_many_sequences_small_d():
     X, y, Z, v, opt = inst(200, 8, 3, seed=0)
     for solver in (None, "dual"):

@@ -168,6 +168,7 @@ def _median_corrs(data, h):
     return np.median(cf), np.median(cn)
 
 
+@pytest.mark.slow
 def test_known_outcome_W_to_Wmm_and_KQ_to_Wmm_star():
     """n=6, T=8, d=10, 20 trials, 2000 steps of per-parameter normalized GD at lr 0.1
     (the earlier public code's setup, with its vanishing penalty 2.2e-16 (||K||^2+||Q||^2)

@@ -2,10 +2,10 @@
 
 The helper library of the book *Attention as an SVM*. Modules, by concept:
 
-``tokens``   token scores, optimal tokens, lifted features
+``tokens``   token scores, optimal tokens, attention scores, margins, lifted features
 ``losses``   margin losses with stable log-space companions
-``data``     seeded data models (attention instances, separable data)
-``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality
+``data``     seeded data models (one seeding contract, named streams)
+``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality (a package)
 ``models``   the attention classifier in its parameterizations, losses
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
 ``train``    the batched training engine ``fit``
@@ -16,7 +16,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
-``rates``, ``nets``, ``realdata``.
+``rates``, ``joint``, ``nets``, ``realdata``.
 
 Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
 ``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
@@ -33,9 +33,11 @@ _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "m
 #: public name -> submodule that defines it
 _EXPORTS = {
     "data": ["AttnData", "LinearData", "random_unit", "score_gap", "orthogonal",
-             "overparameterized", "prompt_2d", "separable"],
-    "tokens": ["token_scores", "optimal_tokens", "lifted_features"],
-    "losses": ["Loss", "get_loss"],
+             "overparameterized", "prompt_2d", "separable", "prescribed_scores", "planted_token",
+             "planted_prompt"],
+    "tokens": ["token_scores", "optimal_tokens", "attention_scores", "selection_margins",
+               "lifted_features"],
+    "losses": ["Loss", "get_loss", "loss_floor"],
     "svm": ["InfeasibleError", "SolverError", "att_svm",
             "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
             "is_locally_optimal", "in_cone", "rank"],

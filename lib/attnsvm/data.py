@@ -22,17 +22,32 @@ whatever ``B`` is, and ``gen(..., seed=trial_seed(s, b))`` reproduces it unbatch
 * :func:`overparameterized`: ``d >= n``; every choice of tokens has a feasible Att-SVM.
 * :func:`prompt_2d`: tiny 2-D prompt-attention instances for trajectory pictures.
 * :func:`separable`: linearly separable data with a planted margin.
+* :func:`prescribed_scores`: exact token scores (one optimal token, equal or distinct others).
+* :func:`planted_token`: Gaussian tokens with one planted label-carrying token per sequence.
+* :func:`planted_prompt`: a relevant token, a distractor and background (prompt attention).
+
+Every generator is registered in :data:`GENERATORS` (a test checks the seeding contract above
+for each registered generator, and that every public generator is registered).
+
+Named random streams
+--------------------
+Randomness that is not a data draw (an initialization, a random search) comes from a *named*
+stream, :func:`stream`: ``stream(seed, name, b)`` is ``default_rng(SeedSequence([seed, b,
+key]))`` with the name's key from :data:`STREAMS` (one table, distinct keys, so two modules never
+share a stream by accident; an unknown name raises). A new stream adds a name with a fresh key.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from ._checks import as_float_array, check_int, check_positive
 
-__all__ = ["AttnData", "LinearData", "trial_seed", "random_unit", "score_gap", "orthogonal",
-           "overparameterized", "prompt_2d", "separable"]
+__all__ = ["AttnData", "LinearData", "trial_seed", "STREAMS", "Stream", "stream", "stream_seed",
+           "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
+           "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,13 @@ class AttnData:
             raise ValueError(f"b must be in [0, {self.trials}), got {b}")
         return AttnData(self.X[b], self.y[b], self.Z[b], self.v[b])
 
+    def take(self, idx) -> "AttnData":
+        """The trials ``idx`` (int array, boolean mask or slice) as a batched instance."""
+        if not self.batched:
+            raise ValueError("take(idx) needs batched data (a leading trials axis)")
+        idx = _trial_index("idx", idx, self.trials)
+        return AttnData(self.X[idx], self.y[idx], self.Z[idx], self.v[idx])
+
     @classmethod
     def stack(cls, items) -> "AttnData":
         """Stack unbatched instances of equal shape along a new leading trials axis."""
@@ -172,6 +194,33 @@ class LinearData:
         return LinearData(self.X[b], self.y[b],
                           None if self.w_star is None else self.w_star[b])
 
+    def take(self, idx) -> "LinearData":
+        """The trials ``idx`` (int array, boolean mask or slice) as a batched instance."""
+        if not self.batched:
+            raise ValueError("take(idx) needs batched data (a leading trials axis)")
+        idx = _trial_index("idx", idx, self.trials)
+        return LinearData(self.X[idx], self.y[idx],
+                          None if self.w_star is None else self.w_star[idx])
+
+
+def _trial_index(name, idx, B):
+    """Validate a trial selection: a slice, a boolean mask of length ``B`` or integer indices in
+    ``[0, B)``; returns something that indexes the leading axis and keeps it."""
+    if isinstance(idx, slice):
+        return idx
+    a = np.asarray(idx)
+    if a.dtype == bool:
+        if a.shape != (B,):
+            raise ValueError(f"{name} as a boolean mask must have shape ({B},), got {a.shape}")
+        return a
+    if a.ndim == 0:
+        a = a[None]
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be a slice, a boolean mask or 1-D integer indices")
+    if a.size and (a.min() < 0 or a.max() >= B):
+        raise ValueError(f"{name} must index trials in [0, {B}), got {a.tolist()}")
+    return a
+
 
 # ----------------------------------------------------------------------------- generators
 
@@ -179,30 +228,98 @@ def trial_seed(seed, b):
     """The seed of trial ``b`` of a batch generated with ``seed``.
 
     ``np.random.SeedSequence(seed, spawn_key=(b,))``, i.e. ``SeedSequence(seed).spawn(B)[b]``
-    for every ``B > b``. Pass it as ``seed`` to get trial ``b`` unbatched.
+    for every ``B > b``; for a named stream ``Stream(s, name)``, ``stream_seed(s, name, b)``.
+    Pass it as ``seed`` to get trial ``b`` unbatched.
     """
     seed = _check_seed(seed)
     b = check_int("b", b, minimum=0)
+    if isinstance(seed, Stream):
+        return stream_seed(seed.seed, seed.name, b)
     if isinstance(seed, np.random.SeedSequence):
         return np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + (b,))
     return np.random.SeedSequence(seed, spawn_key=(b,))
 
 
+#: named random streams (name -> key); keys are distinct, a new stream gets a fresh key.
+#: The keys of the first streams are those the drivers used before the streams were named, so
+#: their draws are unchanged.
+STREAMS = {
+    "unit-instances": 5,        # experiments.selection.unit_instances (data seed)
+    "prompt-instances": 6,      # experiments.selection.prompt_instances (data)
+    "choice-search": 7,         # experiments.convergence.find_choices (random search)
+    "scores": 8,                # experiments.rates.score_data, find_trap (data)
+    "init": 9,                  # random initial matrices (experiments.rates.random_inits)
+    "cone-start": 11,           # experiments.convergence.cone_experiment (perturbation)
+    "prompt-head-init": 12,     # experiments.selection.prompt_joint (initial head)
+}
+if len(set(STREAMS.values())) != len(STREAMS):      # pragma: no cover - a table error
+    raise RuntimeError("attnsvm.data.STREAMS: two stream names share a key")
+
+
+def stream_seed(seed, name, b=None):
+    """The ``SeedSequence`` of the named stream ``name`` (of trial ``b``, if given) of ``seed``:
+    ``SeedSequence([seed, key])`` or ``SeedSequence([seed, b, key])``, ``key = STREAMS[name]``.
+    """
+    seed = check_int("seed", seed, minimum=0)
+    if name not in STREAMS:
+        raise ValueError(f"name must be one of the streams {sorted(STREAMS)}, got {name!r}")
+    if b is None:
+        return np.random.SeedSequence([seed, STREAMS[name]])
+    b = check_int("b", b, minimum=0)
+    return np.random.SeedSequence([seed, b, STREAMS[name]])
+
+
+def stream(seed, name, b=None):
+    """A ``numpy.random.Generator`` on the named stream :func:`stream_seed` ``(seed, name, b)``.
+
+    Trial ``b``'s stream does not depend on how many trials are drawn."""
+    return np.random.default_rng(stream_seed(seed, name, b))
+
+
+class Stream(NamedTuple):
+    """A named stream of ``seed`` passed as a generator's ``seed``: the unbatched instance is
+    drawn from ``stream_seed(seed, name)`` and trial ``b`` from ``stream_seed(seed, name, b)``
+    (so trial ``b`` does not depend on the number of trials)."""
+
+    seed: int
+    name: str
+
+
 def _check_seed(seed):
+    if isinstance(seed, Stream):
+        stream_seed(seed.seed, seed.name)          # validates both
+        return seed
     if isinstance(seed, np.random.SeedSequence):
         return seed
     return check_int("seed", seed, minimum=0)
 
 
-def _generate(one, trials, seed, cls=None):
-    """Call ``one(rng)`` -> tuple of arrays once (trials None) or per trial, and wrap."""
+#: name -> generator function; every generator of this module registers itself
+GENERATORS = {}
+
+
+def _generator(fn):
+    GENERATORS[fn.__name__] = fn
+    return fn
+
+
+def _generate(one, trials, seed, cls=None, extra=0):
+    """Call ``one(rng)`` -> tuple of arrays once (trials None, ``default_rng(seed)``) or once per
+    trial (trial ``b`` from ``default_rng(trial_seed(seed, b))``) and wrap the first fields in
+    ``cls``. With ``extra > 0`` the last ``extra`` arrays are returned beside the container
+    (stacked over trials): ``(data, *extras)``."""
     cls = cls or AttnData
     seed = _check_seed(seed)
     if trials is None:
-        return cls(*one(np.random.default_rng(seed)))
-    B = check_int("trials", trials, minimum=1)
-    parts = [one(np.random.default_rng(trial_seed(seed, b))) for b in range(B)]
-    return cls(*(np.stack(a) for a in zip(*parts)))
+        parts = one(np.random.default_rng(stream_seed(*seed) if isinstance(seed, Stream)
+                                          else seed))
+    else:
+        B = check_int("trials", trials, minimum=1)
+        parts = [np.stack(a) for a in
+                 zip(*[one(np.random.default_rng(trial_seed(seed, b))) for b in range(B)])]
+    if not extra:
+        return cls(*parts)
+    return (cls(*parts[:-extra]), *parts[-extra:])
 
 
 def _unit(rng, shape):
@@ -219,6 +336,7 @@ def _sizes(n, T, d, *, min_T=2, min_d=1):
             check_int("d", d, minimum=min_d))
 
 
+@_generator
 def random_unit(n, T, d, *, cross=False, trials=None, seed=0):
     r"""Random unit-norm tokens, queries and head (the setting of "Transformers as SVMs").
 
@@ -252,6 +370,7 @@ def random_unit(n, T, d, *, cross=False, trials=None, seed=0):
     return _generate(one, trials, seed)
 
 
+@_generator
 def score_gap(n, T, d, *, gap=0.5, noise=0.5, cross=False, trials=None, seed=0):
     r"""One optimal token per sequence with a score gap; the other tokens are noise.
 
@@ -308,6 +427,7 @@ def score_gap(n, T, d, *, gap=0.5, noise=0.5, cross=False, trials=None, seed=0):
     return _generate(one, trials, seed)
 
 
+@_generator
 def orthogonal(n, T, d, *, cross=False, jitter=0.0, trials=None, seed=0):
     r"""Mutually orthonormal tokens (``d >= n*T``), with a closed-form Att-SVM.
 
@@ -360,6 +480,7 @@ def orthogonal(n, T, d, *, cross=False, jitter=0.0, trials=None, seed=0):
     return _generate(one, trials, seed)
 
 
+@_generator
 def overparameterized(n, T, d, *, cross=False, trials=None, seed=0):
     r"""The over-parameterized regime ``d >= n``: random unit tokens as in :func:`random_unit`.
 
@@ -389,6 +510,7 @@ def overparameterized(n, T, d, *, cross=False, trials=None, seed=0):
     return random_unit(n, T, d, cross=cross, trials=trials, seed=seed)
 
 
+@_generator
 def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
     r"""A small 2-D prompt-attention instance for trajectory pictures (``d = 2``).
 
@@ -441,6 +563,7 @@ def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
     return _generate(one, trials, seed)
 
 
+@_generator
 def separable(n, d, *, margin=0.1, trials=None, seed=0):
     r"""Linearly separable data with a planted margin (Part I).
 
@@ -479,3 +602,139 @@ def separable(n, d, *, margin=0.1, trials=None, seed=0):
         X = g - proj[:, None] * w + (y * (margin + np.abs(proj)))[:, None] * w
         return X, y, w
     return _generate(one, trials, seed, LinearData)
+
+
+@_generator
+def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False, spread=0.8,
+                      trials=None, seed=0):
+    r"""Attention instances with prescribed token scores (cross-attention queries).
+
+    Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with
+    :math:`g_{it}\sim N(0, I_d/d)`, a uniform unit head :math:`v`, uniform unit queries
+    :math:`z_i`, labels :math:`y_i = \pm 1` and a uniform optimal position
+    :math:`\mathrm{opt}_i`. Guarantee (exact, for every draw): the token scores are
+    :math:`\gamma_{it} = c_{it}` with :math:`c_{i,\mathrm{opt}_i} = \gamma^\star`
+    (``gamma_opt``) and, for the other tokens, :math:`\gamma^\circ` (``gamma_other``, the
+    equal-score model, ``distinct=False``) or, with ``distinct=True``, values drawn uniformly in
+    :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
+
+    Parameters
+    ----------
+    n, T, d : int
+        ``d >= 2``.
+    gamma_opt, gamma_other : float, ``gamma_opt > gamma_other``
+    distinct : bool
+    spread : float in (0, 1)
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    data : AttnData
+    opt : ndarray of int, shape (n,) or (trials, n): the optimal positions
+    """
+    n, T, d = _sizes(n, T, d, min_d=2)
+    gamma_opt, gamma_other = float(gamma_opt), float(gamma_other)
+    if not gamma_opt > gamma_other:
+        raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
+    if not 0 < spread < 1:
+        raise ValueError(f"spread must be in (0, 1), got {spread}")
+
+    def one(rng):
+        v = rng.standard_normal(d)
+        v /= np.linalg.norm(v, axis=-1, keepdims=True)
+        G = rng.standard_normal((n, T, d)) / np.sqrt(d)
+        G -= np.einsum("ntd,d->nt", G, v)[..., None] * v
+        y = rng.choice([-1.0, 1.0], size=n)
+        opt = rng.integers(T, size=n)
+        c = np.full((n, T), gamma_other)
+        if distinct:
+            c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(n, T))
+        np.put_along_axis(c, opt[:, None], gamma_opt, axis=-1)
+        X = G + (y[:, None] * c)[..., None] * v
+        Z = rng.standard_normal((n, d))
+        Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
+        return X, y, Z, v, opt.astype(np.int64)
+    return _generate(one, trials, seed, extra=1)
+
+
+@_generator
+def planted_token(n, T, d, *, signal=1.0, trials=None, seed=0):
+    r"""Gaussian tokens with one planted label-carrying token per sequence (joint training).
+
+    Every token is :math:`N(0, I_d/d)`; in sequence :math:`i` the token at a uniform position
+    :math:`r_i` gets :math:`y_i\,\mathrm{signal}\,\mu` added, with a uniform unit vector
+    :math:`\mu` (one per instance); queries :math:`z_i \sim N(0, I_d/d)` are drawn separately;
+    :math:`y_i = \pm 1`. The head is :math:`v = 0` (the start of joint training; the container
+    then has no optimal tokens).
+
+    Parameters
+    ----------
+    n, T, d : int
+    signal : float >= 0
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    data : AttnData (``v = 0``)
+    planted : ndarray of int, shape (n,) or (trials, n): the positions :math:`r_i`
+    """
+    n, T, d = _sizes(n, T, d)
+    signal = check_positive("signal", signal, allow_zero=True)
+
+    def one(rng):
+        X = rng.standard_normal((n, T, d)) / np.sqrt(d)
+        Z = rng.standard_normal((n, d)) / np.sqrt(d)
+        y = _signs(rng, n)
+        mu = _unit(rng, (d,))
+        r = rng.integers(0, T, size=n)
+        X[np.arange(n), r] += signal * y[:, None] * mu
+        return X, y, Z, np.zeros(d), r.astype(np.int64)
+    return _generate(one, trials, seed, extra=1)
+
+
+@_generator
+def planted_prompt(n, T, d, *, gap=0.5, noise=0.1, trials=None, seed=0):
+    r"""A planted selection model for prompt attention with score gap ``gap``.
+
+    With the *key* direction :math:`a = e_1` and the *label* direction :math:`b = e_2`
+    (so ``d >= 2``), sequence :math:`i` has one relevant token
+    :math:`x = a + y_i b + \sigma\xi`, one distractor :math:`x = (1 - \mathrm{gap})\, y_i b +
+    \sigma\xi` and :math:`T - 2` background tokens :math:`x = c\, y_i b + \sigma \xi` with
+    :math:`c \sim U[0, 1 - \mathrm{gap}]` (:math:`c = 0` when ``gap >= 1``), all
+    :math:`\xi \sim N(0, I_d)`, at random positions; :math:`v = b`. Without noise the token
+    scores are :math:`1` (relevant), :math:`1 - \mathrm{gap}` (distractor) and at most
+    :math:`1 - \mathrm{gap}` (background), so the score gap
+    :math:`\gamma_{i,\mathrm{opt}_i} - \max_{t\ne\mathrm{opt}_i}\gamma_{it}` is ``gap``; with
+    noise :math:`\sigma` (``noise``) it is ``gap`` up to :math:`O(\sigma)`.
+
+    Parameters
+    ----------
+    n, T, d : int
+        ``d >= 2``.
+    gap : float > 0
+    noise : float >= 0
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
+    planted : ndarray of int, shape (n,) or (trials, n): the position of the relevant token
+    """
+    n, T, d = _sizes(n, T, d, min_d=2)
+    gap = check_positive("gap", gap)
+    noise = check_positive("noise", noise, allow_zero=True)
+    a, bvec = np.eye(d)[0], np.eye(d)[1]
+
+    def one(rng):
+        y = _signs(rng, n)
+        c = np.empty((n, T))
+        c[:, 0] = 1.0
+        c[:, 1] = 1.0 - gap
+        c[:, 2:] = rng.uniform(0.0, 1.0 - gap, size=(n, T - 2)) if gap < 1 else 0.0
+        X = (c * y[:, None])[..., None] * bvec + noise * rng.standard_normal((n, T, d))
+        X[:, 0] += a
+        perm = np.argsort(rng.random((n, T)), axis=1)
+        X = np.take_along_axis(X, perm[..., None], axis=1)
+        planted = np.argmax(perm == 0, axis=1).astype(np.int64)
+        return X, y, np.broadcast_to(a, (n, d)).copy(), bvec.copy(), planted
+    return _generate(one, trials, seed, extra=1)

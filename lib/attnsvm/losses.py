@@ -7,16 +7,21 @@ correlation :math:`-u`) provides :math:`\ell(u)`, :math:`\log \ell(u)` and
 :math:`\log|\ell'(u)|` computed stably for any finite :math:`u`, so the engine can write
 :math:`\nabla L = e^{\sigma} \tilde g` with a per-trial log-scale :math:`\sigma` and a
 well-scaled :math:`\tilde g`, and step rules never see an underflowed loss or gradient.
+
+The same objects evaluate :math:`\ell` and :math:`-\ell'` on numpy arrays
+(:meth:`Loss.value_np`, :meth:`Loss.neg_deriv_np`) for the experiments' closed forms, and
+:func:`loss_floor` is the loss floor :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ._checks import check_choice
 
-__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss"]
+__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor"]
 
 
 class Loss:
@@ -38,6 +43,14 @@ class Loss:
 
     def log_neg_deriv(self, u):
         """:math:`\\log(-\\ell'(u))`, finite for every finite ``u``."""
+        raise NotImplementedError
+
+    def value_np(self, u):
+        """:math:`\\ell(u)` of a numpy array, stable for every finite ``u``."""
+        raise NotImplementedError
+
+    def neg_deriv_np(self, u):
+        """:math:`-\\ell'(u)` of a numpy array, stable (no overflow, no cancellation)."""
         raise NotImplementedError
 
     def __repr__(self):
@@ -63,6 +76,12 @@ class _Logistic(Loss):
     def log_neg_deriv(self, u):
         return -torch.nn.functional.softplus(u)
 
+    def value_np(self, u):
+        return np.logaddexp(0.0, -np.asarray(u, dtype=float))
+
+    def neg_deriv_np(self, u):
+        return np.exp(-np.logaddexp(0.0, np.asarray(u, dtype=float)))
+
 
 class _Exponential(Loss):
     r""":math:`\ell(u) = e^{-u}`, :math:`\log \ell = \log(-\ell') = -u`."""
@@ -77,6 +96,12 @@ class _Exponential(Loss):
 
     def log_neg_deriv(self, u):
         return -u
+
+    def value_np(self, u):
+        return np.exp(-np.asarray(u, dtype=float))
+
+    def neg_deriv_np(self, u):
+        return np.exp(-np.asarray(u, dtype=float))
 
 
 class _Correlation(Loss):
@@ -94,6 +119,12 @@ class _Correlation(Loss):
 
     def log_neg_deriv(self, u):
         return torch.zeros_like(u)
+
+    def value_np(self, u):
+        return -np.asarray(u, dtype=float)
+
+    def neg_deriv_np(self, u):
+        return np.ones_like(np.asarray(u, dtype=float))
 
 
 LOSSES = {"logistic": _Logistic(), "exponential": _Exponential(), "correlation": _Correlation()}
@@ -134,3 +165,37 @@ def grad_coefficients(loss, u):
 def log_mean_loss(loss, u):
     r""":math:`\log L = \operatorname{logsumexp}_i \log \ell(u_i) - \log n` per trial, shape (B,)."""
     return torch.logsumexp(loss.log_value(u), dim=-1) - math.log(u.shape[-1])
+
+
+def loss_floor(data, alpha=None, *, loss="logistic"):
+    r"""The loss floor :math:`\mathcal{L}_\infty(\alpha) = \frac1n\sum_i \ell(\gamma_{i\alpha_i})`:
+    the limit of :math:`\mathcal{L}(cW^\alpha_{mm})` as :math:`c\to\infty`; for
+    :math:`\alpha = \mathrm{opt}` (the default, :math:`\gamma_{i\alpha_i} = \max_t\gamma_{it}`)
+    the infimum of the risk, attained only in the limit.
+
+    Parameters
+    ----------
+    data : AttnData, unbatched or batched
+    alpha : int array (n,) or (B, n), optional
+    loss : str or Loss
+
+    Returns
+    -------
+    float, or ndarray (B,) for batched data
+    """
+    from .data import AttnData
+    from .tokens import token_scores
+
+    if not isinstance(data, AttnData):
+        raise ValueError(f"data must be AttnData, got {type(data).__name__}")
+    ell = get_loss(loss)
+    g = token_scores(data.X, data.y, data.v)
+    if alpha is None:
+        ga = g.max(-1)
+    else:
+        a = np.asarray(alpha)
+        if a.shape != g.shape[:-1]:
+            raise ValueError(f"alpha must have shape {g.shape[:-1]}, got {a.shape}")
+        ga = np.take_along_axis(g, a[..., None].astype(np.int64), axis=-1)[..., 0]
+    out = np.mean(ell.value_np(ga), axis=-1)
+    return float(out) if np.ndim(out) == 0 else out

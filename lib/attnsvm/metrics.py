@@ -125,14 +125,12 @@ def attention(X, W, Z=None):
     if Z is None:
         if W.shape[-1:] != X.shape[-1:]:
             raise ValueError(f"p must have shape (..., d) with d = {X.shape[-1]}, got {W.shape}")
-        a = np.einsum("...ntd,...d->...nt", X, W)
     else:
         Z = as_float_array("Z", Z, min_ndim=2)
         if W.ndim < 2 or W.shape[-2:] != (X.shape[-1],) * 2:
             raise ValueError(f"W must have shape (..., d, d) with d = {X.shape[-1]}, got {W.shape}")
-        Wz = np.einsum("...de,...ne->...nd", W, Z)
-        a = np.einsum("...ntd,...nd->...nt", X, Wz)
-    return softmax(a, axis=-1)
+    from .tokens import attention_scores
+    return softmax(attention_scores(X, W, Z), axis=-1)
 
 
 def opt_mass(S, opt, *, reduce="mean"):

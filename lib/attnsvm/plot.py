@@ -74,7 +74,7 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
         raise ValueError(f"values must have one row per step: steps has {steps.shape[0]}, "
                          f"values has shape {values.shape}")
     if color is None and label is not None:
-        color = COLORS.get(str(label).lower())
+        color = COLORS.get(str(label), COLORS.get(str(label).lower()))
     med = np.median(values, axis=1)
     (line,) = ax.plot(steps, med, label=label, color=color, **kwargs)
     if values.shape[1] > 1:

@@ -1,10 +1,12 @@
-r"""Tokens: scores, optimal tokens and the lifted features of the Att-SVM.
+r"""Tokens: scores, optimal tokens, attention scores, margins and the lifted features.
 
 For a sequence :math:`X_i` (rows :math:`x_{it}`), label :math:`y_i` and head :math:`v`, the token
 score is :math:`\gamma_{it} = y_i v^\top x_{it}` and the optimal token is
-:math:`\mathrm{opt}_i = \arg\max_t \gamma_{it}`. The Att-SVM's constraint for the pair
-:math:`(i, t)` reads :math:`\langle A_{it}, W\rangle \ge 1` with the lifted feature
-:math:`A_{it} = (x_{i\alpha_i} - x_{it}) z_i^\top`.
+:math:`\mathrm{opt}_i = \arg\max_t \gamma_{it}`. The attention score of a key-query matrix
+:math:`W` is :math:`a_{it} = x_{it}^\top W z_i` (of a prompt :math:`p`: :math:`x_{it}^\top p`).
+The Att-SVM's constraint for the pair :math:`(i, t)` reads :math:`\langle A_{it}, W\rangle \ge 1`
+with the lifted feature :math:`A_{it} = (x_{i\alpha_i} - x_{it}) z_i^\top`; its left side is the
+selection margin :math:`m_{it} = (x_{i\alpha_i} - x_{it})^\top W z_i`.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import numpy as np
 
 from ._checks import as_float_array
 
-__all__ = ["TIE_TOL", "token_scores", "optimal_tokens", "lifted_features"]
+__all__ = ["TIE_TOL", "token_scores", "optimal_tokens", "attention_scores", "token_differences",
+           "selection_margins", "lifted_features"]
 
 #: relative tolerance under which two token scores count as tied
 TIE_TOL = 1e-12
@@ -71,6 +74,87 @@ def optimal_tokens(X, y, v):
     return opt.astype(np.int64)
 
 
+def attention_scores(X, W, Z=None):
+    r"""Attention scores :math:`a_{it} = x_{it}^\top W z_i`, or :math:`x_{it}^\top p` when ``Z``
+    is None and ``W`` is a prompt ``p``; leading (trial) axes broadcast.
+
+    Parameters
+    ----------
+    X : array_like (..., n, T, d)
+    W : array_like (..., d, d), or (..., d) (a prompt) when ``Z`` is None
+    Z : array_like (..., n, d), optional
+
+    Returns
+    -------
+    a : ndarray (..., n, T)
+    """
+    X = np.asarray(X, dtype=float)
+    W = np.asarray(W, dtype=float)
+    if Z is None:
+        return np.einsum("...ntd,...d->...nt", X, W)
+    Wz = np.einsum("...de,...ne->...nd", W, np.asarray(Z, dtype=float))
+    return np.einsum("...ntd,...nd->...nt", X, Wz)
+
+
+def _choice(alpha, shape, T):
+    a = np.asarray(alpha)
+    if a.shape != shape or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"alpha must be an integer array of shape {shape}, got {a.shape} {a.dtype}")
+    if np.any(a < 0) or np.any(a >= T):
+        raise ValueError(f"alpha entries must lie in [0, {T})")
+    return a.astype(np.int64)
+
+
+def token_differences(X, alpha):
+    r"""The rows :math:`u_{it} = x_{i\alpha_i} - x_{it}` of the lifted features
+    :math:`A_{it} = u_{it} z_i^\top` (zero at :math:`t = \alpha_i`).
+
+    Parameters
+    ----------
+    X : array_like (..., n, T, d)
+    alpha : int array (..., n)
+
+    Returns
+    -------
+    U : ndarray (..., n, T, d)
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    alpha = _choice(alpha, X.shape[:-2], X.shape[-2])
+    xa = np.take_along_axis(X, alpha[..., None, None], axis=-2)
+    return xa - X
+
+
+def selection_margins(W, X, Z, alpha):
+    r"""Selection margins :math:`m_{it} = \langle A_{it}, W\rangle
+    = (x_{i\alpha_i} - x_{it})^\top W z_i`, ``+inf`` at :math:`t = \alpha_i`.
+
+    Parameters
+    ----------
+    W : array_like (..., d, d)
+        Leading axes broadcast against those of ``X`` (e.g. ``(K, B, d, d)`` for ``K``
+        snapshots of ``B`` trials).
+    X : array_like (n, T, d) or (B, n, T, d)
+    Z : array_like (n, d) or (B, n, d)
+    alpha : int array (n,) or (B, n)
+
+    Returns
+    -------
+    m : ndarray (..., n, T)
+    """
+    X = as_float_array("X", X, min_ndim=3, max_ndim=4)
+    lead, (n, T, d) = X.shape[:-3], X.shape[-3:]
+    Z = as_float_array("Z", Z, shape=lead + (n, d))
+    W = as_float_array("W", W, min_ndim=2)
+    if W.shape[-2:] != (d, d):
+        raise ValueError(f"W must have shape (..., {d}, {d}), got {W.shape}")
+    U = token_differences(X, alpha)
+    a = _choice(alpha, lead + (n,), T)
+    m = np.einsum("...ntd,...nd->...nt", U, np.einsum("...de,...ne->...nd", W, Z))
+    mask = np.ones(lead + (n, T), dtype=bool)
+    np.put_along_axis(mask, a[..., None], False, axis=-1)
+    return np.where(mask, m, np.inf)
+
+
 def lifted_features(X, Z, opt):
     r"""The lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` of the
     Att-SVM, one per constraint (:math:`t \ne \mathrm{opt}_i`), in the order of ``(i, t)``.
@@ -91,5 +175,5 @@ def lifted_features(X, Z, opt):
     mask = np.ones((n, T), dtype=bool)
     mask[np.arange(n), opt] = False
     i, t = np.nonzero(mask)
-    U = X[i, opt[i]] - X[i, t]
+    U = token_differences(X, opt)[i, t]
     return U[:, :, None] * Z[i][:, None, :], np.stack([i, t], axis=1)

@@ -7,18 +7,20 @@ rules and the training engine are the core modules' (:mod:`attnsvm.losses`,
 =================  ========  =====================================================================
 module             chapters  what
 =================  ========  =====================================================================
+``separable``      1         implicit bias on separable data: rates of GD, NGD, Polyak, Adam
 ``feasibility``    2         feasibility and rank of the Att-SVM over a grid of sizes
 ``regpath``        3         the regularization path (norm-constrained risk minimization)
 ``convergence``    4         local and global convergence, cones, over-parameterization
 ``selection``      5-7       (K,Q) vs W, prompt attention, selection beyond one token
 ``rates``          8-10      finite-time rates, global convergence, sparsification
-``nets``           11-12     joint training of W and the head; a small ViT and a text encoder
+``joint``          11        joint training of W and the head
+``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``realdata``       12        offline loaders of image and text data sets
 =================  ========  =====================================================================
 """
 import importlib
 
-_MODULES = ("feasibility", "regpath", "convergence", "selection", "rates", "nets", "realdata")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
 
 __all__ = list(_MODULES)
 

@@ -12,7 +12,8 @@ token per sequence :math:`\alpha` (``alpha``, (n,) int), its Att-SVM
 
 Theory helpers (numpy, one instance)
 ------------------------------------
-* :func:`selection_margins`, :func:`nonselected_mass`: the margins of a choice and the softmax
+* ``selection_margins`` (``attnsvm.tokens``, re-exported), :func:`nonselected_mass`: the
+  margins of a choice and the softmax
   mass :math:`1 - s_{i\alpha_i}` left on the other tokens (log-sum-exp, exact at any norm).
 * :func:`saturation_bound`, :func:`cone_margin_bound`: the bounds of the saturation lemma and
   of its cone version.
@@ -21,7 +22,7 @@ Theory helpers (numpy, one instance)
 * :func:`ray_alignment`, :func:`ray_alignment_limit`: :math:`\langle -\nabla\mathcal{L}(c
   W^\alpha_{mm}), W^\alpha_{mm}\rangle` (computed in a cancellation-free form) and its
   asymptotic constant :math:`\Lambda_\alpha`.
-* :func:`loss_floor`: :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
+* ``loss_floor`` (``attnsvm.losses``, re-exported): :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
 
 Experiments (batched: one ``attnsvm.train.fit`` call per setting)
 -----------------------------------------------------------------
@@ -39,7 +40,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive
 from ..data import AttnData
@@ -48,6 +48,8 @@ from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import tokens as _tokens
 from .. import train as _train
+from ..losses import get_loss, loss_floor  # noqa: F401  (loss_floor re-exported: ch04's API)
+from ..tokens import selection_margins  # noqa: F401  (re-exported: ch04's API)
 
 __all__ = [
     "GLOBAL_CORR",
@@ -98,6 +100,12 @@ def _instance(data):
     return data
 
 
+def _nonneg_loss(loss):
+    """The :class:`attnsvm.losses.Loss` of a nonnegative decreasing loss (logistic or
+    exponential): the theory helpers below need one."""
+    return get_loss(check_choice("loss", loss, ("logistic", "exponential")))
+
+
 def _alpha(alpha, n, T):
     a = np.asarray(alpha)
     if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
@@ -107,37 +115,7 @@ def _alpha(alpha, n, T):
     return a.astype(np.int64)
 
 
-def _loss_fns(loss):
-    """(ell, -ell') for a nonnegative decreasing loss, numpy, stable."""
-    check_choice("loss", loss, ("logistic", "exponential"))
-    if loss == "logistic":
-        return (lambda u: np.logaddexp(0.0, -u)), (lambda u: np.exp(-np.logaddexp(0.0, u)))
-    return (lambda u: np.exp(-u)), (lambda u: np.exp(-u))
-
-
 # ----------------------------------------------------------------------------- theory helpers
-def selection_margins(W, X, Z, alpha):
-    r"""Selection margins :math:`m_{it} = (x_{i\alpha_i} - x_{it})^\top W z_i`, shape (n, T)
-    (``+inf`` at :math:`t = \alpha_i`).
-
-    Parameters
-    ----------
-    W : array_like (d, d)
-    X : array_like (n, T, d)
-    Z : array_like (n, d)
-    alpha : int array (n,)
-    """
-    X = as_float_array("X", X, ndim=3)
-    n, T, d = X.shape
-    W = as_float_array("W", W, shape=(d, d))
-    Z = as_float_array("Z", Z, shape=(n, d))
-    alpha = _alpha(alpha, n, T)
-    a = np.einsum("ntd,nd->nt", X, Z @ W.T)
-    m = a[np.arange(n), alpha][:, None] - a
-    m[np.arange(n), alpha] = np.inf
-    return m
-
-
 def nonselected_mass(W, X, Z, alpha):
     r"""Softmax mass on the non-selected tokens, :math:`1 - s_{i\alpha_i}(W)`, shape (n,).
 
@@ -193,7 +171,7 @@ def loss_value(W, data, *, loss="logistic"):
     r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`."""
     data = _instance(data)
     W = as_float_array("W", W, shape=(data.d, data.d))
-    ell, _ = _loss_fns(loss)
+    ell = _nonneg_loss(loss).value_np
     s = _metrics.attention(data.X, W, data.Z)
     g = _tokens.token_scores(data.X, data.y, data.v)
     return float(np.mean(ell((s * g).sum(-1))))
@@ -214,7 +192,7 @@ def loss_grad(W, data, *, loss="logistic"):
     """
     data = _instance(data)
     W = as_float_array("W", W, shape=(data.d, data.d))
-    ell, nd = _loss_fns(loss)
+    ell, nd = _nonneg_loss(loss).value_np, _nonneg_loss(loss).neg_deriv_np
     s = _metrics.attention(data.X, W, data.Z)
     g = _tokens.token_scores(data.X, data.y, data.v)
     u = (s * g).sum(-1)
@@ -244,7 +222,7 @@ def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False
     alpha = _alpha(alpha, n, T)
     if W_alpha is None:
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
-    _, nd = _loss_fns(loss)
+    nd = _nonneg_loss(loss).neg_deriv_np
     m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
     g = _tokens.token_scores(data.X, data.y, data.v)
     delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
@@ -278,29 +256,10 @@ def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6)
     if W_alpha is None:
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
     S = _svm.support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
-    _, nd = _loss_fns(loss)
+    nd = _nonneg_loss(loss).neg_deriv_np
     g = _tokens.token_scores(data.X, data.y, data.v)
     ga = g[np.arange(n), alpha]
     return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
-
-
-def loss_floor(data, alpha=None, *, loss="logistic"):
-    r""":math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`: the limit of :math:`\mathcal{L}(c
-    W^\alpha_{mm})` as :math:`c\to\infty`; for :math:`\alpha = \mathrm{opt}` (the default) the
-    infimum of the risk. Batched data give one value per trial."""
-    if not isinstance(data, AttnData):
-        raise ValueError(f"data must be AttnData, got {type(data).__name__}")
-    ell, _ = _loss_fns(loss)
-    g = _tokens.token_scores(data.X, data.y, data.v)
-    if alpha is None:
-        ga = g.max(-1)
-    else:
-        a = np.asarray(alpha)
-        if a.shape != g.shape[:-1]:
-            raise ValueError(f"alpha must have shape {g.shape[:-1]}, got {a.shape}")
-        ga = np.take_along_axis(g, a[..., None].astype(np.int64), axis=-1)[..., 0]
-    out = np.mean(ell(ga), axis=-1)
-    return float(out) if np.ndim(out) == 0 else out
 
 
 # ----------------------------------------------------------------------------- data
@@ -562,7 +521,7 @@ def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
     alpha = opt.copy()
     found = np.zeros(B, dtype=bool)
     for b in range(B):
-        r = np.random.default_rng([seed, b, 7])
+        r = _data.stream(seed, "choice-search", b)
         cur = opt[b].copy()
         for _ in range(max_tries):
             cand = cur.copy()
@@ -636,7 +595,7 @@ def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd
     R0 = check_positive("R0", R0)
     eps = check_positive("eps", eps, allow_zero=True)
     W_a = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
-    r = np.random.default_rng([seed, 11])
+    r = _data.stream(seed, "cone-start")
     G = r.standard_normal((B, d, d))
     G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
     Wbar = W_a / np.linalg.norm(W_a, axis=(1, 2), keepdims=True)

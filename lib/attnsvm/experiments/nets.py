@@ -1,5 +1,6 @@
-r"""Networks of Part III and their stochastic training: a small ViT, a pretrained MiniLM text
-classifier, and the joint training of attention and head (Chapter 11).
+r"""Networks of Chapter 12 and their stochastic training: a small ViT and a pretrained MiniLM text
+classifier (the joint training of attention and head, Chapter 11, is
+:mod:`attnsvm.experiments.joint`).
 
 Multi-head attention and the per-head matrix :math:`W_h`
 --------------------------------------------------------
@@ -41,13 +42,6 @@ Training
 :class:`attnsvm.optim.Adam`) with cross-entropy loss and records loss, per-head norms and
 sparsity on a grid; :func:`compare_optimizers` runs several from the same initialization and
 the same mini-batch order.
-
-Joint training (Chapter 11)
----------------------------
-:func:`joint_data` draws seeded instances with one planted label-carrying token per sequence,
-:func:`joint_fit` trains ``W`` and ``v`` jointly with :func:`attnsvm.train.fit` in segments (so
-that ``v`` is recorded along the way; exact for the memoryless rules gd, ngd, polyak) and
-compares ``W`` and ``v`` with the attention SVM and the max-margin head of the planted tokens.
 """
 from __future__ import annotations
 
@@ -81,9 +75,6 @@ __all__ = [
     "train_torch",
     "compare_optimizers",
     "STOCHASTIC",
-    "joint_data",
-    "JointRun",
-    "joint_fit",
 ]
 
 
@@ -666,127 +657,3 @@ def compare_optimizers(make_model, train, settings, *, seed=0, **kw):
         runs[name] = train_torch(model, train, optimizer=name, seed=seed, **s, **kw)
         models[name] = model
     return runs, models
-
-
-# ============================================================================= joint training
-def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
-    r"""Seeded instances for joint training with one planted label-carrying token.
-
-    Every token is :math:`N(0, I_d/d)`; in sequence :math:`i` the token at a random position
-    :math:`r_i` is replaced by :math:`y_i\,\mathrm{signal}\,\mu + N(0, I_d/d)` with a unit vector
-    :math:`\mu` (one per trial); queries :math:`z_i \sim N(0, I_d/d)` are drawn separately
-    (cross-attention queries). The head starts at :math:`v_0 = 0` (``v`` of the data).
-
-    Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
-    planted positions (trials, n).
-    """
-    from ..data import AttnData
-
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((trials, n, T, d)) / math.sqrt(d)
-    Z = rng.standard_normal((trials, n, d)) / math.sqrt(d)
-    y = rng.choice([-1.0, 1.0], size=(trials, n))
-    mu = rng.standard_normal((trials, d))
-    mu /= np.linalg.norm(mu, axis=-1, keepdims=True)
-    r = rng.integers(0, T, size=(trials, n))
-    b, i = np.meshgrid(np.arange(trials), np.arange(n), indexing="ij")
-    X[b, i, r] += signal * y[..., None] * mu[:, None, :]
-    return AttnData(X, y, Z, np.zeros((trials, d))), r
-
-
-@dataclass
-class JointRun:
-    r"""Joint training of ``W`` and ``v`` recorded at ``steps`` (K,), for B trials.
-
-    ``loss``, ``log_loss`` (natural log, exact when ``loss`` underflows), ``norm_W``,
-    ``norm_v``, ``corr_W``, ``corr_v``, ``mass`` (mean softmax mass on the reference tokens) and
-    ``min_margin`` (:math:`\min_i y_i f(X_i)`) are (K, B); ``W`` (B,d,d), ``v`` (B,d) final; ``W_ref``, ``v_ref`` the
-    attention SVM and the max-margin head of the reference tokens ``alpha`` (B, n).
-    """
-
-    steps: np.ndarray
-    loss: np.ndarray
-    log_loss: np.ndarray
-    norm_W: np.ndarray
-    norm_v: np.ndarray
-    corr_W: np.ndarray
-    corr_v: np.ndarray
-    mass: np.ndarray
-    min_margin: np.ndarray
-    W: np.ndarray
-    v: np.ndarray
-    W_ref: np.ndarray
-    v_ref: np.ndarray
-    alpha: np.ndarray
-
-
-def joint_references(data, alpha):
-    """Per trial, the Frobenius attention SVM ``att_svm(X, Z, alpha)`` and the max-margin head
-    ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    from ..svm import att_svm, head_svm
-
-    W = np.stack([att_svm(data.X[b], data.Z[b], alpha[b]) for b in range(data.trials)])
-    v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
-    return W, v
-
-
-def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000, segments=24,
-              record_steps=None, refs=None, seed=0, device="auto"):
-    r"""Train ``W`` and ``v`` jointly (``fit(model="W", train_v=True)``) from ``W_0 = 0`` and the
-    data's ``v`` and record both along the way.
-
-    The run is cut into ``segments`` log-spaced pieces, each a call of
-    :func:`attnsvm.train.fit` started from the previous end point; for the memoryless rules
-    (gd, ngd, polyak) this is exactly one run of ``steps`` steps.
-
-    Parameters
-    ----------
-    data : AttnData with a trials axis; alpha : (B, n) reference tokens (e.g. the planted ones).
-    record_steps : increasing ints from 0 to ``steps``, optional: explicit record steps (instead
-        of ``segments`` log-spaced ones).
-    refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
-    """
-    from ..metrics import attention, corr
-    from ..train import fit
-
-    if optimizer not in ("gd", "ngd", "polyak"):
-        raise ValueError(f"joint_fit supports the memoryless rules gd, ngd, polyak; got {optimizer!r}")
-    W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
-    if record_steps is None:
-        cuts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, steps, segments)), [steps]])
-                         ).astype(int)
-    else:
-        cuts = np.asarray(record_steps, dtype=int)
-        if cuts[0] != 0 or cuts[-1] != steps or np.any(np.diff(cuts) <= 0):
-            raise ValueError("record_steps must increase strictly from 0 to steps")
-    B, d = data.trials, data.d
-    W = np.zeros((B, d, d))
-    v = np.array(data.v, dtype=float)
-    keys = ("loss", "log_loss", "norm_W", "norm_v", "corr_W", "corr_v", "mass", "min_margin")
-    rows = {k: [] for k in keys}
-
-    def rec(h, k, W, v):
-        S = attention(data.X, W, data.Z)                                 # (B,n,T)
-        f = np.einsum("bnt,bnt->bn", S, np.einsum("bntd,bd->bnt", data.X, v))
-        rows["min_margin"].append((data.y * f).min(-1))
-        rows["loss"].append(h.loss[k])
-        rows["log_loss"].append(h.log_loss[k])
-        rows["norm_W"].append(np.linalg.norm(W, axis=(-2, -1)))
-        rows["norm_v"].append(np.linalg.norm(v, axis=-1))
-        rows["corr_W"].append(corr(W, W_ref))
-        rows["corr_v"].append(corr(v, v_ref, elem_ndim=1))
-        rows["mass"].append(h.opt_mass[k])
-
-    kw = dict(model="W", train_v=True, optimizer=optimizer, lr=lr, opt=alpha, seed=seed,
-              device=device)
-    if eta_max is not None:
-        kw["eta_max"] = eta_max
-    for j in range(len(cuts) - 1):
-        n_steps = int(cuts[j + 1] - cuts[j])
-        h = fit(data, steps=n_steps, init={"W": W, "v": v}, record_every=n_steps, **kw)
-        if j == 0:
-            rec(h, 0, W, v)
-        W, v = h.params["W"], h.params["v"]
-        rec(h, -1, W, v)
-    return JointRun(cuts, *(np.stack(rows[k]) for k in keys), W, v, W_ref, v_ref,
-                    np.asarray(alpha))

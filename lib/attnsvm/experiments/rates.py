@@ -32,7 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import metrics, svm, tokens, train
-from ..data import AttnData
+from .._checks import check_int
+from ..data import AttnData, Stream, prescribed_scores, stream
+from ..losses import get_loss
 
 __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
@@ -42,27 +44,18 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- logistic loss
-def _ell(u):
-    return np.logaddexp(0.0, -u)
-
-
-def _beta(u):
-    """:math:`-\\ell'(u) = 1/(1+e^{u})`."""
-    return 0.5 * (1.0 - np.tanh(0.5 * u))
+#: the logistic loss of the rates chapters (:math:`\ell` and :math:`-\ell'` from attnsvm.losses)
+_LOGISTIC = get_loss("logistic")
 
 
 # ----------------------------------------------------------------------------- data
 def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
                spread=0.8, seed=0):
-    r"""Seeded attention instances with prescribed token scores (cross-attention queries).
-
-    Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with :math:`g_{it}\sim N(0, I_d/d)`,
-    a unit head ``v``, unit queries :math:`z_i`, a random optimal position
-    :math:`\mathrm{opt}_i`, so the token scores are exactly :math:`\gamma_{it} = c_{it}`:
-    :math:`c_{i,\mathrm{opt}_i} = \gamma^\star` (``gamma_opt``) and, for the other tokens,
-    :math:`\gamma^\circ` (``gamma_other``, the equal-score model, ``distinct=False``) or,
-    with ``distinct=True``, distinct values drawn uniformly in
+    r"""Seeded attention instances with prescribed token scores (cross-attention queries):
+    :func:`attnsvm.data.prescribed_scores` batched with ``trials`` trials (trial ``b`` does not
+    depend on ``trials``). The token scores are exactly :math:`\gamma^\star` (``gamma_opt``)
+    at the optimal position and :math:`\gamma^\circ` (``gamma_other``) elsewhere, or, with
+    ``distinct=True``, distinct values in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
 
     Returns
@@ -70,25 +63,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     data : AttnData, batched (trials, n, T, d)
     opt : ndarray (trials, n) int
     """
-    if not gamma_opt > gamma_other:
-        raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
-    if not 0 < spread < 1:
-        raise ValueError(f"spread must be in (0, 1), got {spread}")
-    rng = np.random.default_rng([seed, 8])
-    v = rng.standard_normal((trials, d))
-    v /= np.linalg.norm(v, axis=-1, keepdims=True)
-    G = rng.standard_normal((trials, n, T, d)) / np.sqrt(d)
-    G -= np.einsum("bntd,bd->bnt", G, v)[..., None] * v[:, None, None, :]
-    y = rng.choice([-1.0, 1.0], size=(trials, n))
-    opt = rng.integers(T, size=(trials, n))
-    c = np.full((trials, n, T), float(gamma_other))
-    if distinct:
-        c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(trials, n, T))
-    np.put_along_axis(c, opt[..., None], float(gamma_opt), axis=-1)
-    X = G + (y[..., None] * c)[..., None] * v[:, None, None, :]
-    Z = rng.standard_normal((trials, n, d))
-    Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
-    return AttnData(X, y, Z, v), opt.astype(np.int64)
+    trials = check_int("trials", trials, minimum=1)
+    return prescribed_scores(n, T, d, gamma_opt=gamma_opt, gamma_other=gamma_other,
+                             distinct=distinct, spread=spread, trials=trials,
+                             seed=Stream(seed, "scores"))
 
 
 def svm_batch(data, alpha):
@@ -101,7 +79,8 @@ def svm_batch(data, alpha):
 def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     r"""A distinct-score instance with a locally optimal choice :math:`\alpha \ne \mathrm{opt}`.
 
-    Draws instances ``score_data(n, T, d, distinct=True, seed=seed + k)`` for
+    Draws unbatched instances ``attnsvm.data.prescribed_scores(n, T, d, distinct=True,
+    seed=Stream(seed + k, "scores"))`` for
     ``k = 0, 1, ...`` and, for each, tries the choices that swap one sequence's optimal token for
     its second-best token; returns the first locally optimal one (checked with
     ``attnsvm.svm.is_locally_optimal``).
@@ -113,15 +92,15 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     tries : int, the number of instances drawn
     """
     for k in range(max_tries):
-        data, opt = score_data(n, T, d, trials=1, distinct=True, seed=seed + k, **kw)
-        one = data.trial(0)
+        one, opt = prescribed_scores(n, T, d, distinct=True, seed=Stream(seed + k, "scores"),
+                                     **kw)
         g = tokens.token_scores(one.X, one.y, one.v)
         second = np.argsort(-g, axis=-1)[:, 1]
         for i in range(n):
-            alpha = opt[0].copy()
+            alpha = opt.copy()
             alpha[i] = second[i]
             if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
-                return one, opt[0], alpha, k + 1
+                return one, opt, alpha, k + 1
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
 
 
@@ -141,13 +120,12 @@ def features(data, opt):
     """
     X, _, Z, _ = _lead(data)
     opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
-    xo = np.take_along_axis(X, opt[..., None, None], axis=2)
-    return xo - X, Z
+    return tokens.token_differences(X, opt), Z
 
 
 def _scores(data, opt):
     X, y, _, v = _lead(data)
-    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    g = tokens.token_scores(X, y, v)
     opt = np.asarray(opt).reshape(g.shape[:2])
     gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
     mask = np.ones(g.shape, dtype=bool)
@@ -175,24 +153,22 @@ def constants(data, opt, W_mm):
     gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
     go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
     Delta = gs - go
-    bm, bp = _beta(gs), _beta(np.where(mask, g, np.inf).min(axis=-1))
+    bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
     lam = (bm / bp).min(axis=-1)
     mu = 2.0 / 3.0 * gA * lam
     H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
     return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
                 b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
-                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_ell(gs).mean(-1),
+                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
                 eta_ngd=np.minimum(np.log(2) / RA, mu / H))
 
 
 # ----------------------------------------------------------------------------- exact metrics
 def _margins(data, opt, W):
     """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
-    U, Z = features(data, opt)
-    Wz = np.einsum("...bde,bne->...bnd", W, Z)
-    m = np.einsum("bntd,...bnd->...bnt", U, Wz)
-    _, _, mask, _ = _scores(data, opt)
-    return np.where(mask, m, np.inf)
+    X, _, Z, _ = _lead(data)
+    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
+    return tokens.selection_margins(W, X, Z, opt)
 
 
 def _log_q(data, opt, W):
@@ -231,7 +207,7 @@ def excess_loss(data, opt, W, *, log=False):
     tm = terms.max(axis=-1, keepdims=True)
     log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))   # log of delta_i
     delta = np.exp(log_delta)
-    b = _beta(gs)
+    b = _LOGISTIC.neg_deriv_np(gs)
     with np.errstate(divide="ignore"):
         # log E_i; for tiny delta, E_i = b delta (1 + O(delta)) is used in log form (no underflow)
         log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
@@ -256,7 +232,7 @@ def grad(data, W):
     s = metrics.softmax(a)
     g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
     u = (s * g).sum(-1)
-    c = _beta(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
+    c = _LOGISTIC.neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
     return -np.einsum("bnt,bntd,bne->bde", c, X, Z)
 
 
@@ -269,7 +245,7 @@ def one_minus_corr(W, W_ref):
 # ----------------------------------------------------------------------------- experiments
 def random_inits(d, trials, *, radius, seed=0):
     r"""``trials`` Gaussian matrices (trials, d, d) rescaled to Frobenius norm ``radius``."""
-    rng = np.random.default_rng([seed, 9])
+    rng = stream(seed, "init")
     W = rng.standard_normal((trials, d, d))
     return radius * W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
 

@@ -39,13 +39,13 @@ import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive
 from ..data import AttnData
+from ..losses import LOSSES
 from ..tokens import optimal_tokens, token_scores
-from ..train import cpu_threads, resolve_device
+from ..devices import cpu_threads, resolve_device
 
-__all__ = ["RegPath", "reg_path", "log_excess", "excess_loss", "project_ball", "path_constants",
-           "log_loss_gap"]
+__all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants"]
 
-_LOSSES = ("logistic", "exponential", "correlation")
+_LOSSES = tuple(LOSSES)
 
 
 # ----------------------------------------------------------------------------- objective
@@ -109,20 +109,6 @@ def log_excess(W, data, *, loss="logistic"):
         Xt, Zt, gt, ot = (u.unsqueeze(0).expand(B, *u.shape) for u in (Xt, Zt, gt, ot))
     out = _log_excess_t(torch.as_tensor(Wb), Xt, Zt, gt, ot, loss).numpy()
     return float(out[0]) if single else out
-
-
-def excess_loss(W, data, *, loss="logistic"):
-    r""":math:`E(W) = \mathcal{L}(W) - \mathcal{L}_\infty` (``exp`` of :func:`log_excess`)."""
-    return np.exp(log_excess(W, data, loss=loss))
-
-
-def log_loss_gap(data, *, loss="logistic"):
-    r""":math:`\mathcal{L}_\infty = \frac1n\sum_i\ell(\gamma_i^\star)`, the infimum of the loss
-    (attained only in the limit), for an unbatched instance."""
-    gam = token_scores(data.X, data.y, data.v)
-    g = gam.max(axis=-1)
-    lv = {"logistic": np.logaddexp(0.0, -g), "exponential": np.exp(-g), "correlation": -g}[loss]
-    return float(np.mean(lv))
 
 
 # ----------------------------------------------------------------------------- projections

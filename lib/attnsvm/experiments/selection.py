@@ -15,8 +15,8 @@ Selections and SVMs
 -------------------
 * :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
   parameter (argmax of the scores; the set of tokens keeping softmax mass).
-* :func:`svm_per_trial`: an attention SVM per trial (Frobenius or nuclear, for ``opt``, for
-  any choice :math:`\alpha` or for token sets), infeasible trials flagged, identical
+* the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
+  ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
   selections solved once.
 * :func:`balanced_factors`, :func:`factor_cost`: the factorization that attains
   :math:`\|W\|_* = \min_{KQ^\top = W} (\|K\|_F^2 + \|Q\|_F^2)/2`.
@@ -33,10 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .._checks import as_float_array, check_int, check_positive
-from ..data import AttnData, random_unit
+from ..data import AttnData, Stream, planted_prompt, random_unit, stream, stream_seed
 from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import tokens as _tokens
@@ -47,7 +46,6 @@ __all__ = [
     "prompt_instances",
     "selected_tokens",
     "selected_sets",
-    "svm_per_trial",
     "balanced_factors",
     "factor_cost",
     "imbalance",
@@ -64,72 +62,37 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- data
 def unit_instances(n, T, d, *, trials=1, seed=0):
-    r"""Random instances in the setting of "Transformers as SVMs".
+    r"""Random instances in the setting of "Transformers as SVMs": tokens, queries and head
+    uniform unit vectors, random signs, queries drawn separately (cross-attention).
 
-    Tokens :math:`x_{it}`, queries :math:`z_i` and the head :math:`v` are drawn
-    :math:`N(0, I_d)` and normalized to unit length; :math:`y_i` are random signs. The queries
-    are drawn separately from the tokens (cross-attention): :func:`attnsvm.data.random_unit`
-    with ``cross=True``, seeded so that a trial does not depend on ``trials``.
+    :func:`attnsvm.data.random_unit` with ``cross=True`` on the named data stream
+    ``"unit-instances"`` of ``seed``; trial ``b`` does not depend on ``trials``.
 
     Returns
     -------
     AttnData, batched with ``trials`` trials.
     """
     trials = check_int("trials", trials, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
-    return random_unit(n, T, d, cross=True, trials=trials, seed=np.random.SeedSequence([seed, 5]))
+    return random_unit(n, T, d, cross=True, trials=trials,
+                       seed=stream_seed(seed, "unit-instances"))
 
 
 def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
-    r"""A planted selection model for prompt attention with score gap ``gap``.
-
-    With the *key* direction :math:`a = e_1` and the *label* direction :math:`b = e_2`
-    (so ``d >= 2``), sequence :math:`i` has one relevant token
-    :math:`x = a + y_i b + \sigma\xi`, one distractor :math:`x = (1 - \mathrm{gap})\, y_i b +
-    \sigma\xi` and :math:`T - 2` background tokens :math:`x = c\, y_i b + \sigma \xi` with
-    :math:`c \sim U[-1, 1 - \mathrm{gap}]`, all :math:`\xi \sim N(0, I_d)`, at random
-    positions; :math:`v = b`. Without noise the token scores are :math:`1` (relevant),
-    :math:`1 - \mathrm{gap}` (distractor) and at most :math:`1 - \mathrm{gap}` (background), so
-    the score gap :math:`\gamma_{i,\mathrm{opt}_i} - \max_{t\ne\mathrm{opt}_i}\gamma_{it}` is
-    ``gap``; with noise ``sigma`` it is ``gap`` up to :math:`O(\sigma)`.
+    r"""The planted prompt-attention model :func:`attnsvm.data.planted_prompt` (score gap
+    ``gap``, noise ``noise``), batched with ``trials`` trials, on the named data stream
+    ``"prompt-instances"`` of ``seed``.
 
     Returns
     -------
     data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
     planted : ndarray of int, shape (trials, n): the position of the relevant token
     """
-    n = check_int("n", n, minimum=1)
-    T = check_int("T", T, minimum=2)
-    d = check_int("d", d, minimum=2)
     trials = check_int("trials", trials, minimum=1)
-    gap = check_positive("gap", gap)
-    noise = check_positive("noise", noise, allow_zero=True)
-    seed = check_int("seed", seed, minimum=0)
-    a, bvec = np.eye(d)[0], np.eye(d)[1]
-    out, planted = [], []
-    for b in range(trials):
-        r = np.random.default_rng([seed, b, 6])
-        y = np.where(r.standard_normal(n) >= 0, 1.0, -1.0)
-        c = np.empty((n, T))
-        c[:, 0] = 1.0
-        c[:, 1] = 1.0 - gap
-        c[:, 2:] = r.uniform(0.0, 1.0 - gap, size=(n, T - 2)) if gap < 1 else 0.0
-        X = (c * y[:, None])[..., None] * bvec + noise * r.standard_normal((n, T, d))
-        X[:, 0] += a
-        perm = np.argsort(r.random((n, T)), axis=1)
-        X = np.take_along_axis(X, perm[..., None], axis=1)
-        planted.append(np.argmax(perm == 0, axis=1))
-        out.append(AttnData(X, y, np.broadcast_to(a, (n, d)).copy(), bvec.copy()))
-    return AttnData.stack(out), np.stack(planted).astype(np.int64)
+    return planted_prompt(n, T, d, gap=gap, noise=noise, trials=trials,
+                          seed=Stream(seed, "prompt-instances"))
 
 
 # ----------------------------------------------------------------------------- selections
-def _scores(X, W, Z=None):
-    if Z is None:
-        return np.einsum("...ntd,...d->...nt", X, W)
-    return np.einsum("...ntd,...nd->...nt", X, np.einsum("...de,...ne->...nd", W, Z))
-
-
 def selected_tokens(X, W, Z=None):
     r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
     :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
@@ -138,7 +101,7 @@ def selected_tokens(X, W, Z=None):
     """
     X = as_float_array("X", X, min_ndim=3)
     W = as_float_array("W", W)
-    return np.argmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
+    return np.argmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
 
 
 def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
@@ -153,48 +116,13 @@ def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
     if mass_tol >= 1:
         raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
     W = as_float_array("W", W)
-    S = _metrics.softmax(_scores(X, W, None if Z is None else as_float_array("Z", Z)))
+    S = _metrics.softmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)))
     keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
 
     def sets(k):
         return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
 
     return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
-
-
-def svm_per_trial(X, Z, selection, *, norm="fro"):
-    r"""One attention SVM per trial, for a selection per trial.
-
-    Parameters
-    ----------
-    X : (B, n, T, d); Z : (B, n, d)
-    selection : int array (B, n) (one token per sequence) or a list of B lists of token sets
-    norm : "fro" or "nuc"
-
-    Returns
-    -------
-    W : (B, d, d), zeros where infeasible
-    feasible : (B,) bool
-    """
-    X = as_float_array("X", X, ndim=4)
-    B, n, T, d = X.shape
-    Z = as_float_array("Z", Z, shape=(B, n, d))
-    if len(selection) != B:
-        raise ValueError(f"selection must have one entry per trial ({B}), got {len(selection)}")
-    W = np.zeros((B, d, d))
-    feas = np.zeros(B, dtype=bool)
-    for b in range(B):
-        sel = selection[b]
-        if not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel):
-            opt = [tuple(s) for s in sel]
-        else:
-            opt = np.asarray(sel, dtype=np.int64)
-        try:
-            W[b] = _svm.att_svm(X[b], Z[b], opt, norm=norm)
-            feas[b] = True
-        except _svm.InfeasibleError:
-            pass
-    return W, feas
 
 
 # ----------------------------------------------------------------------------- factorization
@@ -289,7 +217,7 @@ def _svm_cache(X, Z, sels, norm):
         for b in range(B):
             ck = (b, tuple(int(t) for t in sel[b]))
             if ck not in cache:
-                Wb, fb = svm_per_trial(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
+                Wb, fb = _svm.att_svm_batch(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
                 cache[ck] = (Wb[0], fb[0])
             W[b], f[b] = cache[ck]
         out[(norm, key)], feas[(norm, key)] = W, f
@@ -387,7 +315,8 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
                  lr=0.1, steps=2000, v_init_scale=0.01, n_records=60, seed=0, device="auto"):
     r"""Train prompt attention :math:`f(X) = v^\top X^\top\mathrm{softmax}(Xp)` from
     :math:`p_0 = 0`, jointly with the head when ``train_v`` (then :math:`v_0` is random with
-    scale ``v_init_scale``, drawn from the key ``(seed, b)``), and compare the final
+    scale ``v_init_scale``, drawn from the named stream ``"prompt-head-init"`` of trial ``b``),
+    and compare the final
     directions with :math:`p_{mm}` and :math:`v_{mm}` built from the tokens selected at the end.
 
     Returns
@@ -397,7 +326,7 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
     X, y = data.X, data.y
     B, n, T, d = X.shape
     if train_v:
-        v0 = np.stack([np.random.default_rng([seed, b, 7]).standard_normal(d) * v_init_scale
+        v0 = np.stack([stream(seed, "prompt-head-init", b).standard_normal(d) * v_init_scale
                        for b in range(B)])
         init = {"p": np.zeros((B, d)), "v": v0}
     else:
@@ -530,9 +459,9 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     fg = np.zeros(B, dtype=bool)
     idx = np.flatnonzero(resolved)
     if idx.size:
-        Wg[idx], fg[idx] = svm_per_trial(X[idx], Z[idx], [sets[b] for b in idx])
+        Wg[idx], fg[idx] = _svm.att_svm_batch(X[idx], Z[idx], [sets[b] for b in idx])
     single = selected_tokens(X, W, Z)
-    Ws, fs = svm_per_trial(X, Z, single)
+    Ws, fs = _svm.att_svm_batch(X, Z, single)
     cg = _metrics.corr(h.snapshots, Wg[None])
     cs = _metrics.corr(h.snapshots, Ws[None])
     cg[:, ~fg] = np.nan
