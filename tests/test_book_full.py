@@ -29,10 +29,9 @@ def test_committed_notebooks_have_no_outputs_and_a_parameters_cell():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("full") / "_build"
-    report = book.build(REPO, "quick", build_dir=out, log=print)
-    return out, report
+def built(full_build):
+    """The session's full build (tests/conftest.py), shared with the browser test."""
+    return full_build
 
 
 def test_every_notebook_executes_under_the_quick_profile(built):
