@@ -8,6 +8,10 @@ A Sphinx extension (listed in ``_config.yml`` under ``sphinx.extra_extensions``)
   ``_build/html`` renders its math from ``file://``, over HTTP and after being copied elsewhere,
   with no network. The environment variable ``ATTNSVM_MATHJAX_DIR`` may name another MathJax 3
   distribution directory (one holding ``tex-chtml.js``); it is copied the same way.
+* **Repository links.** The role ``{repo}`path``` links a file of the repository (for example
+  a test file, which a reader of the HTML cannot open otherwise) at
+  ``<repository url>/blob/<branch>/<path>``, from ``_config.yml``'s ``repository:`` section;
+  without a repository URL it is a plain literal.
 * **Figures.** Every image in a page body becomes a link to the image file itself (click to
   enlarge), and gets the caption of its figure as alt text where it has none.
 """
@@ -18,7 +22,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["MATHJAX_ENTRY", "mathjax_source", "copy_mathjax", "setup"]
+__all__ = ["MATHJAX_ENTRY", "mathjax_source", "copy_mathjax", "repository_file_url", "setup"]
 
 #: the MathJax component the pages load, relative to ``_static``
 MATHJAX_ENTRY = "mathjax/tex-chtml.js"
@@ -120,7 +124,31 @@ def _figure_links(app, doctree, docname):
         ref.append(img)
 
 
+def repository_file_url(config, path: str) -> str | None:
+    """URL of ``path`` in the book's repository (``_config.yml`` ``repository:``), or None."""
+    opts = getattr(config, "html_theme_options", None) or {}
+    url = (opts.get("repository_url") or "").rstrip("/")
+    if not url:
+        return None
+    branch = opts.get("repository_branch") or "main"
+    return f"{url}/blob/{branch}/{path.lstrip('/')}"
+
+
+def _repo_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    from docutils import nodes
+
+    env = inliner.document.settings.env
+    literal = nodes.literal(text, text)
+    url = repository_file_url(env.config, text)
+    if url is None:
+        return [literal], []
+    ref = nodes.reference(rawtext, "", refuri=url, classes=["attnsvm-repo"])
+    ref += literal
+    return [ref], []
+
+
 def setup(app):
+    app.add_role("repo", _repo_role)
     app.connect("config-inited", _on_config_inited)
     app.connect("build-finished", _on_build_finished)
     app.connect("doctree-resolved", _figure_links)
