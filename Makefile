@@ -7,12 +7,13 @@ PROFILE ?= quick
 BIN      = $(VENV)/bin
 STAMP    = $(VENV)/.installed
 
-.PHONY: book test venv bench clean help
+.PHONY: book test venv bench pdf clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
 	@echo "make test                         run the test suite (includes a quick book build)"
 	@echo "make bench                        run the benchmarks in benchmarks/"
+	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
 venv: $(STAMP)
 
@@ -29,6 +30,10 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the whole book as one PDF: singlehtml build of the staged book, printed by headless Chromium
+pdf: book
+	$(BIN)/python -m attnsvm.book.pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py

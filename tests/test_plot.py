@@ -99,3 +99,20 @@ def test_save_or_glue_shows_a_png_that_the_book_pastes_once(monkeypatch):
     assert cell.outputs == []
     with pytest.raises(ValueError, match="key"):
         A.plot.save_or_glue(fig, "")
+
+
+@pytest.mark.slow
+def test_executed_notebooks_show_their_figures_as_png_outputs(full_build):
+    """What a reader's papermill run (and the .ipynb download) holds: image/png outputs."""
+    import nbformat
+
+    _, report = full_build
+    for entry in report["notebooks"]:
+        nb = nbformat.read(entry["executed_path"], as_version=4)
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        name = lambda o: o.get("metadata", {}).get("scrapbook", {}).get("name", "")  # noqa: E731
+        glued = {name(o) for o in outputs
+                 if "application/papermill.record/image/png" in o.get("data", {})}
+        shown = {name(o).removesuffix(".shown") for o in outputs
+                 if "image/png" in o.get("data", {})}
+        assert glued <= shown, (entry["notebook"], sorted(glued - shown))

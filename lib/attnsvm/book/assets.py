@@ -93,6 +93,15 @@ def _on_config_inited(app, config):
     config.mathjax_path = MATHJAX_ENTRY
 
 
+def _plain(text: str) -> str:
+    """Caption text for an ``alt`` attribute: TeX macros as words, no braces, one line."""
+    import re
+
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text)
+    text = re.sub(r"[{}]|\\(?=\W)", "", text)
+    return " ".join(text.split())
+
+
 def _figure_links(app, doctree, docname):
     """Give each figure's image its caption as alt text, and link each body image to its file.
 
@@ -106,7 +115,7 @@ def _figure_links(app, doctree, docname):
 
     for fig in doctree.findall(nodes.figure):
         caption = next(iter(fig.findall(nodes.caption)), None)
-        text = " ".join(caption.astext().split()) if caption is not None else ""
+        text = _plain(caption.astext()) if caption is not None else ""
         for img in fig.findall(nodes.image):
             if text and (not img.get("alt") or img["alt"] == img["uri"]):
                 img["alt"] = text
