@@ -123,3 +123,17 @@ def test_every_page_renders_from_a_copy_over_http(chromium, full_build, tmp_path
     with browser.serve(copy) as url:
         reports = browser.check_pages(copy, base_url=url)
     _assert_every_page_renders(reports)
+
+
+@pytest.mark.slow
+def test_whole_book_pdf(chromium, full_build):
+    """``make pdf``: the single-page build renders (math, images) and prints to a PDF."""
+    from attnsvm.book import pdf
+
+    out, _ = full_build
+    page = pdf.singlehtml(out)
+    (rep,) = browser.check_pages(page.parent, [page.name])
+    assert rep.ok and rep.formulas > 1000 and rep.images > 20, rep.describe()
+    target = pdf.print_pdf(page, out / "attnsvm.pdf")
+    data = target.read_bytes()
+    assert data[:5] == b"%PDF-" and data.count(b"/Subtype /Image") > 20

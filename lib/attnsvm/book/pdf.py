@@ -36,10 +36,14 @@ def singlehtml(build_dir: Path) -> Path:
     import yaml
 
     root_doc = yaml.safe_load((stage / "_toc.yml").read_text())["root"]
-    index = build_dir / "singlehtml" / f"{root_doc}.html"  # index.html only redirects there
-    if proc.returncode != 0 or not index.is_file():
+    page = build_dir / "singlehtml" / f"{root_doc}.html"  # index.html only redirects there
+    if proc.returncode != 0 or not page.is_file():
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise BuildError(f"singlehtml build failed (exit {proc.returncode}):\n{tail}")
+    # the single page's links (_static/, _images/) are relative to the output's top folder,
+    # while Jupyter Book writes it under its root document's folder: put a copy at the top
+    index = build_dir / "singlehtml" / "book.html"
+    index.write_bytes(page.read_bytes())
     return index
 
 
