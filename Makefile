@@ -14,7 +14,7 @@ STAMP    = $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 XDIST    = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: book test test-fast lint venv bench clean help
+.PHONY: book test test-fast lint venv bench pdf clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
@@ -22,6 +22,7 @@ help:
 	@echo "make test-fast                    the suite without the slow tier (pytest -m 'not slow')"
 	@echo "make lint                         ruff check lib tests benchmarks"
 	@echo "make bench                        run the benchmarks in benchmarks/"
+	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
 venv: $(STAMP)
 
@@ -44,6 +45,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks
+
+# the whole book as one PDF: singlehtml build of the staged book, printed by headless Chromium
+pdf: book
+	$(BIN)/python -m attnsvm.book.pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py

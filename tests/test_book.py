@@ -273,16 +273,35 @@ def test_parameters_cell_is_parsed_whatever_its_comments(tmp_path):
         book.notebook_parameters(path)
 
 
-def test_local_mathjax_path_reaches_the_staged_configuration(minibook, monkeypatch):
-    monkeypatch.setenv("ATTNSVM_MATHJAX_PATH", "/opt/mathjax/tex-chtml.js")
+def test_staging_writes_the_report_page(minibook):
     report = book.build(minibook, "quick", render_html=False, log=lambda m: None)
     results = [book.NotebookResult(**e) for e in report["notebooks"]]
     stage_dir = minibook / "_build" / "stage"
     book.stage(minibook, results, report, stage_dir)
     staged = yaml.safe_load((stage_dir / "_config.yml").read_text())
-    assert staged["sphinx"]["config"]["mathjax_path"] == "/opt/mathjax/tex-chtml.js"
+    assert staged == yaml.safe_load((minibook / "_config.yml").read_text())
     page = (stage_dir / "book" / "execution_report.md").read_text()
     assert "notebooks/good.ipynb" in page and book.REPORT_MARKER not in page
+
+
+def test_mathjax_is_copied_from_the_pinned_wheel(tmp_path, monkeypatch):
+    from attnsvm.book import assets
+
+    monkeypatch.delenv(assets.ENV_DIR, raising=False)
+    dst = assets.copy_mathjax(tmp_path / "_static")
+    entry = tmp_path / "_static" / assets.MATHJAX_ENTRY
+    assert dst == entry.parent and entry.is_file()
+    assert b"MathJax" in entry.read_bytes()[:5000] or entry.stat().st_size > 500_000
+    # the TeX extensions MathJax loads lazily (boldsymbol for the book's macros) and the fonts
+    assert (dst / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
+    assert any((dst / "output" / "chtml" / "fonts").rglob("*.woff"))
+    # the repository's configuration loads the extension that does this
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())
+    assert "attnsvm.book.assets" in config["sphinx"]["extra_extensions"]
+    # an override that holds no MathJax is refused with the variable's name
+    monkeypatch.setenv(assets.ENV_DIR, str(tmp_path))
+    with pytest.raises(assets.AssetError, match=assets.ENV_DIR):
+        assets.mathjax_source()
 
 
 def test_strip_removes_outputs_and_keeps_sources(minibook):

@@ -29,11 +29,9 @@ def test_committed_notebooks_have_no_outputs_and_a_parameters_cell():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("full") / "_build"
-    # as `make book` does it: the notebooks as Dask tasks on a local cluster of 2 workers
-    report = book.build(REPO, "quick", build_dir=out, log=print, workers=2, progress_bar=False)
-    return out, report
+def built(full_build):
+    """The session's full build (tests/conftest.py), shared with the browser test."""
+    return full_build
 
 
 @pytest.mark.slow

@@ -523,11 +523,7 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
         src = Path(toc) if (toc is not None and name == "_toc.yml") else root / name
         _sync_file(src, stage_dir / name)
         wanted.add(stage_dir / name)
-    config = yaml.safe_load((root / "_config.yml").read_text())
-    mathjax = os.environ.get("ATTNSVM_MATHJAX_PATH")
-    if mathjax:  # offline math: a local MathJax 3 bundle (tex-chtml.js)
-        config.setdefault("sphinx", {}).setdefault("config", {})["mathjax_path"] = mathjax
-        _sync_text(yaml.safe_dump(config, sort_keys=False), stage_dir / "_config.yml")
+    # MathJax ships with the book: the Sphinx extension attnsvm.book.assets copies it
     for src in sorted((root / "book").rglob("*")):
         if src.is_file() and "__pycache__" not in src.parts:
             dst = stage_dir / src.relative_to(root)

@@ -1,0 +1,94 @@
+"""The whole book as one PDF: the ``singlehtml`` build printed by headless Chromium.
+
+Usage (after a build, which leaves the staging tree ``_build/stage``)::
+
+    python -m attnsvm.book.pdf [--build-dir _build] [--out _build/attnsvm.pdf]
+
+``make pdf`` runs the quick build and then this. Steps: ``jupyter-book build --builder
+singlehtml`` on the staging tree (the executed notebooks, nothing re-executed), then the system
+Chromium (``apt-get install chromium``; driven by ``playwright``, no network) opens the single
+page, waits for MathJax (shipped with the book) and prints it to PDF. Everything comes from the
+registries: no LaTeX installation is needed.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from .browser import CHROMIUM_ARGS, INSTALL_HINT, _local, chromium_path
+from .build import BUILD_DIR, BuildError, find_root
+
+__all__ = ["singlehtml", "print_pdf", "main"]
+
+
+def singlehtml(build_dir: Path) -> Path:
+    """Render ``build_dir/stage`` with the ``singlehtml`` builder; return its ``index.html``."""
+    build_dir = Path(build_dir)
+    stage = build_dir / "stage"
+    if not (stage / "_toc.yml").is_file():
+        raise BuildError(f"{stage} holds no staged book; run 'python -m attnsvm.book build' first")
+    exe = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(stage), "--builder",
+           "singlehtml", "--path-output", str(build_dir.parent)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    import yaml
+
+    root_doc = yaml.safe_load((stage / "_toc.yml").read_text())["root"]
+    page = build_dir / "singlehtml" / f"{root_doc}.html"  # index.html only redirects there
+    if proc.returncode != 0 or not page.is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise BuildError(f"singlehtml build failed (exit {proc.returncode}):\n{tail}")
+    # the single page's links (_static/, _images/) are relative to the output's top folder,
+    # while Jupyter Book writes it under its root document's folder: put a copy at the top
+    index = build_dir / "singlehtml" / "book.html"
+    index.write_bytes(page.read_bytes())
+    return index
+
+
+def print_pdf(page: Path, out: Path, timeout_s: float = 300.0) -> Path:
+    """Print ``page`` to ``out`` (A4) in headless Chromium after MathJax has typeset it."""
+    exe = chromium_path()
+    if exe is None:
+        raise BuildError(f"no Chromium found; {INSTALL_HINT}")
+    from playwright.sync_api import sync_playwright
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS))
+        try:
+            ctx = browser.new_context()
+            ctx.route("**/*", lambda r: r.continue_() if _local(r.request.url) else r.abort())
+            tab = ctx.new_page()
+            tab.goto(Path(page).resolve().as_uri(), wait_until="load", timeout=timeout_s * 1000)
+            tab.evaluate("async () => { if (window.MathJax && MathJax.startup) "
+                         "await MathJax.startup.promise; }")
+            tab.emulate_media(media="print")
+            tab.pdf(path=str(out), format="A4", print_background=True,
+                    margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"})
+        finally:
+            browser.close()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m attnsvm.book.pdf", description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=None, help="the book's root (default: found from the cwd)")
+    ap.add_argument("--build-dir", default=None, help="the build directory (default: <root>/_build)")
+    ap.add_argument("--out", default=None, help="the PDF (default: <build-dir>/attnsvm.pdf)")
+    args = ap.parse_args(argv)
+    try:
+        build_dir = Path(args.build_dir) if args.build_dir else find_root(args.root) / BUILD_DIR
+        index = singlehtml(build_dir)
+        out = print_pdf(index, Path(args.out) if args.out else build_dir / "attnsvm.pdf")
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"PDF: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""The built book as a reader sees it: every page in headless Chromium with no network.
+
+Every page of ``_build/html`` (the session's full quick build, shared with
+``test_book_full.py``) must show zero MathJax errors, no formula left as raw TeX and no broken
+image, both from ``file://`` and when the HTML tree is copied to another directory and served
+over HTTP on 127.0.0.1 (MathJax ships with the book: ``attnsvm.book.assets``). The checker
+itself is tested on a tiny page holding a double superscript, so these tests can fail.
+
+Needs the system Chromium (``apt-get install chromium``); without it the tests are skipped with
+that hint, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnsvm.book import assets, browser
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _require_browser():
+    reason = None
+    if browser.chromium_path() is None:
+        reason = f"no Chromium for the browser test; {browser.INSTALL_HINT}"
+    else:
+        try:
+            import playwright  # noqa: F401
+        except ImportError:
+            reason = ("no playwright for the browser test; pip install -r requirements.txt "
+                      "-c constraints.txt")
+    if reason:
+        if os.environ.get("ATTNSVM_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    _require_browser()
+
+
+def _tiny_page(directory: Path, body: str) -> str:
+    """A page that loads the shipped MathJax with the book's own configuration (macros)."""
+    config = yaml.safe_load((REPO / "_config.yml").read_text())["sphinx"]["config"]
+    mj = dict(config["mathjax3_config"])
+    # what Sphinx and myst-nb add: inline \( \) and display \[ \] delimiters, class "math" only
+    mj["tex"] = dict(mj["tex"], inlineMath=[["\\(", "\\)"]], displayMath=[["\\[", "\\]"]])
+    mj["options"] = {"processHtmlClass": "math", "ignoreHtmlClass": "tex2jax_ignore|document"}
+    assets.copy_mathjax(directory / "_static")
+    (directory / "page.html").write_text(
+        "<!DOCTYPE html><html><head><title>tiny</title>"
+        f"<script>window.MathJax = {json.dumps(mj)};</script>"
+        f'<script defer src="_static/{assets.MATHJAX_ENTRY}"></script></head>'
+        f'<body class="document">{body}</body></html>')
+    return "page.html"
+
+
+def _report(directory, rel):
+    (rep,) = browser.check_pages(directory, [rel])
+    return rep
+
+
+def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromium, tmp_path):
+    good = r'<p>Fine: <span class="math notranslate nohighlight">\(\Wmm[\alpha] + \Wmm\)</span></p>'
+    rel = _tiny_page(tmp_path, good)
+    rep = _report(tmp_path, rel)
+    assert rep.ok and rep.mathjax and rep.formulas == 1, rep.describe()
+
+    rel = _tiny_page(tmp_path, good + r'<p><span class="math notranslate nohighlight">'
+                                      r'\(\Wmm^\alpha\)</span></p>')
+    rep = _report(tmp_path, rel)
+    assert rep.errors and "Double exponent" in " ".join(rep.errors), rep.describe()
+
+    rel = _tiny_page(tmp_path, good + r"<p>left as text: \(x^2\) and $\norm{w}$</p>")
+    rep = _report(tmp_path, rel)
+    assert len(rep.raw) == 1 and not rep.errors, rep.describe()
+
+    rel = _tiny_page(tmp_path, good + r'<p><span class="math">\(\undefinedmacro{x}\)</span></p>')
+    rep = _report(tmp_path, rel)
+    assert any("undefinedmacro" in e for e in rep.errors), rep.describe()
+
+    rel = _tiny_page(tmp_path, good + '<img src="missing.png" alt="x">')
+    rep = _report(tmp_path, rel)
+    assert rep.broken == ["missing.png"], rep.describe()
+
+
+def test_checker_blocks_the_network(chromium, tmp_path):
+    rel = _tiny_page(tmp_path, '<img src="https://example.org/a.png" alt="remote">')
+    rep = _report(tmp_path, rel)
+    assert rep.blocked == ["https://example.org/a.png"] and rep.broken, rep.describe()
+
+
+def _assert_every_page_renders(reports):
+    bad = [r.describe() for r in reports if not r.ok]
+    assert not bad, "\n".join(bad)
+    # MathJax really ran: the chapters hold typeset formulas, and figures are there
+    by_page = {r.page: r for r in reports}
+    assert by_page["book/ch04_convergence.html"].formulas > 100
+    assert sum(r.images for r in reports) > 20
+    chapters = [r for r in reports if r.page.startswith(("book/ch", "notebooks/ch"))]
+    assert chapters and all(r.mathjax and r.formulas > 0 for r in chapters)
+
+
+@pytest.mark.slow
+def test_every_page_renders_from_file(chromium, full_build):
+    out, _ = full_build
+    reports = browser.check_pages(out / "html")
+    assert {r.page for r in reports} >= {"book/notation.html", "notebooks/ch01_separable.html"}
+    _assert_every_page_renders(reports)
+
+
+@pytest.mark.slow
+def test_every_page_renders_from_a_copy_over_http(chromium, full_build, tmp_path):
+    out, _ = full_build
+    copy = tmp_path / "moved" / "site"
+    shutil.copytree(out / "html", copy)
+    with browser.serve(copy) as url:
+        reports = browser.check_pages(copy, base_url=url)
+    _assert_every_page_renders(reports)
+
+
+@pytest.mark.slow
+def test_whole_book_pdf(chromium, full_build):
+    """``make pdf``: the single-page build renders (math, images) and prints to a PDF."""
+    from attnsvm.book import pdf
+
+    out, _ = full_build
+    page = pdf.singlehtml(out)
+    (rep,) = browser.check_pages(page.parent, [page.name])
+    assert rep.ok and rep.formulas > 1000 and rep.images > 20, rep.describe()
+    target = pdf.print_pdf(page, out / "attnsvm.pdf")
+    data = target.read_bytes()
+    assert data[:5] == b"%PDF-" and data.count(b"/Subtype /Image") > 20

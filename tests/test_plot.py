@@ -1,0 +1,118 @@
+"""The book's figure helpers: colours, log axes, layout, and figures a reader's run shows."""
+from __future__ import annotations
+
+import base64
+import copy
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import attnsvm as A  # noqa: E402
+
+
+def test_trial_band_colours_known_labels_whatever_their_case():
+    fig, ax = A.plot.figure()
+    t = np.arange(5.0)
+    for label, key in [("W", "W"), ("(K,Q)", "KQ"), ("KQ", "KQ"), ("GD", "gd"), ("NGD", "ngd")]:
+        line = A.plot.trial_band(ax, t, np.ones((5, 3)), label=label)
+        assert matplotlib.colors.same_color(line.get_color(), A.plot.COLORS[key]), label
+    with pytest.raises(ValueError, match="one row per step"):
+        A.plot.trial_band(ax, t, np.ones((4, 3)))
+
+
+def test_log_axes_drop_points_they_cannot_show():
+    t = np.arange(0.0, 50.0)
+    vals = np.exp(-t / 10)[:, None] * np.ones((1, 4))
+    vals[0] = 0.0  # e.g. an excess risk of exactly zero at t = 0
+    # axis made logarithmic before plotting
+    fig, ax = A.plot.figure()
+    ax.set(xscale="log", yscale="log")
+    line = A.plot.trial_band(ax, t, vals)
+    assert np.all(line.get_xdata() > 0) and len(line.get_xdata()) == 49
+    # axis made logarithmic after plotting: fixed when the figure is saved
+    fig, ax = A.plot.figure()
+    line = A.plot.trial_band(ax, t, vals)
+    ax.set(xscale="log", yscale="log")
+    assert np.any(line.get_xdata() <= 0)
+    A.plot._drop_unshowable(fig)
+    assert np.all(line.get_xdata() > 0) and np.all(line.get_ydata() > 0)
+    band = ax.collections[0]
+    assert all(np.all(p.vertices > 0) for p in band.get_paths())
+
+
+def test_more_than_two_panels_are_stacked_and_fonts_follow_the_width():
+    fig, axes = A.plot.figure(ncols=3, width=13, height=3.6)
+    assert axes.shape == (3,)
+    w, h = fig.get_size_inches()
+    assert w <= A.plot.MAX_WIDTH and h == pytest.approx(7.2)
+    # two panels on the first row, the third centred under them
+    b = [ax.get_position() for ax in axes]
+    fig.canvas.draw()
+    b = [ax.get_position() for ax in axes]
+    assert b[0].y0 == pytest.approx(b[1].y0) and b[2].y1 < b[0].y0
+    assert b[2].x0 > b[0].x0 and b[2].x1 < b[1].x1
+    assert matplotlib.rcParams["font.size"] > A.plot.RC["font.size"]  # wider than the page
+    A.plot.figure()
+    assert matplotlib.rcParams["font.size"] == A.plot.RC["font.size"]
+    assert matplotlib.rcParams["savefig.dpi"] >= 200
+    with pytest.raises(ValueError, match="ncols"):
+        A.plot.figure(ncols=0)
+
+
+def test_save_or_glue_shows_a_png_that_the_book_pastes_once(monkeypatch):
+    """One output: image/png for Jupyter and papermill, a glue record for the book."""
+    from myst_nb.ext.glue import extract_glue_data_cell
+    from nbformat.v4 import new_code_cell, new_output
+
+    shown = []
+
+    class Shell:  # stands for the Jupyter kernel
+        pass
+
+    import IPython
+    import IPython.display
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda data, raw, metadata: shown.append((data, metadata)))
+    fig, ax = A.plot.figure()
+    ax.plot([1, 2], [1, 2])
+    assert A.plot.save_or_glue(fig, "fig_key") is None
+    (glue_data, glue_meta), (data, metadata) = shown
+    png = base64.b64decode(data["image/png"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert glue_data["application/papermill.record/image/png"] == data["image/png"]
+    assert metadata["image/png"]["width"] == pytest.approx(
+        int.from_bytes(png[16:20], "big") / A.plot.DPI * A.plot.CSS_PX_PER_INCH, abs=1)
+    # what myst-nb does with them: the figure is glued under the key with its display width,
+    # and neither output is displayed by the book (the {glue:figure} shows it once)
+    cell = new_code_cell("A.plot.save_or_glue(fig, 'fig_key')")
+    cell.outputs = [new_output("display_data", data=copy.deepcopy(d), metadata=copy.deepcopy(m))
+                    for d, m in shown]
+    glued = dict(extract_glue_data_cell(cell))
+    assert glued["fig_key"]["data"]["image/png"] == data["image/png"]
+    assert glued["fig_key"]["metadata"]["image/png"] == metadata["image/png"]
+    assert cell.outputs == []
+    with pytest.raises(ValueError, match="key"):
+        A.plot.save_or_glue(fig, "")
+
+
+@pytest.mark.slow
+def test_executed_notebooks_show_their_figures_as_png_outputs(full_build):
+    """What a reader's papermill run (and the .ipynb download) holds: image/png outputs."""
+    import nbformat
+
+    _, report = full_build
+    for entry in report["notebooks"]:
+        nb = nbformat.read(entry["executed_path"], as_version=4)
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        name = lambda o: o.get("metadata", {}).get("scrapbook", {}).get("name", "")  # noqa: E731
+        glued = {name(o) for o in outputs
+                 if "application/papermill.record/image/png" in o.get("data", {})}
+        shown = {name(o).removesuffix(".shown") for o in outputs
+                 if "image/png" in o.get("data", {})}
+        assert glued <= shown, (entry["notebook"], sorted(glued - shown))
