@@ -7,8 +7,9 @@ from .build import (REPORT_MARKER, BuildError, NotebookFailed, NotebookResult, b
                     execute_notebooks, find_root, library_hash, load_profiles, main,
                     notebook_parameters, resolve_device, resolve_profile, stage, strip_outputs,
                     toc_files, toc_notebooks)
+from .claims import ClaimError, ClaimWarning, claim, set_notebook
 
 __all__ = ["REPORT_MARKER", "BuildError", "NotebookFailed", "NotebookResult", "build", "cache_key",
            "execute_notebooks", "find_root", "library_hash", "load_profiles", "main",
            "notebook_parameters", "resolve_device", "resolve_profile", "stage", "strip_outputs",
-           "toc_files", "toc_notebooks"]
+           "toc_files", "toc_notebooks", "ClaimError", "ClaimWarning", "claim", "set_notebook"]

@@ -308,6 +308,7 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
     """Run one notebook with papermill; write it atomically to ``out_path`` only on success."""
     import papermill
 
+    os.environ["ATTNSVM_STRICT_CLAIMS"] = "1"   # a false claim of a chapter fails the build
     out_path.parent.mkdir(parents=True, exist_ok=True)
     failed_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=".tmp-", suffix=".ipynb")

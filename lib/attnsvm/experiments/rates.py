@@ -39,6 +39,7 @@ __all__ = [
     "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
+    "polyak_star_progress_bound",
 ]
 
 
@@ -64,13 +65,17 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     :math:`\gamma^\circ` (``gamma_other``, the equal-score model, ``distinct=False``) or,
     with ``distinct=True``, distinct values drawn uniformly in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
+    ``gamma_opt`` and ``gamma_other`` are numbers or per-sequence arrays (n,) (heterogeneous
+    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
 
     Returns
     -------
     data : AttnData, batched (trials, n, T, d)
     opt : ndarray (trials, n) int
     """
-    if not gamma_opt > gamma_other:
+    gso = np.broadcast_to(np.asarray(gamma_opt, dtype=float), (n,))
+    goo = np.broadcast_to(np.asarray(gamma_other, dtype=float), (n,))
+    if not np.all(gso > goo):
         raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
     if not 0 < spread < 1:
         raise ValueError(f"spread must be in (0, 1), got {spread}")
@@ -81,10 +86,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     G -= np.einsum("bntd,bd->bnt", G, v)[..., None] * v[:, None, None, :]
     y = rng.choice([-1.0, 1.0], size=(trials, n))
     opt = rng.integers(T, size=(trials, n))
-    c = np.full((trials, n, T), float(gamma_other))
+    c = np.broadcast_to(goo[None, :, None], (trials, n, T)).copy()
     if distinct:
-        c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(trials, n, T))
-    np.put_along_axis(c, opt[..., None], float(gamma_opt), axis=-1)
+        c = goo[None, :, None] + spread * (gso - goo)[None, :, None] * rng.uniform(size=(trials, n, T))
+    np.put_along_axis(c, opt[..., None], np.broadcast_to(gso[None, :, None], (trials, n, 1)), axis=-1)
     X = G + (y[..., None] * c)[..., None] * v[:, None, None, :]
     Z = rng.standard_normal((trials, n, d))
     Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
@@ -483,3 +488,13 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
                             kappa=c["kappa"], ngd_progress=ngd_progress)
+
+
+# ----------------------------------------------------------------------------- Polyak (L - L*)
+def polyak_star_progress_bound(t, consts, W0_proj):
+    r"""Lower bound of the (L - L*) Polyak proposition on the projection
+    :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
+    \kappa\lambda t/R_A` (multiplier ``lr = 1``), shape (K, B) for ``t`` (K,) and per-trial
+    constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
+    t = np.asarray(t, dtype=float)[:, None]
+    return np.asarray(W0_proj, dtype=float)[None, :] + consts["kappa"] * consts["lam"] / consts["R_A"] * t
