@@ -6,9 +6,14 @@ import attnsvm as A
 from attnsvm.experiments import rates
 
 
-@pytest.fixture(scope="module")
-def inst():
-    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
+#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
+SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
+                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
+
+
+@pytest.fixture(scope="module", params=list(SCORES))
+def inst(request):
+    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
     c = rates.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
@@ -149,3 +154,53 @@ def test_observed_rates():
     s = {k: np.median(rates.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
+
+
+# ----------------------------------------------------------------------------- (L - L*) Polyak
+def test_polyak_star_engine_step(inst):
+    """The engine's polyak_star step is W - (E/||g||^2) g with the exact E of the chapter."""
+    data, opt, W_mm, c, W0 = inst
+    rng = np.random.default_rng(5)
+    for Wstart in (W0, 2 * rng.standard_normal(W0.shape)):
+        h = A.train.fit(data, model="W", optimizer="polyak_star", steps=1, init=Wstart,
+                        n_records=2, record_every=1)
+        g = rates.grad(data, Wstart)
+        E = rates.excess_loss(data, opt, Wstart)
+        expect = Wstart - (E / np.linalg.norm(g, axis=(-2, -1)) ** 2)[:, None, None] * g
+        np.testing.assert_allclose(h.W, expect, rtol=1e-9, atol=1e-12)
+
+
+def test_polyak_star_proposition(inst):
+    """prop-polyak-star from a random start: step lengths >= lambda/R_A everywhere, <= 1/mu in
+    the region, and the projection on W_mm above <W_0, W_mm^> + kappa lambda t / R_A."""
+    data, opt, W_mm, c, _ = inst
+    W0 = rates.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=4)
+    steps = 150
+    h = A.train.fit(data, model="W", optimizer="polyak_star", steps=steps, init=W0,
+                    snapshots=True, record_every=1)
+    S = h.snapshots                                                    # (steps + 1, B, d, d)
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))        # (steps, B)
+    E = rates.excess_loss(data, opt, S[:-1])
+    assert np.all(lengths >= c["lam"] / c["R_A"] * (1 - 1e-9))
+    inreg = E <= c["eps0"]
+    assert inreg.any()                                                 # the region is visited
+    assert np.all(lengths[inreg] <= (1 / c["mu"] * np.ones_like(E))[inreg] * (1 + 1e-9))
+    proj = np.einsum("kbij,bij->kb", S, W_mm) * c["gamma_A"]
+    lo = rates.polyak_star_progress_bound(h.steps, c, proj[0])
+    assert np.all(proj >= lo - 1e-9)
+    # and the bound is not slack by orders of magnitude: the norm is Theta(t)
+    assert np.all(h.norm[-1] <= np.linalg.norm(W0, axis=(-2, -1)) + steps / c["mu"] * 10)
+
+
+def test_polyak_star_arguments(inst):
+    data, opt, W_mm, c, W0 = inst
+    with pytest.raises(ValueError, match="L_star"):
+        A.train.fit(data, model="W", optimizer="polyak", steps=1, L_star=0.1)
+    with pytest.raises(ValueError, match="polyak_star"):
+        A.train.fit(data, model="W", optimizer="polyak_star", train_v=True, steps=1)
+    # an explicit L_star agrees with the exact default while L - L* is large
+    h1 = A.train.fit(data, model="W", optimizer="polyak_star", steps=3, init=W0 / 8)
+    B = W0.shape[0]
+    Ws = [A.train.fit(data.trial(b), model="W", optimizer="polyak_star", steps=3, init=W0[b] / 8,
+                      L_star=float(c["L_star"][b])).W for b in range(B)]
+    np.testing.assert_allclose(h1.W, np.concatenate(Ws), rtol=1e-6)

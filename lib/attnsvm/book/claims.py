@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["ClaimError", "ClaimWarning", "claim", "set_notebook", "strict", "STRICT_ENV",
+__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "set_notebook", "strict", "STRICT_ENV",
            "NOTEBOOK_ENV"]
 
 #: environment variable that turns false claims into errors
@@ -58,6 +58,23 @@ def set_notebook(name: str) -> None:
 def strict() -> bool:
     """Whether false claims raise (``ATTNSVM_STRICT_CLAIMS`` set to anything but ``""``/``0``)."""
     return os.environ.get(STRICT_ENV, "").strip() not in ("", "0", "false", "False")
+
+
+class Word:
+    """A word glued as plain text (``glue:text`` shows it without the quotes of a ``str``)."""
+
+    def __init__(self, text: str):
+        self.text = str(text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return str(other) == self.text
+
+    __hash__ = None
 
 
 def _glue(key, value):
@@ -108,8 +125,8 @@ def claim(name: str, holds, detail: str = "", *, notebook: str | None = None) ->
         raise TypeError(f"detail must be a string, got {type(detail).__name__}")
     holds = bool(holds)
     nb = notebook or _notebook or os.environ.get(NOTEBOOK_ENV) or "<unnamed notebook>"
-    _glue(f"claim_{name}", "holds" if holds else "fails")
-    _glue(f"claim_{name}_detail", detail)
+    _glue(f"claim_{name}", Word("holds" if holds else "fails"))
+    _glue(f"claim_{name}_detail", Word(detail))
     if not holds:
         msg = f"claim {name!r} of notebook {nb} does not hold: {detail}"
         if strict():
