@@ -204,3 +204,21 @@ def test_polyak_star_arguments(inst):
     Ws = [A.train.fit(data.trial(b), model="W", optimizer="polyak_star", steps=3, init=W0[b] / 8,
                       L_star=float(c["L_star"][b])).W for b in range(B)]
     np.testing.assert_allclose(h1.W, np.concatenate(Ws), rtol=1e-6)
+
+
+def test_first_step_and_theorem_checks(inst):
+    """The helpers behind the notebook's hypothesis steps: first_step finds the first record from
+    which a condition holds for good; the NGD check rejects a run that violates the contraction."""
+    t = np.array([0, 1, 2, 4, 8])
+    mask = np.array([[0, 1, 0], [1, 1, 0], [0, 1, 0], [1, 1, 0], [1, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(rates.first_step(t, mask), [4.0, 0.0, 8.0])
+    assert np.isnan(rates.first_step(t, np.zeros((5, 1), dtype=bool))[0])
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=200, init=W0, snapshots=True,
+                    n_records=20, device="cpu")
+    E = rates.excess_loss(data, opt, h.snapshots)
+    t0 = rates.first_step(h.steps, E <= c["eps0"])
+    assert np.all(t0 == 0) and np.all(rates.ngd_linear_holds(h.steps, E, t0, eta, c))
+    flat = np.repeat(E[:1], len(h.steps), axis=0)                     # no decrease at all
+    assert not np.any(rates.ngd_linear_holds(h.steps, flat, t0, eta, c))
