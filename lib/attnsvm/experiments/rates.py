@@ -492,13 +492,14 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
-def polyak_star_progress_bound(t, consts, W0_proj):
+def polyak_star_progress_bound(t, consts, W0_proj, *, eta=1.0):
     r"""Lower bound of the (L - L*) Polyak proposition on the projection
     :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
-    \kappa\lambda t/R_A` (multiplier ``lr = 1``), shape (K, B) for ``t`` (K,) and per-trial
-    constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
+    \eta\kappa\lambda t/R_A` (``eta`` the multiplier of the step), shape (K, B) for ``t`` (K,)
+    and per-trial constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
     t = np.asarray(t, dtype=float)[:, None]
-    return np.asarray(W0_proj, dtype=float)[None, :] + consts["kappa"] * consts["lam"] / consts["R_A"] * t
+    return (np.asarray(W0_proj, dtype=float)[None, :]
+            + eta * consts["kappa"] * consts["lam"] / consts["R_A"] * t)
 
 
 # ----------------------------------------------------------------------------- hypotheses
