@@ -206,8 +206,9 @@ def _ref_tensor(name, R, B, shape, kw):
 
 def _log_excess_logistic(a, G):
     r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
-    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T), :math:`\mathcal{L}^\star = \frac1n\sum_i
-    \ell(\gamma^\star_i)`, :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
+    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
+    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
+    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
     :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
     :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
     (e^\delta - 1))` (the formula of ``attnsvm.experiments.rates.excess_loss``), shape (B,)."""
