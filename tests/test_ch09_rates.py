@@ -222,3 +222,60 @@ def test_first_step_and_theorem_checks(inst):
     assert np.all(t0 == 0) and np.all(rates.ngd_linear_holds(h.steps, E, t0, eta, c))
     flat = np.repeat(E[:1], len(h.steps), axis=0)                     # no decrease at all
     assert not np.any(rates.ngd_linear_holds(h.steps, flat, t0, eta, c))
+
+
+# ----------------------------------------------------------------------------- directional bounds
+def test_direction_from_margin_lemma():
+    """lem-dir-margin: corr(W, W_mm) >= m_min(W)/(gamma_A ||W||) wherever m_min > 0, on equal,
+    heterogeneous and distinct scores; the bound sits above the invariant floor; it is attained
+    (equality) at W = W_mm."""
+    rng = np.random.default_rng(11)
+    cases = [dict(), SCORES["heterogeneous"], dict(distinct=True)]
+    for kw in cases:
+        data, opt = rates.score_data(4, 3, 5, trials=3, seed=7, **kw)
+        W_mm = rates.svm_batch(data, opt)
+        gA = 1 / np.linalg.norm(W_mm, axis=(-2, -1))
+        n_pos = 0
+        for scale in (0.5, 1.0, 3.0):
+            for k in (1.0, 4.0, 10.0):
+                W = k * W_mm + scale * rng.standard_normal(W_mm.shape)
+                m = rates.min_margin(data, opt, W)
+                nrm = np.linalg.norm(W, axis=(-2, -1))
+                bound = A.bounds.direction_from_margin(m, nrm, gA)
+                omc = rates.one_minus_corr(W, W_mm)
+                pos = m > 0
+                n_pos += pos.sum()
+                assert np.all(omc[pos] <= bound[pos] + 1e-12)
+                floor = rates.orth_floor(data, opt, W, nrm[None])[0]        # P_perp W, here of W itself
+                assert np.all(bound[pos] >= floor[pos] - 1e-12)
+        assert n_pos > 0
+        np.testing.assert_allclose(A.bounds.direction_from_margin(
+            rates.min_margin(data, opt, W_mm), np.linalg.norm(W_mm, axis=(-2, -1)), gA), 0.0, atol=1e-7)
+    with pytest.raises(ValueError, match="norm"):
+        A.bounds.direction_from_margin(1.0, 0.0, 1.0)
+
+
+def test_ngd_direction_corollary(inst):
+    """cor-ngd-direction along NGD at the theorem's step from a start in the region; the bound
+    is not vacuous (below 1) and a run that does not move violates it."""
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=400, init=W0, snapshots=True,
+                    n_records=30, device="cpu")
+    E0 = rates.excess_loss(data, opt, W0)
+    assert np.all(E0 <= c["eps0"])
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    t = h.steps[:, None].astype(float)
+    bound = A.bounds.ngd_direction_bound(t, 0.0, E0, n0, eta=eta, mu=c["mu"], eps0=c["eps0"],
+                                         gamma_A=c["gamma_A"])
+    omc = rates.one_minus_corr(h.snapshots, W_mm[None])
+    assert np.all(omc <= bound + 1e-12)
+    assert np.all(bound < 1)
+    # a start far from W_mm in direction, held fixed, breaks the bound eventually
+    Wbad = W0 + 5 * np.linalg.norm(W0, axis=(-2, -1))[:, None, None] * rates.random_inits(
+        W0.shape[-1], W0.shape[0], radius=1.0, seed=3)
+    omc_bad = rates.one_minus_corr(Wbad, W_mm)
+    assert np.any(omc_bad > bound[-1])
+    with pytest.raises(ValueError, match="E_t0"):
+        A.bounds.ngd_direction_bound(1.0, 0.0, 2 * c["eps0"], n0, eta=eta, mu=c["mu"], eps0=c["eps0"],
+                                     gamma_A=c["gamma_A"])
