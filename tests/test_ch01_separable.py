@@ -101,7 +101,7 @@ def trajectories():
     data = A.data.separable(N, D, margin=0.1, trials=4, seed=10)
     w_mm = np.stack([A.svm.linear_svm(data.X[b], data.y[b]) for b in range(4)])
     kw = dict(model="linear", steps=20000, refs={"w_mm": w_mm}, device="cpu", n_records=60)
-    gd = A.train.fit(data, optimizer="gd", lr=1.0, **kw)
+    gd = A.train.fit(data, optimizer="gd", lr=1.0, snapshots=True, **kw)
     ngd = A.train.fit(data, optimizer="ngd", lr=0.1, **kw)
     return data, w_mm, gd, ngd
 
@@ -136,15 +136,29 @@ def test_thm_soudry_residual_stays_bounded_for_gd(trajectories):
 
 
 def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
-    """cor-gd-rate: the direction error of GD is O(1/log t): err * log t stays bounded."""
-    _, _, gd, _ = trajectories
+    """cor-gd-rate: the direction error of GD is O(1/log t).
+
+    Checked three ways, each of which a constant error fails: the corollary's inequality
+    err_t <= 2|rho_t| / (|w_mm| log t - |rho_t|) with the measured residual rho_t = w_t - w_mm log t;
+    the error decreases (median over trials, by more than 1.2x from t = 1000 to the end); and
+    err * log t does not grow over the last decades (a constant error makes it grow like log t)."""
+    _, w_mm, gd, _ = trajectories
     late = gd.steps >= 1000
-    prod = _dir_err(gd.corr["w_mm"][late]) * np.log(gd.steps[late])[:, None]
-    assert np.all(prod.max(axis=0) / prod.min(axis=0) < 2.0)
+    t = gd.steps[late].astype(float)
+    e = _dir_err(gd.corr["w_mm"][late])                                  # (K, B)
+    rho = np.linalg.norm(gd.snapshots[late] - np.log(t)[:, None, None] * w_mm[None], axis=-1)
+    den = np.linalg.norm(w_mm, axis=-1)[None] * np.log(t)[:, None] - rho
+    ok = den > 0
+    assert ok[-1].all()
+    assert np.all(e[ok] <= (2 * rho / np.where(ok, den, 1.0))[ok] * (1 + 1e-9))
+    med = np.median(e, axis=1)
+    assert med[0] / med[-1] > 1.2
+    prod = np.median(e * np.log(t)[:, None], axis=1)
+    assert prod[-1] / prod[0] < 0.5 * (1 + np.log(t[-1]) / np.log(t[0]))   # constant error: ratio log t_K / log t_0
     # and it is genuinely slow: the error drops by less than 2x over a decade of steps
     i1, i2 = np.searchsorted(gd.steps, [2000, 20000])
-    e = _dir_err(gd.corr["w_mm"])
-    assert np.all(e[i1] / e[min(i2, len(e) - 1)] < 2.0)
+    e_all = _dir_err(gd.corr["w_mm"])
+    assert np.all(e_all[i1] / e_all[min(i2, len(e_all) - 1)] < 2.0)
 
 
 def test_ngd_ends_closer_to_the_max_margin_direction_than_gd_on_every_seed(trajectories):

@@ -116,6 +116,56 @@ def test_theorem_bounds_hold_on_the_path():
                   * np.linalg.norm(Wmm, axis=(1, 2)))
 
 
+def _boundary(f, lo, hi, iters=50):
+    """Largest x in [lo, hi] (per row) with f(x) True, by bisection from f(lo) True."""
+    lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+    ok_hi = f(hi)
+    lo = np.where(ok_hi, hi, lo)
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        ok = f(mid)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
+
+
+def test_theorem_bounds_on_adversarial_points_of_the_sublevel_set():
+    """ch03-thm-regpath holds for EVERY W in {||W|| <= R, L(W) <= L(R W_bar)}, not only for a
+    solver's output: in many random directions U orthogonal to W_bar, take the point of the
+    sublevel set farthest in angle, W = R (cos th W_bar + sin th U), and then the shortest
+    point s W (s <= 1) still in the set; check the three statements at both."""
+    rng = np.random.default_rng(3)
+    for seed in (12, 13):
+        data, opt = _inst(3, 3, 4, seed=seed)
+        Wmm = svm.att_svm(data.X, data.Z, opt)
+        c = regpath.path_constants(data, Wmm)
+        nW = np.linalg.norm(Wmm)
+        Wbar = Wmm / nW
+        Amat, _ = tokens.lifted_features(data.X, data.Z, opt)
+        U = rng.standard_normal((64,) + Wmm.shape)
+        U -= np.einsum("kab,ab->k", U, Wbar)[:, None, None] * Wbar
+        U /= np.linalg.norm(U, axis=(1, 2), keepdims=True)
+        for R in c["R0"] * np.array([1.01, 1.5, 3.0]):
+            level = regpath.log_excess(R * Wbar, data)
+
+            def at(th):
+                return R * (np.cos(th)[:, None, None] * Wbar + np.sin(th)[:, None, None] * U)
+
+            th = _boundary(lambda x: regpath.log_excess(at(x), data) <= level, np.zeros(64),
+                           np.full(64, np.pi))
+            W1 = at(th)
+            sc = 1 - _boundary(lambda x: regpath.log_excess((1 - x)[:, None, None] * W1, data) <= level,
+                               np.zeros(64), np.ones(64))
+            W2 = sc[:, None, None] * W1
+            for W in (W1, W2):
+                assert np.all(regpath.log_excess(W, data) <= level + 1e-9)      # in the set
+                margin = np.einsum("kab,jab->jk", Amat, W).min(-1)
+                assert np.all(margin >= R * c["gamma_hat"] - np.log(c["C"]))
+                assert np.all(np.linalg.norm(W, axis=(1, 2)) >= R - nW * np.log(c["C"]))
+                corr = np.einsum("jab,ab->j", W, Wbar) / np.linalg.norm(W, axis=(1, 2))
+                assert np.all(1 - corr <= nW * np.log(c["C"]) / R)
+            assert np.any(th > 0)                                   # the set is not a single ray
+
+
 def test_path_direction_and_observed_rate():
     """The direction of W_R tends to W_mm; observed: 1 - corr decays about like R^-2."""
     data, opt = _inst(4, 4, 5, seed=13, B=2)

@@ -6,9 +6,14 @@ import attnsvm as A
 from attnsvm.experiments import rates
 
 
-@pytest.fixture(scope="module")
-def inst():
-    data, opt = rates.score_data(4, 4, 6, trials=3, seed=1)
+#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
+SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
+                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
+
+
+@pytest.fixture(scope="module", params=list(SCORES))
+def inst(request):
+    data, opt = rates.score_data(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
     return data, opt, W_mm, rates.constants(data, opt, W_mm)
 

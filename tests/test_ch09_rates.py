@@ -6,9 +6,14 @@ import attnsvm as A
 from attnsvm.experiments import rates
 
 
-@pytest.fixture(scope="module")
-def inst():
-    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
+#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
+SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
+                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
+
+
+@pytest.fixture(scope="module", params=list(SCORES))
+def inst(request):
+    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
     c = rates.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
@@ -151,3 +156,128 @@ def test_observed_rates():
     s = {k: np.median(rates.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
+
+
+# ----------------------------------------------------------------------------- (L - L*) Polyak
+def test_polyak_star_engine_step(inst):
+    """The engine's polyak_star step is W - (E/||g||^2) g with the exact E of the chapter."""
+    data, opt, W_mm, c, W0 = inst
+    rng = np.random.default_rng(5)
+    for Wstart in (W0, 2 * rng.standard_normal(W0.shape)):
+        h = A.train.fit(data, model="W", optimizer="polyak_star", steps=1, init=Wstart,
+                        n_records=2, record_every=1)
+        g = rates.grad(data, Wstart)
+        E = rates.excess_loss(data, opt, Wstart)
+        expect = Wstart - (E / np.linalg.norm(g, axis=(-2, -1)) ** 2)[:, None, None] * g
+        np.testing.assert_allclose(h.W, expect, rtol=1e-9, atol=1e-12)
+
+
+def test_polyak_star_proposition(inst):
+    """prop-polyak-star from a random start: step lengths >= lambda/R_A everywhere, <= 1/mu in
+    the region, and the projection on W_mm above <W_0, W_mm^> + kappa lambda t / R_A."""
+    data, opt, W_mm, c, _ = inst
+    W0 = rates.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=4)
+    steps = 150
+    h = A.train.fit(data, model="W", optimizer="polyak_star", steps=steps, init=W0,
+                    snapshots=True, record_every=1)
+    S = h.snapshots                                                    # (steps + 1, B, d, d)
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))        # (steps, B)
+    E = rates.excess_loss(data, opt, S[:-1])
+    assert np.all(lengths >= c["lam"] / c["R_A"] * (1 - 1e-9))
+    inreg = E <= c["eps0"]
+    assert inreg.any()                                                 # the region is visited
+    assert np.all(lengths[inreg] <= (1 / c["mu"] * np.ones_like(E))[inreg] * (1 + 1e-9))
+    proj = np.einsum("kbij,bij->kb", S, W_mm) * c["gamma_A"]
+    lo = rates.polyak_star_progress_bound(h.steps, c, proj[0])
+    assert np.all(proj >= lo - 1e-9)
+    # and the bound is not slack by orders of magnitude: the norm is Theta(t)
+    assert np.all(h.norm[-1] <= np.linalg.norm(W0, axis=(-2, -1)) + steps / c["mu"] * 10)
+
+
+def test_polyak_star_arguments(inst):
+    data, opt, W_mm, c, W0 = inst
+    with pytest.raises(ValueError, match="L_star"):
+        A.train.fit(data, model="W", optimizer="polyak", steps=1, L_star=0.1)
+    with pytest.raises(ValueError, match="polyak_star"):
+        A.train.fit(data, model="W", optimizer="polyak_star", train_v=True, steps=1)
+    # an explicit L_star agrees with the exact default while L - L* is large
+    h1 = A.train.fit(data, model="W", optimizer="polyak_star", steps=3, init=W0 / 8)
+    B = W0.shape[0]
+    Ws = [A.train.fit(data.trial(b), model="W", optimizer="polyak_star", steps=3, init=W0[b] / 8,
+                      L_star=float(c["L_star"][b])).W for b in range(B)]
+    np.testing.assert_allclose(h1.W, np.concatenate(Ws), rtol=1e-6)
+
+
+def test_first_step_and_theorem_checks(inst):
+    """The helpers behind the notebook's hypothesis steps: first_step finds the first record from
+    which a condition holds for good; the NGD check rejects a run that violates the contraction."""
+    t = np.array([0, 1, 2, 4, 8])
+    mask = np.array([[0, 1, 0], [1, 1, 0], [0, 1, 0], [1, 1, 0], [1, 1, 1]], dtype=bool)
+    np.testing.assert_array_equal(rates.first_step(t, mask), [4.0, 0.0, 8.0])
+    assert np.isnan(rates.first_step(t, np.zeros((5, 1), dtype=bool))[0])
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=200, init=W0, snapshots=True,
+                    n_records=20, device="cpu")
+    E = rates.excess_loss(data, opt, h.snapshots)
+    t0 = rates.first_step(h.steps, E <= c["eps0"])
+    assert np.all(t0 == 0) and np.all(rates.ngd_linear_holds(h.steps, E, t0, eta, c))
+    flat = np.repeat(E[:1], len(h.steps), axis=0)                     # no decrease at all
+    assert not np.any(rates.ngd_linear_holds(h.steps, flat, t0, eta, c))
+
+
+# ----------------------------------------------------------------------------- directional bounds
+def test_direction_from_margin_lemma():
+    """lem-dir-margin: corr(W, W_mm) >= m_min(W)/(gamma_A ||W||) wherever m_min > 0, on equal,
+    heterogeneous and distinct scores; the bound sits above the invariant floor; it is attained
+    (equality) at W = W_mm."""
+    rng = np.random.default_rng(11)
+    cases = [dict(), SCORES["heterogeneous"], dict(distinct=True)]
+    for kw in cases:
+        data, opt = rates.score_data(4, 3, 5, trials=3, seed=7, **kw)
+        W_mm = rates.svm_batch(data, opt)
+        gA = 1 / np.linalg.norm(W_mm, axis=(-2, -1))
+        n_pos = 0
+        for scale in (0.5, 1.0, 3.0):
+            for k in (1.0, 4.0, 10.0):
+                W = k * W_mm + scale * rng.standard_normal(W_mm.shape)
+                m = rates.min_margin(data, opt, W)
+                nrm = np.linalg.norm(W, axis=(-2, -1))
+                bound = A.bounds.direction_from_margin(m, nrm, gA)
+                omc = rates.one_minus_corr(W, W_mm)
+                pos = m > 0
+                n_pos += pos.sum()
+                assert np.all(omc[pos] <= bound[pos] + 1e-12)
+                floor = rates.orth_floor(data, opt, W, nrm[None])[0]        # P_perp W, here of W itself
+                assert np.all(bound[pos] >= floor[pos] - 1e-12)
+        assert n_pos > 0
+        np.testing.assert_allclose(A.bounds.direction_from_margin(
+            rates.min_margin(data, opt, W_mm), np.linalg.norm(W_mm, axis=(-2, -1)), gA), 0.0, atol=1e-7)
+    with pytest.raises(ValueError, match="norm"):
+        A.bounds.direction_from_margin(1.0, 0.0, 1.0)
+
+
+def test_ngd_direction_corollary(inst):
+    """cor-ngd-direction along NGD at the theorem's step from a start in the region; the bound
+    is not vacuous (below 1) and a run that does not move violates it."""
+    data, opt, W_mm, c, W0 = inst
+    eta = float(c["eta_ngd"].min())
+    h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=400, init=W0, snapshots=True,
+                    n_records=30, device="cpu")
+    E0 = rates.excess_loss(data, opt, W0)
+    assert np.all(E0 <= c["eps0"])
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    t = h.steps[:, None].astype(float)
+    bound = A.bounds.ngd_direction_bound(t, 0.0, E0, n0, eta=eta, mu=c["mu"], eps0=c["eps0"],
+                                         gamma_A=c["gamma_A"])
+    omc = rates.one_minus_corr(h.snapshots, W_mm[None])
+    assert np.all(omc <= bound + 1e-12)
+    assert np.all(bound < 1)
+    # a start far from W_mm in direction, held fixed, breaks the bound eventually
+    Wbad = W0 + 5 * np.linalg.norm(W0, axis=(-2, -1))[:, None, None] * rates.random_inits(
+        W0.shape[-1], W0.shape[0], radius=1.0, seed=3)
+    omc_bad = rates.one_minus_corr(Wbad, W_mm)
+    assert np.any(omc_bad > bound[-1])
+    with pytest.raises(ValueError, match="E_t0"):
+        A.bounds.ngd_direction_bound(1.0, 0.0, 2 * c["eps0"], n0, eta=eta, mu=c["mu"], eps0=c["eps0"],
+                                     gamma_A=c["gamma_A"])

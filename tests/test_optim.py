@@ -75,7 +75,7 @@ def test_unknown_rule():
         update("lbfgs", [torch.ones(2)], lr=0.1)
     with pytest.raises(ValueError, match="optimizer"):
         init_state("lbfgs", [])
-    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "adam", "sign"}
+    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign"}
 
 
 # ---------------------------------------------------------------- wrappers = engine

@@ -12,6 +12,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
+``bounds``   proved bounds of the book, as functions
 ``book``     the book's build (``python -m attnsvm.book build``)
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
@@ -28,7 +29,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
-               "experiments")
+               "bounds", "experiments")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

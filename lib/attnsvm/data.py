@@ -622,7 +622,9 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     ----------
     n, T, d : int
         ``d >= 2``.
-    gamma_opt, gamma_other : float, ``gamma_opt > gamma_other``
+    gamma_opt, gamma_other : float or array_like (n,), ``gamma_opt > gamma_other``
+        Numbers (the same scores in every sequence) or per-sequence arrays (heterogeneous scores
+        :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
     distinct : bool
     spread : float in (0, 1)
     trials, seed : as in :func:`random_unit`
@@ -633,8 +635,15 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     opt : ndarray of int, shape (n,) or (trials, n): the optimal positions
     """
     n, T, d = _sizes(n, T, d, min_d=2)
-    gamma_opt, gamma_other = float(gamma_opt), float(gamma_other)
-    if not gamma_opt > gamma_other:
+    try:
+        g_opt = np.broadcast_to(np.asarray(gamma_opt, dtype=float), (n,)).copy()
+        g_oth = np.broadcast_to(np.asarray(gamma_other, dtype=float), (n,)).copy()
+    except ValueError as exc:
+        raise ValueError(f"gamma_opt and gamma_other must be numbers or arrays of shape ({n},), "
+                         f"got {gamma_opt!r} and {gamma_other!r}") from exc
+    if not (np.all(np.isfinite(g_opt)) and np.all(np.isfinite(g_oth))):
+        raise ValueError(f"gamma_opt and gamma_other must be finite, got {gamma_opt!r}, {gamma_other!r}")
+    if not np.all(g_opt > g_oth):
         raise ValueError(f"gamma_opt must exceed gamma_other, got {gamma_opt} <= {gamma_other}")
     if not 0 < spread < 1:
         raise ValueError(f"spread must be in (0, 1), got {spread}")
@@ -646,10 +655,10 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
         G -= np.einsum("ntd,d->nt", G, v)[..., None] * v
         y = rng.choice([-1.0, 1.0], size=n)
         opt = rng.integers(T, size=n)
-        c = np.full((n, T), gamma_other)
+        c = np.repeat(g_oth[:, None], T, axis=1)
         if distinct:
-            c = gamma_other + spread * (gamma_opt - gamma_other) * rng.uniform(size=(n, T))
-        np.put_along_axis(c, opt[:, None], gamma_opt, axis=-1)
+            c = g_oth[:, None] + spread * (g_opt - g_oth)[:, None] * rng.uniform(size=(n, T))
+        np.put_along_axis(c, opt[:, None], g_opt[:, None], axis=-1)
         X = G + (y[:, None] * c)[..., None] * v
         Z = rng.standard_normal((n, d))
         Z /= np.linalg.norm(Z, axis=-1, keepdims=True)

@@ -17,6 +17,8 @@ Rules (``lr`` = :math:`\eta`):
   :math:`\eta_t = \min(\eta\, L / \|g\|^2,\ \eta_{\max})`, computed as
   :math:`\log \eta_t = \log\eta + \log L - 2\sigma - 2\log\|\tilde g\|` (so :math:`\eta = 1` is
   the classical Polyak step; it stays finite when :math:`L \approx 10^{-300}`).
+* ``"polyak_star"``: the same formula with :math:`L - L^\star` in place of :math:`L`
+  (:math:`L^\star = \inf L`): the caller passes :math:`\log(L - L^\star)` as ``log_loss``.
 * ``"adam"``: Adam (Kingma & Ba) with bias correction, in the same arithmetic order as
   :class:`torch.optim.Adam`: :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`,
   :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`,
@@ -36,7 +38,7 @@ from ._checks import check_choice, check_positive
 
 __all__ = ["RULES", "update", "init_state", "log_norm", "NGD", "Polyak", "SignGD", "Adam"]
 
-RULES = ("gd", "ngd", "ngd_param", "polyak", "adam", "sign")
+RULES = ("gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign")
 
 
 def _bc(x, g):
@@ -96,7 +98,7 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
         :math:`\sigma_j`, per trial ((B,) or 0-d): one for all gradients or one per gradient.
         ``None`` means 0.
     log_loss : Tensor (B,) or 0-d
-        :math:`\log L` (``"polyak"`` only).
+        :math:`\log L` (``"polyak"``), or :math:`\log(L - L^\star)` (``"polyak_star"``).
     eta_max : float, optional
         Cap on the Polyak step size.
     betas, eps : Adam's constants.
@@ -146,7 +148,7 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
         return out
     if rule == "sign":
         return [-lr * torch.sign(g) for g in grads]
-    if rule not in ("ngd", "polyak"):
+    if rule not in ("ngd", "polyak", "polyak_star"):
         raise ValueError(f"optimizer must be one of {sorted(RULES)!r}, got {rule!r}")
     if all(sc is None for sc in scales) or len(grads) == 1:
         lg = log_norm(grads, batch_ndim)

@@ -40,6 +40,7 @@ OPTIMIZERS = {
     "ngd": ("ngd", False, 0.1),
     "ngd_param": ("ngd_param", False, 0.1),
     "polyak": ("polyak", False, 1.0),
+    "polyak_star": ("polyak_star", False, 1.0),
     "adam": ("adam", False, 0.01),
     "sign": ("sign", False, 0.01),
     "sgd": ("gd", True, 0.1),
@@ -203,9 +204,29 @@ def _ref_tensor(name, R, B, shape, kw):
     return torch.as_tensor(np.array(a, copy=True), **kw)
 
 
+def _log_excess_logistic(a, G):
+    r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
+    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
+    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
+    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
+    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
+    :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
+    (e^\delta - 1))` (the formula of ``attnsvm.experiments.rates.excess_loss``), shape (B,)."""
+    gs = G.max(-1, keepdim=True).values
+    D = gs - G
+    terms = torch.where(D > 0, torch.log_softmax(a, -1) + torch.log(torch.where(D > 0, D, 1.0)),
+                        -torch.inf)
+    log_delta = torch.logsumexp(terms, -1)
+    delta = torch.exp(log_delta)
+    b = torch.sigmoid(-gs[..., 0])
+    log_Ei = torch.where(delta > 1e-8, torch.log(torch.log1p(b * torch.expm1(delta))),
+                         torch.log(b) + log_delta + torch.log1p((1 - b) * delta / 2))
+    return torch.logsumexp(log_Ei, -1) - math.log(G.shape[-2])
+
+
 # ----------------------------------------------------------------------------- fit
 def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss="logistic",
-        optimizer="gd", lr=None, eta_max=None, betas=(0.9, 0.999), eps=1e-8, steps=2000,
+        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8, steps=2000,
         batch_size=None, penalty=0.0, init=None, init_scale=None, refs=None, opt=None, record_every="log",
         n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
         progress=None, num_threads=None):
@@ -226,14 +247,22 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     train_v : bool
         Train the head jointly with the attention (``v``, or ``U`` and ``c``).
     loss : {"logistic", "exponential", "correlation"}
-    optimizer : {"gd", "ngd", "ngd_param", "polyak", "adam", "sign", "sgd", "sngd", "sps"}
+    optimizer : {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sgd", "sngd", "sps"}
         Step rule (:mod:`attnsvm.optim`); "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on
         mini-batches and need ``batch_size``; every other rule also accepts ``batch_size``.
     lr : float, optional
         Step size :math:`\eta` (> 0). Default 0.1 (gd, ngd, ngd_param, sgd, sngd), 1.0 (the
         Polyak multiplier: polyak, sps), 0.01 (adam, sign).
     eta_max : float, optional
-        Cap on the Polyak step size (polyak, sps only).
+        Cap on the Polyak step size (polyak, polyak_star, sps only).
+    L_star : float, optional
+        ``polyak_star`` only: the loss floor :math:`L^\star` of the step
+        :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
+        :math:`\frac1n\sum_i \ell(\max_t \gamma_{it})` of the logistic risk of a fixed linear
+        head (the infimum whenever the Att-SVM of the optimal tokens is feasible), with
+        :math:`L - L^\star` evaluated exactly from the attention weights (no cancellation).
+        A float uses :math:`L - L^\star` as computed, which loses all accuracy once
+        :math:`L - L^\star \lesssim 10^{-16} L` (the step is then 0 where it is not positive).
     betas, eps : Adam's constants.
     steps : int
         Number of updates (>= 1).
@@ -289,12 +318,21 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     rule, stochastic, lr_default = OPTIMIZERS[optimizer]
     lr = lr_default if lr is None else check_positive("lr", lr)
     if eta_max is not None:
-        if rule != "polyak":
-            raise ValueError(f"eta_max applies only to optimizer='polyak' or 'sps', got {optimizer!r}")
+        if rule not in ("polyak", "polyak_star"):
+            raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or 'sps', "
+                             f"got {optimizer!r}")
         eta_max = check_positive("eta_max", eta_max)
+    if L_star is not None:
+        if rule != "polyak_star":
+            raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
+        L_star = check_positive("L_star", L_star, allow_zero=True)
+    if rule == "polyak_star" and L_star is None and (
+            model not in ("W", "KQ", "prompt") or head != "linear" or train_v or loss != "logistic"):
+        raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
+                         "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
     steps = check_int("steps", steps, minimum=1)
     lossobj = get_loss(loss)
-    if rule == "polyak" and not lossobj.nonnegative:
+    if rule in ("polyak", "polyak_star") and not lossobj.nonnegative:
         raise ValueError(f"loss={loss!r} can be negative; the Polyak step (optimizer="
                          f"{optimizer!r}) needs a nonnegative loss")
     if rule == "adam":
@@ -421,7 +459,7 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     # ---- loop ----------------------------------------------------------------------
     is_rec = np.zeros(steps + 1, dtype=bool)
     is_rec[grid] = True
-    want_log_loss = rule == "polyak"
+    want_log_loss = rule in ("polyak", "polyak_star")
     pen_names = [name for name in trainable if name in ("W", "K", "Q", "p", "w")]
     log2pen = math.log(2 * penalty) if penalty else None
     pbar = None
@@ -453,6 +491,11 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
                 if want_log_loss and penalty:
                     sq = sum(params[name].flatten(1).pow(2).sum(1) for name in pen_names)
                     log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+                if rule == "polyak_star":
+                    log_loss = (_log_excess_logistic(net.scores(params, batch),
+                                                       batch["G"] * batch["y"][..., None])
+                                if L_star is None else
+                                torch.log(torch.clamp(torch.exp(log_loss) - L_star, min=0.0)))
                 deltas = update(rule, [grads[name] for name in trainable], state, lr=lr,
                                 log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
                                 eta_max=eta_max, betas=betas, eps=eps, batch_ndim=1)

@@ -314,10 +314,23 @@ def _describe_failure(notebook: str, exc: BaseException) -> str:
 
 
 def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
-                 failed_path: Path, kernel_name: str) -> None:
-    """Run one notebook with papermill; write it atomically to ``out_path`` only on success."""
+                 failed_path: Path, kernel_name: str, strict_claims: bool = False) -> None:
+    """Run one notebook with papermill; write it atomically to ``out_path`` only on success.
+
+    ``strict_claims``: the kernel runs with ``ATTNSVM_STRICT_CLAIMS=1``, so a false checked claim
+    (:func:`attnsvm.book.claim`) raises and fails the notebook. The book's build sets it; a
+    reader's ``run`` or ``sweep`` does not (a false claim then warns). The variable is restored
+    afterwards, so the calling process is not changed.
+    """
     import papermill
 
+    from .claims import STRICT_ENV
+
+    old_strict = os.environ.get(STRICT_ENV)
+    if strict_claims:
+        os.environ[STRICT_ENV] = "1"
+    else:
+        os.environ.pop(STRICT_ENV, None)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     failed_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=".tmp-", suffix=".ipynb")
@@ -337,6 +350,11 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
             # keep the executed-with-error notebook for inspection, never in the cache tree
             os.replace(tmp, failed_path)
         raise
+    finally:
+        if old_strict is None:
+            os.environ.pop(STRICT_ENV, None)
+        else:
+            os.environ[STRICT_ENV] = old_strict
 
 
 def execute_notebooks(root: Path, profile: str, *, only: str | None = None, force: bool = False,
@@ -411,7 +429,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         keys[nb] = (key, device)
         jobs.append(make_job(root, nb, params, out_path, failed_path, device=dev_param,
                              kernel_name=kernel_name, threads=threads,
-                             resolved=None if scheduler else device))
+                             resolved=None if scheduler else device, strict_claims=True))
 
     def on_result(job, res):
         nb = job["notebook"]

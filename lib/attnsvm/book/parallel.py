@@ -67,17 +67,18 @@ def parse_resources(text: str | None) -> dict | None:
 
 def make_job(root, notebook: str, parameters: dict, out_path, failed_path, *, device: str = "auto",
              kernel_name: str = "python3", threads: int | None = None, name: str | None = None,
-             resolved: str | None = None) -> dict:
+             resolved: str | None = None, strict_claims: bool = False) -> dict:
     """A job for :func:`run_job` (plain, picklable values only).
 
     ``device`` is the notebook's ``device`` parameter; ``resolved`` is what it resolves to on
     this machine, given when the job runs here (in-process or on a local cluster) so that the
     worker need not import torch to find out; on a remote cluster the worker resolves it.
+    ``strict_claims``: a false checked claim fails the notebook (the book's build).
     """
     return {"root": str(root), "notebook": notebook, "parameters": dict(parameters),
             "out_path": str(out_path), "failed_path": str(failed_path), "device": str(device),
             "kernel_name": kernel_name, "threads": threads, "name": name or notebook,
-            "resolved": resolved}
+            "resolved": resolved, "strict_claims": bool(strict_claims)}
 
 
 @contextlib.contextmanager
@@ -130,7 +131,8 @@ def run_job(job: dict) -> dict:
         # the kernel inherits the thread caps; the job's own process is not affected afterwards
         with _thread_environment(job.get("threads")):
             _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
-                         Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"])
+                         Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"],
+                         strict_claims=job.get("strict_claims", False))
     except Exception as exc:
         return {"status": "failed", "seconds": time.perf_counter() - t0, "device": device,
                 "device_label": label, "worker": worker,

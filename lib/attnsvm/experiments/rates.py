@@ -41,6 +41,8 @@ __all__ = [
     "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
+    "polyak_star_progress_bound", "first_step", "gd_step_condition", "ngd_linear_holds",
+    "gd_inverse_excess_holds",
 ]
 
 
@@ -57,6 +59,8 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     at the optimal position and :math:`\gamma^\circ` (``gamma_other``) elsewhere, or, with
     ``distinct=True``, distinct values in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
+    ``gamma_opt`` and ``gamma_other`` are numbers or per-sequence arrays (n,) (heterogeneous
+    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
 
     Returns
     -------
@@ -459,3 +463,73 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
                             kappa=c["kappa"], ngd_progress=ngd_progress)
+
+
+# ----------------------------------------------------------------------------- Polyak (L - L*)
+def polyak_star_progress_bound(t, consts, W0_proj, *, eta=1.0):
+    r"""Lower bound of the (L - L*) Polyak proposition on the projection
+    :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
+    \eta\kappa\lambda t/R_A` (``eta`` the multiplier of the step), shape (K, B) for ``t`` (K,)
+    and per-trial constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
+    t = np.asarray(t, dtype=float)[:, None]
+    return (np.asarray(W0_proj, dtype=float)[None, :]
+            + eta * consts["kappa"] * consts["lam"] / consts["R_A"] * t)
+
+
+# ----------------------------------------------------------------------------- hypotheses
+def first_step(t, mask):
+    r"""Per trial, the first recorded step from which ``mask`` (K, B) holds at every later record
+    (NaN where it does not hold at the last record), shape (B,)."""
+    t = np.asarray(t, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    tail = np.flip(np.logical_and.accumulate(np.flip(mask, 0), axis=0), 0)   # holds from k on
+    out = np.full(mask.shape[1], np.nan)
+    for b in range(mask.shape[1]):
+        k = np.flatnonzero(tail[:, b])
+        if k.size:
+            out[b] = t[k[0]]
+    return out
+
+
+def gd_step_condition(consts, eta, excess):
+    r"""The hypotheses of the GD theorem at a recorded point: :math:`E \le \varepsilon_0` and
+    :math:`\eta E \le \min(1/H, \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; ``excess`` (K, B),
+    returns (K, B) bool."""
+    R2 = consts["R_A"] ** 2
+    cap = np.minimum(np.minimum(1 / consts["H"], consts["lam"] * np.log(2) / R2),
+                     consts["lam"] ** 2 / (3 * R2))
+    return (excess <= consts["eps0"]) & (eta * excess <= cap)
+
+
+def ngd_linear_holds(t, excess, t0, eta, consts):
+    r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
+    :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
+    ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
+    t = np.asarray(t, dtype=float)
+    out = np.zeros(excess.shape[1], dtype=bool)
+    for b in range(excess.shape[1]):
+        if not np.isfinite(t0[b]):
+            continue
+        k0 = int(np.flatnonzero(t == t0[b])[0])
+        later = t >= t0[b]
+        bound = (np.log(excess[k0, b]) + (t[later] - t0[b]) * np.log1p(-eta * consts["mu"][b] / 2))
+        out[b] = bool(np.all(np.log(excess[later, b]) <= bound + 1e-9))
+    return out
+
+
+def gd_inverse_excess_holds(t, excess, t0, eta, consts):
+    r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
+    :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
+    t = np.asarray(t, dtype=float)
+    out = np.zeros(excess.shape[1], dtype=bool)
+    for b in range(excess.shape[1]):
+        if not np.isfinite(t0[b]):
+            continue
+        k0 = int(np.flatnonzero(t == t0[b])[0])
+        later = t >= t0[b]
+        inv = 1 / excess[later, b]
+        dt = t[later] - t0[b]
+        lo = 1 / excess[k0, b] + eta * consts["mu"][b] ** 2 / 2 * dt
+        hi = 1 / excess[k0, b] + 3 * eta * consts["R_A"][b] ** 2 / consts["lam"][b] ** 2 * dt
+        out[b] = bool(np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9))))
+    return out

@@ -1,0 +1,95 @@
+"""Checked claims (attnsvm.book.claim): strict under the build, a warning in a reader's run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnsvm import book
+from attnsvm.book import claims
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_true_claim_passes_in_both_modes(monkeypatch, recwarn):
+    for value in ("1", ""):
+        monkeypatch.setenv(claims.STRICT_ENV, value)
+        assert book.claim("fine", np.float64(1.0) < 2.0, "1 < 2", notebook="nb") is True
+    assert not [w for w in recwarn if issubclass(w.category, book.ClaimWarning)]
+
+
+def test_false_claim_raises_when_strict(monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    with pytest.raises(book.ClaimError) as e:
+        book.claim("ngd_fast", np.bool_(False), "slope NGD -0.02 vs GD -0.18", notebook="ch09_rates")
+    msg = str(e.value)
+    assert "ngd_fast" in msg and "ch09_rates" in msg and "-0.02" in msg
+
+
+def test_false_claim_warns_otherwise(monkeypatch):
+    monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    with pytest.warns(book.ClaimWarning, match="ngd_fast.*ch09_rates.*-0.02"):
+        assert book.claim("ngd_fast", False, "slope -0.02", notebook="ch09_rates") is False
+    monkeypatch.setenv(claims.STRICT_ENV, "0")
+    with pytest.warns(book.ClaimWarning):
+        book.claim("x", False, "")
+
+
+def test_notebook_name_from_set_notebook_and_env(monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    monkeypatch.setattr(claims, "_notebook", None)
+    monkeypatch.setenv(claims.NOTEBOOK_ENV, "from_env")
+    with pytest.raises(book.ClaimError, match="from_env"):
+        book.claim("a", False, "")
+    book.set_notebook("from_call")
+    with pytest.raises(book.ClaimError, match="from_call"):
+        book.claim("a", False, "")
+
+
+def test_bad_input_names_the_argument():
+    with pytest.raises(TypeError, match="holds"):
+        book.claim("a", 0.5, "")
+    with pytest.raises(TypeError, match="holds"):
+        book.claim("a", np.array([True, True]), "")
+    with pytest.raises(ValueError, match="name"):
+        book.claim("not a name", True, "")
+    with pytest.raises(TypeError, match="detail"):
+        book.claim("a", True, 3.0)
+    with pytest.raises(ValueError, match="name"):
+        book.set_notebook("")
+
+
+def test_build_sets_strict_mode():
+    src = (REPO / "lib" / "attnsvm" / "book" / "build.py").read_text()
+    assert 'os.environ["ATTNSVM_STRICT_CLAIMS"] = "1"' in src
+
+
+def _papermill(tmp_path, strict):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "lib") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop(claims.STRICT_ENV, None)
+    if strict:
+        env[claims.STRICT_ENV] = "1"
+    out = tmp_path / ("strict.ipynb" if strict else "lenient.ipynb")
+    return subprocess.run(
+        [sys.executable, "-m", "papermill", str(REPO / "notebooks" / "ch09_rates.ipynb"), str(out),
+         "--cwd", str(REPO / "notebooks"), "-p", "lr_ngd", "1e-6", "-p", "steps", "300"],
+        env=env, capture_output=True, text=True, timeout=600), out
+
+
+@pytest.mark.slow
+def test_acceptance_ch09_claims(tmp_path):
+    """A crippled NGD step breaks the chapter's claims: the build's strict run fails with
+    ClaimError; a reader's run completes and warns."""
+    res, out = _papermill(tmp_path, strict=True)
+    assert res.returncode != 0
+    assert "ClaimError" in res.stdout + res.stderr
+    assert "ngd_fast" in res.stdout + res.stderr
+    res, out = _papermill(tmp_path, strict=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = out.read_text()
+    assert "ClaimWarning" in text and "ngd_fast" in text
