@@ -70,12 +70,13 @@ def test_spectral_direction():
     np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), OG.dual_norm(g, "spectral").numpy(), rtol=1e-10)
 
 
-@pytest.mark.parametrize("q,lr,decay", [(2.0, 0.5, 0.5), (np.inf, 0.5, 0.5), (1.0, 0.5, 0.5),
-                                        (2.0, 0.05, 0.0), (np.inf, 0.02, 0.0)])
+@pytest.mark.parametrize("q,lr,decay", [(2.0, 0.2, 0.5), (np.inf, 0.2, 0.5), (1.0, 0.2, 0.5),
+                                        (2.0, 0.1, 0.0)])
 def test_thm_sd_margin_bound(setup, q, lr, decay):
     data, batch, model, w0, gam = setup
-    r = OG.run(model, w0, batch, rule="sd", norm=q, lr=lr, decay=decay, steps=3000)
-    s = lr * (np.arange(3000) + 1.0) ** (-decay)
+    steps = 20000
+    r = OG.run(model, w0, batch, rule="sd", norm=q, lr=lr, decay=decay, steps=steps)
+    s = lr * (np.arange(steps) + 1.0) ** (-decay)
     Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
     checked = 0
     for k, t in enumerate(r["steps"]):
