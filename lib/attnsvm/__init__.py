@@ -13,6 +13,8 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
 ``book``     the book's build (``python -m attnsvm.book build``)
+``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
+             rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -28,7 +30,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
-               "experiments")
+               "experiments",
+               "svm_geometry", "optim_geometry", "ntp")   # Part IV
 
 #: public name -> submodule that defines it
 _EXPORTS = {
