@@ -136,3 +136,20 @@ def test_bad_input():
         ntp.train(d, rule="sgd", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
         ntp.train(d, rule="gd", steps=1, lr=-1.0)
+
+
+def test_thm1_regularization_path(data):
+    """Theorem 1: the norm-constrained CE minimizer turns towards W_mm as the budget grows."""
+    Wm = np.stack([SG.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
+    L = ntp.smoothness(data)[:, None, None]
+    cors = []
+    W = np.zeros_like(Wm)
+    for Bud in (2.0, 8.0, 32.0, 128.0):
+        for _ in range(6000):                      # projected gradient descent on the ball
+            W = W - ntp.ce_grad(W, data) / L
+            nrm = np.linalg.norm(W, axis=(1, 2), keepdims=True)
+            W = np.where(nrm > Bud, W * Bud / nrm, W)
+        cors.append(A.metrics.corr(W, Wm, elem_ndim=2))
+    cors = np.array(cors)
+    assert np.all(np.diff(cors, axis=0) > 0)
+    assert np.all(cors[-1] > 0.9)
