@@ -14,6 +14,8 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions
 ``book``     the book's build (``python -m attnsvm.book build``)
+``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
+             rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -29,7 +31,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
-               "bounds", "experiments")
+               "bounds", "experiments",
+               "svm_geometry", "optim_geometry", "ntp")   # Part IV
 
 #: public name -> submodule that defines it
 _EXPORTS = {

@@ -1,0 +1,161 @@
+"""Part IV, "The geometry of the margin on separable data": every statement, checked numerically.
+
+Labels refer to book/ch13_geometry_linear.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnsvm as A
+from attnsvm import optim_geometry as OG, svm_geometry as SG
+
+N, D, B = 20, 5, 4
+NORMS = {1.0: np.inf, 2.0: 2.0, np.inf: 1.0}       # norm -> dual norm
+
+
+@pytest.fixture(scope="module")
+def setup():
+    data = A.data.separable(N, D, margin=0.1, trials=B, seed=3)
+    batch = {"X": torch.as_tensor(data.X), "y": torch.as_tensor(data.y)}
+    model = A.models.LinearClassifier()
+    w0 = model.init_params(D, None, [None] * B)
+    gam = {q: 1.0 / SG.vector_norm(SG.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
+    return data, batch, model, w0, gam
+
+
+def _loss_grad(w, X, y):
+    e = np.exp(-y * (X @ w))
+    return e.mean(), -(e * y) @ X / len(y)
+
+
+def test_linear_svm_p_is_max_margin(setup):
+    data, *_ , gam = setup
+    rng = np.random.default_rng(0)
+    for q in (1.0, 2.0, 3.0, np.inf):
+        w = SG.linear_svm_p(data.X[0], data.y[0], q)
+        assert (data.y[0] * (data.X[0] @ w)).min() == pytest.approx(1.0, abs=1e-9)
+        U = rng.standard_normal((4000, D))
+        U /= np.linalg.norm(U, ord=q, axis=1, keepdims=True)
+        assert (data.y[0] * (U @ data.X[0].T)).min(axis=1).max() <= gam[q][0] + 1e-9
+    # l2 agrees with the Part I solver
+    np.testing.assert_allclose(SG.linear_svm_p(data.X, data.y, 2.0), A.svm.linear_svm(data.X, data.y),
+                               atol=1e-6)
+
+
+def test_lem_dual_grad(setup):
+    data, *_, gam = setup
+    rng = np.random.default_rng(1)
+    for q, qd in NORMS.items():
+        for _ in range(200):
+            w = rng.standard_normal(D) * rng.uniform(0.1, 30)
+            L, g = _loss_grad(w, data.X[0], data.y[0])
+            assert np.linalg.norm(g, ord=qd) >= gam[q][0] * L * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("norm", [1, 2, "inf", 3.0, 1.5])
+def test_steepest_direction_attains_dual_norm(norm):
+    g = torch.as_tensor(np.random.default_rng(2).standard_normal((6, 7)))
+    d = OG.steepest_direction(g, norm)
+    p = np.inf if norm == "inf" else float(norm)
+    np.testing.assert_allclose(np.linalg.norm(d.numpy(), ord=p, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose((g * d).sum(1).numpy(), OG.dual_norm(g, norm).numpy(), rtol=1e-12)
+
+
+def test_spectral_direction():
+    g = torch.as_tensor(np.random.default_rng(3).standard_normal((3, 4, 4)))
+    d = OG.steepest_direction(g, "spectral")
+    np.testing.assert_allclose(torch.linalg.matrix_norm(d, ord=2).numpy(), 1.0, rtol=1e-10)
+    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), OG.dual_norm(g, "spectral").numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("q,lr,decay", [(2.0, 0.2, 0.5), (np.inf, 0.2, 0.5), (1.0, 0.2, 0.5),
+                                        (2.0, 0.1, 0.0)])
+def test_thm_sd_margin_bound(setup, q, lr, decay):
+    data, batch, model, w0, gam = setup
+    steps = 20000
+    r = OG.run(model, w0, batch, rule="sd", norm=q, lr=lr, decay=decay, steps=steps)
+    s = lr * (np.arange(steps) + 1.0) ** (-decay)
+    Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
+    checked = 0
+    for k, t in enumerate(r["steps"]):
+        if t == 0:
+            continue
+        S = s[:t].sum()
+        Q = (s[:t, None] ** 2 * np.exp(s[:t, None] * Bq)).sum(0)
+        rhs = (np.log(N) + Bq ** 2 * Q / 2) / S
+        rho = SG.margin_in_norm(r["iterates"][k], data.X, data.y, q)
+        ok = rhs <= gam[q]
+        assert np.all((gam[q] - rho)[ok] <= rhs[ok] + 1e-12)
+        # the one-step loss recursion summed: -log L(w_t) >= gamma S_t - B^2 Q_t / 2
+        assert np.all(-r["log_loss"][k] >= gam[q] * S - Bq ** 2 * Q / 2 - 1e-9)
+        checked += ok.sum()
+    assert checked > 0
+    if decay > 0:
+        final = SG.margin_in_norm(r["iterates"][-1], data.X, data.y, q)
+        assert np.all(final > 0.8 * gam[q])
+
+
+def test_mirror_map_inverse():
+    w = torch.as_tensor(np.random.default_rng(4).standard_normal((5, 6)))
+    for p in (1.5, 2.0, 3.0):
+        np.testing.assert_allclose(OG.mirror_map(OG.mirror_map(w, p), p, inverse=True).numpy(),
+                                   w.numpy(), rtol=1e-12)
+
+
+def test_md_p2_is_ngd(setup):
+    data, batch, model, w0, _ = setup
+    a = OG.run(model, w0, batch, rule="md", p=2.0, lr=0.1, normalize=True, steps=200)
+    b = OG.run(model, w0, batch, rule="sd", norm=2, lr=0.1, steps=200)
+    np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
+
+
+@pytest.mark.parametrize("eps,decay", [(0.0, 0.5), (1e-8, 0.0)])
+def test_adam_matches_direct_implementation(setup, eps, decay):
+    """The log-scaled moments give the same iterates as plain float64 Adam on the true gradient."""
+    data, batch, model, w0, _ = setup
+    r = OG.run(model, w0, batch, rule="adam", lr=0.05, decay=decay, eps=eps, steps=300,
+               betas=(0.9, 0.99), record_steps=[300])
+    b1, b2 = 0.9, 0.99
+    for b in range(B):
+        w = np.zeros(D)
+        m = np.zeros(D)
+        v = np.zeros(D)
+        for t in range(300):
+            _, g = _loss_grad(w, data.X[b], data.y[b])
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            w = w - 0.05 * (t + 1) ** (-decay) * (m / (1 - b1 ** (t + 1))) / (
+                np.sqrt(v / (1 - b2 ** (t + 1))) + eps)
+        np.testing.assert_allclose(r["iterates"][-1][b], w, rtol=1e-9, atol=1e-12)
+
+
+def test_rates_order(setup):
+    """Observed in the chapter, checked here on other seeds: PRGD < NGD < GD in margin gap."""
+    data, batch, model, w0, gam = setup
+    gaps = {}
+    for k, kw in {"gd": dict(rule="gd", lr=1.0), "ngd": dict(rule="sd", norm=2, lr=0.1),
+                  "prgd": dict(rule="prgd", lr=0.1, period=100, growth=1.5)}.items():
+        r = OG.run(model, w0, batch, steps=3000, record_steps=[3000], **kw)
+        gaps[k] = np.median(gam[2.0] - SG.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
+    assert gaps["prgd"] < gaps["ngd"] < gaps["gd"]
+
+
+def test_errors():
+    X = np.array([[1.0, 0.0], [1.0, 0.0]])
+    with pytest.raises(A.svm.InfeasibleError):
+        SG.linear_svm_p(X, np.array([1.0, -1.0]), 3.0)
+    with pytest.raises(ValueError, match="p must"):
+        SG.linear_svm_p(X, np.array([1.0, 1.0]), 0.5)
+    with pytest.raises(ValueError, match="norm"):
+        OG.steepest_direction(torch.zeros(2, 3), 0.3)
+    model = A.models.LinearClassifier()
+    w0 = model.init_params(2, None, [None])
+    batch = {"X": torch.as_tensor(X[None]), "y": torch.ones(1, 2, dtype=torch.float64)}
+    with pytest.raises(ValueError, match="rule"):
+        OG.run(model, w0, batch, rule="bogus", steps=1, lr=0.1)
+    with pytest.raises(ValueError, match="p must"):
+        OG.run(model, w0, batch, rule="md", steps=1, lr=0.1)
+    with pytest.raises(ValueError, match="lr"):
+        OG.run(model, w0, batch, rule="gd", steps=1, lr=-1.0)
