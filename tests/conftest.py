@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from minibook import make_minibook
+
 
 @pytest.fixture(scope="session")
 def full_build(tmp_path_factory):
@@ -39,3 +41,9 @@ def full_build(tmp_path_factory):
         report = book.build(Path(__file__).resolve().parents[1], "quick", build_dir=out, log=print,
                             workers=2, progress_bar=False)
     return out, report
+
+
+@pytest.fixture
+def minibook(tmp_path):
+    """A tiny book (tests/minibook.py): one good notebook that counts its executions."""
+    return make_minibook(tmp_path)

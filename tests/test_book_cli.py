@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from attnsvm import book
-from test_book import REPO, _notebook, minibook  # noqa: F401
+from minibook import REPO, _notebook
 
 NB = REPO / "notebooks" / "ch01_separable.ipynb"
 

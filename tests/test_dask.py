@@ -15,7 +15,7 @@ pytest.importorskip("distributed")
 from attnsvm import book  # noqa: E402
 from attnsvm.book import parallel  # noqa: E402
 from attnsvm.book.build import report_markdown  # noqa: E402
-from test_book import _add_notebook, _runs, minibook  # noqa: E402,F401
+from minibook import _add_notebook, _runs  # noqa: E402
 
 SLEEP = 2.0
 

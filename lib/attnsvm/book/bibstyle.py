@@ -12,7 +12,7 @@ formatting style ``attnsvm`` (``bibtex_default_style: attnsvm``):
 """
 from __future__ import annotations
 
-__all__ = ["AuthorYearLabelStyle", "AuthorYearStyle", "entry_label", "duplicate_labels",
+__all__ = ["AuthorYearLabelStyle", "AuthorYearStyle", "entry_label", "duplicate_labels",  # noqa: F822  (lazy, module __getattr__)
            "setup"]
 
 STYLE = "attnsvm"
