@@ -63,9 +63,21 @@ def test_bad_input_names_the_argument():
         book.set_notebook("")
 
 
-def test_build_sets_strict_mode():
-    src = (REPO / "lib" / "attnsvm" / "book" / "build.py").read_text()
-    assert 'os.environ["ATTNSVM_STRICT_CLAIMS"] = "1"' in src
+def test_the_build_is_strict_and_a_readers_run_is_not(minibook, monkeypatch):
+    """A false claim fails the book's build (naming the claim), while ``run`` of the same
+    notebook only warns; the build leaves the calling process's environment unchanged."""
+    from minibook import _add_notebook
+
+    monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    _add_notebook(minibook, "claimed", "gap = 0.5\ndevice = 'cpu'",
+                  "from attnsvm.book import claim\n"
+                  "claim('gap_small', gap < 0.1, f'gap = {gap}')")
+    with pytest.raises(book.BuildError, match="gap_small"):
+        book.build(minibook, "quick", render_html=False, log=lambda *a: None)
+    assert claims.STRICT_ENV not in os.environ
+    res = book.run_notebook(minibook / "notebooks" / "claimed.ipynb", (), root=minibook,
+                            render_html=False, log=lambda *a: None)
+    assert "gap_small" in Path(res["executed"]).read_text()
 
 
 def _papermill(tmp_path, strict):
