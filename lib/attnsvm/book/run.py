@@ -23,7 +23,9 @@ from .params import validate_overrides
 __all__ = ["run_notebook", "stage_single"]
 
 
-def _relative_notebook(root: Path, notebook) -> str:
+def relative_notebook(root: Path, notebook) -> str:
+    """``notebook`` (a path, absolute or relative to the cwd or to ``root``) relative to the
+    book's root; a clear BuildError when it does not exist or lies outside the root."""
     path = Path(notebook)
     if not path.is_absolute() and not path.is_file():
         path = root / path
@@ -97,7 +99,7 @@ def run_notebook(notebook, overrides=(), *, root=None, profile: str | None = Non
     from .parallel import make_job, run_job
 
     root = find_root(root)
-    nb = _relative_notebook(root, notebook)
+    nb = relative_notebook(root, notebook)
     params = validate_overrides(root / nb, list(overrides), root=root)
     if profile is not None:
         params = {**resolve_profile(root, profile, [nb], subset=True)[nb], **params}

@@ -30,10 +30,11 @@ import os
 import re
 from pathlib import Path
 
-from .build import (BUILD_DIR, BuildError, _atomic_write_text, _literal, _read_json, cache_key,
+from .build import (BUILD_DIR, _atomic_write_text, _literal, _read_json, cache_key,
                     environment_hash, find_root, library_hash, notebook_parameters,
                     resolve_profile)
 from .params import parameter_grid, validate_overrides
+from .run import relative_notebook
 
 __all__ = ["RESULT_COLUMNS", "glued_scalars", "sweep", "write_table", "read_table",
            "point_paths"]
@@ -192,15 +193,7 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
 
     root = find_root(root)
-    path = Path(notebook)
-    if not path.is_absolute() and not path.is_file():
-        path = root / path
-    if not path.is_file():
-        raise BuildError(f"notebook {notebook} not found")
-    try:
-        nb = str(path.resolve().relative_to(root))
-    except ValueError:
-        raise BuildError(f"notebook {notebook} is not inside the book's root {root}") from None
+    nb = relative_notebook(root, notebook)
     build_dir = Path(build_dir) if build_dir is not None else root / BUILD_DIR
     items = values.items() if isinstance(values, dict) else values
     pairs = [(k, v if isinstance(v, str) else ",".join(map(repr, v)) if isinstance(v, (list, tuple))
