@@ -33,7 +33,8 @@ import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
-from .models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
+from .losses import get_loss, log_mean_loss
+from .models import AttentionClassifier, LinearClassifier
 from .optim import init_state, update
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
