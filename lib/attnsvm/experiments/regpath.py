@@ -43,7 +43,8 @@ from ..losses import LOSSES
 from ..tokens import optimal_tokens, token_scores
 from ..devices import cpu_threads, resolve_device
 
-__all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants"]
+__all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants", "RegPathStudy",
+           "regpath_study"]
 
 _LOSSES = tuple(LOSSES)
 
@@ -456,3 +457,121 @@ def path_constants(data, W_mm, *, loss="logistic"):
     R0 = nW * math.log(max(C, (T - 1) * Dbar / h0, delta * C / (2 * h0)))
     return dict(gamma_hat=1.0 / nW, delta=delta, Delta_bar=Dbar, kappa=kappa, K=Kmax, h0=h0,
                 C=C, R0=R0)
+
+
+# ----------------------------------------------------------------------------- chapter 3 study
+
+@dataclass
+class RegPathStudy:
+    r"""Chapter 3's study (:func:`regpath_study`): the Frobenius path against :math:`W_{mm}` and,
+    optionally, the nuclear path against :math:`W^\star_{mm}` on the feasible instances.
+
+    Attributes
+    ----------
+    data : AttnData (B feasible instances); instances : int drawn; R : (K,) radii
+    W_mm : (B, d, d); path : RegPath (Frobenius); consts : dict of (B,) (:func:`path_constants`)
+    W_nuc : (B, d, d) or None; path_nuc : RegPath or None (nuclear)
+    """
+
+    data: AttnData
+    instances: int
+    R: np.ndarray
+    W_mm: np.ndarray
+    path: RegPath
+    consts: dict
+    W_nuc: np.ndarray | None = None
+    path_nuc: RegPath | None = None
+
+    @property
+    def tail(self):
+        r"""The radii of the last decade, :math:`R \ge R_{\max}/10` (where the rate is fitted)."""
+        return self.R >= self.R[-1] / 10
+
+    @staticmethod
+    def gap(path):
+        r""":math:`1 - \mathrm{corr}(W_R, W_{svm})`, (K, B)."""
+        return 1 - path.corr
+
+    def slopes(self, path):
+        """Fitted log-log slope of the gap over the last decade, per instance (B,)."""
+        from ..metrics import fit_rate
+        return fit_rate(self.R, self.gap(path), tail=(self.R[-1] / 10, self.R[-1]))
+
+    def bound(self):
+        r"""The theorem's bound :math:`\|W_{mm}\|_F \log C / R`, (K, B)."""
+        return np.linalg.norm(self.W_mm, axis=(1, 2)) * np.log(self.consts["C"]) / self.R[:, None]
+
+    @staticmethod
+    def reach(path):
+        """Fraction of the random starts reaching the kept objective (up to 1e-6), (K, B)."""
+        nrand = path.config["inits"]
+        return (path.log_excess_all[..., :nrand] <= path.log_excess[..., None] + 1e-6).mean(axis=-1)
+
+    def summary(self):
+        """The chapter's headline numbers (medians over instances unless named otherwise)."""
+        from ..metrics import corr
+        from ..svm import rank
+        path, R = self.path, self.R
+        gap, slopes, bound, reach = self.gap(path), self.slopes(path), self.bound(), self.reach(path)
+        B = self.data.trials
+        out = {
+            "B": int(B), "infeasible": int(self.instances - B),
+            "slope_fro": _nanmedian(slopes),
+            "slope_fro_min": float(np.min(slopes)), "slope_fro_max": float(np.max(slopes)),
+            "gap_final_fro": _nanmedian(gap[-1]), "gap_first_fro": _nanmedian(gap[0]),
+            "bound_final": _nanmedian(bound[-1]),
+            "R0_median": _nanmedian(self.consts["R0"]),
+            "logC_median": _nanmedian(np.log(self.consts["C"])),
+            "below_svm": int(np.sum(path.log_excess <= path.log_excess_svm + 1e-12)),
+            "pairs": int(path.log_excess.size),
+            "residual_max": float(np.max(path.residual)),
+            "reach_first": float(np.mean(reach[0])), "reach_final": float(np.mean(reach[-1])),
+            "norm_ratio_final": _nanmedian(path.norm[-1] / R[-1]),
+        }
+        if self.path_nuc is not None:
+            pn = self.path_nuc
+            out.update({
+                "slope_nuc": _nanmedian(self.slopes(pn)),
+                "gap_final_nuc": _nanmedian(self.gap(pn)[-1]),
+                "cross_nuc": _nanmedian(corr(pn.W[-1], self.W_mm)),
+                "cross_fro": _nanmedian(corr(path.W[-1], self.W_nuc)),
+                "residual_max_nuc": float(np.max(pn.residual)),
+                "rank_nuc_path": _nanmedian(rank(pn.W[-1], rtol=1e-4)),
+                "rank_nuc_svm": _nanmedian(rank(self.W_nuc)),
+            })
+        return out
+
+
+def _nanmedian(a):
+    """Median, NaN for an empty or all-NaN input (no warning)."""
+    a = np.asarray(a, dtype=float)
+    if a.size == 0 or np.all(np.isnan(a)):
+        return float("nan")
+    return float(np.median(a))
+
+
+def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
+                  seed=0, device="auto"):
+    r"""Chapter 3: draw ``instances`` instances (:func:`attnsvm.experiments.feasibility.draw_instances`,
+    key ``(seed,)``), keep the feasible ones, and compute the regularization path over the radii
+    ``R`` in the Frobenius ball (and, with ``nuclear``, the nuclear ball), each started also from
+    its SVM direction. Returns a :class:`RegPathStudy`."""
+    from ..svm import att_svm_batch
+    from .feasibility import draw_instances
+
+    data = draw_instances(n, T, d, instances, seed=(seed,))
+    opt = optimal_tokens(data.X, data.y, data.v)
+    W_mm, feasible = att_svm_batch(data.X, data.Z, opt)
+    keep = np.flatnonzero(feasible)
+    data = AttnData(data.X[keep], data.y[keep], data.Z[keep], data.v[keep])
+    W_mm, opt = W_mm[keep], opt[keep]
+    R = np.asarray(R, dtype=float)
+    path = reg_path(data, R, loss=loss, inits=inits, W_svm=W_mm, max_steps=max_steps, seed=seed,
+                    device=device)
+    consts = path_constants(data, W_mm, loss=loss)
+    W_nuc = path_nuc = None
+    if nuclear:
+        W_nuc, _ = att_svm_batch(data.X, data.Z, opt, norm="nuc")   # same constraints: feasible
+        path_nuc = reg_path(data, R, norm="nuc", loss=loss, inits=inits, W_svm=W_nuc,
+                            max_steps=max_steps, seed=seed, device=device)
+    return RegPathStudy(data, int(instances), R, W_mm, path, consts, W_nuc, path_nuc)
