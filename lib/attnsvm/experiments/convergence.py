@@ -455,6 +455,34 @@ class LocalRun:
     W_final: np.ndarray
     config: dict = field(default_factory=dict)
 
+    def summary(self):
+        r"""The headline numbers (NaN where the set they are taken over is empty).
+
+        ``frac_opt`` (final selection = opt), ``frac_global``, ``frac_local``, ``frac_other``,
+        ``n_local``; over the converged trials (global or local): ``frac_conv_lo`` (locally
+        optimal final selection), ``mass_sel_median`` (final mass on the selection); medians
+        ``corr_global_median`` (corr with :math:`W_{mm}`, global trials),
+        ``corr_local_sel_median`` / ``corr_local_opt_median`` (local trials, against
+        :math:`W^\alpha_{mm}` and :math:`W_{mm}`) and ``excess_local_median`` (final loss above
+        the floor of opt, local trials).
+        """
+        out = self.outcomes
+        g, loc = out.is_global, out.is_local
+        conv = g | loc
+        nan = float("nan")
+        return {
+            "frac_opt": float(out.is_opt.mean()),
+            "frac_global": out.frac_global, "frac_local": out.frac_local, "frac_other": out.frac_other,
+            "n_local": int(loc.sum()),
+            "frac_conv_lo": float(out.locally_optimal[conv].mean()) if conv.any() else nan,
+            "corr_global_median": float(np.median(out.corr_opt[g])) if g.any() else nan,
+            "corr_local_sel_median": float(np.median(out.corr_sel[loc])) if loc.any() else nan,
+            "corr_local_opt_median": float(np.nanmedian(out.corr_opt[loc])) if loc.any() else nan,
+            "mass_sel_median": float(np.median(self.mass_sel[-1, conv])) if conv.any() else nan,
+            "excess_local_median": (float(np.median(self.loss[-1, loc] - self.loss_floor_opt[loc]))
+                                    if loc.any() else nan),
+        }
+
 
 def _masses(S, alpha):
     """S (K, B, n, T), alpha (B, n) -> mean over n of S[..., alpha] (K, B)."""
@@ -671,6 +699,23 @@ class OverparamSweep:
         order = np.argsort(self.rows["d"][keep], kind="stable")
         return np.asarray(self.rows[name])[keep][order]
 
+    def summary(self):
+        """The headline numbers: for the first shape ``(n0, T0)`` of the sweep,
+        ``frac_{global,local,other,feasible}_d{d}`` at every d and ``frac_global_dmin``,
+        ``frac_global_dmax``; for every row, ``frac_global_n{n}_T{T}_d{d}``."""
+        n0, T0 = self.config["shapes"][0]
+        out = {}
+        for i, d in enumerate(self.column("d", n0, T0)):
+            for name in ("frac_global", "frac_local", "frac_other", "frac_feasible"):
+                out[f"{name}_d{int(d)}"] = float(self.column(name, n0, T0)[i])
+        ds = self.column("d", n0, T0)
+        out["frac_global_dmin"] = out[f"frac_global_d{int(min(ds))}"]
+        out["frac_global_dmax"] = out[f"frac_global_d{int(max(ds))}"]
+        for row in range(len(self.rows["d"])):
+            n_, T_, d_ = (int(self.rows[k][row]) for k in ("n", "T", "d"))
+            out[f"frac_global_n{n_}_T{T_}_d{d_}"] = float(self.rows["frac_global"][row])
+        return out
+
 
 def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
                     optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", query="cross",
@@ -737,6 +782,15 @@ class Trajectories2D:
     p: np.ndarray
     corr: dict
     config: dict = field(default_factory=dict)
+
+    def summary(self):
+        """The final correlations (``corr_w``, ``corr_kq``, ``corr_w_nuc``, ``corr_kq_fro``,
+        ``corr_p``) and the correlation of the two SVMs (``corr_fro_nuc``)."""
+        c = self.corr
+        return {"corr_w": c["W_vs_W_mm"], "corr_kq": c["KQ_vs_W_mm_nuc"],
+                "corr_w_nuc": c["W_vs_W_mm_nuc"], "corr_kq_fro": c["KQ_vs_W_mm"],
+                "corr_p": c["p_vs_p_mm"],
+                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc))}
 
 
 def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, seed=0,
