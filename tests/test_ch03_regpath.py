@@ -215,4 +215,4 @@ def test_study_summary_states_the_chapter_claims():
     assert s["B"] + s["infeasible"] == 3
     assert s["gap_final_fro"] < s["gap_first_fro"]
     assert "slope_nuc" not in s
-    assert np.isnan(regpath._nanmedian([])) and np.isnan(regpath._nanmedian([np.nan]))
+    assert np.isnan(metrics.nanmedian([])) and np.isnan(metrics.nanmedian([np.nan]))

@@ -509,7 +509,7 @@ class RegPathStudy:
 
     def summary(self):
         """The chapter's headline numbers (medians over instances unless named otherwise)."""
-        from ..metrics import corr
+        from ..metrics import corr, nanmedian as _nanmedian
         from ..svm import rank
         path, R = self.path, self.R
         gap, slopes, bound, reach = self.gap(path), self.slopes(path), self.bound(), self.reach(path)
@@ -540,14 +540,6 @@ class RegPathStudy:
                 "rank_nuc_svm": _nanmedian(rank(self.W_nuc)),
             })
         return out
-
-
-def _nanmedian(a):
-    """Median, NaN for an empty or all-NaN input (no warning)."""
-    a = np.asarray(a, dtype=float)
-    if a.size == 0 or np.all(np.isnan(a)):
-        return float("nan")
-    return float(np.median(a))
 
 
 def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,

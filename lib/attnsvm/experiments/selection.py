@@ -428,6 +428,27 @@ class MultiTokenRun:
         """(B,) bool: some sequence keeps more than one token."""
         return (self.set_sizes > 1).any(axis=1)
 
+    def summary(self):
+        """The headline numbers (medians NaN-safe): ``frac_pred``, final median correlations
+        ``corr_gen`` / ``corr_single``, ``frac_multi``, ``mean_set_size``, ``n_unresolved``,
+        ``n_infeasible`` (resolved but infeasible), ``frac_gen_better`` (final corr with the
+        generalized SVM at least that with the single-token SVM, NaN counted as -1),
+        ``norm_growth`` (median :math:`\|W_T\| / \|W_{T/2}\|`) and ``loss_final`` (median)."""
+        h, T = self.history, int(self.steps[-1])
+        return {
+            "frac_pred": self.fraction_predicted,
+            "corr_gen": _metrics.nanmedian(self.corr_gen[-1]),
+            "corr_single": _metrics.nanmedian(self.corr_single[-1]),
+            "frac_multi": float(np.mean(self.multi)),
+            "mean_set_size": float(np.mean(self.set_sizes)),
+            "n_unresolved": int(np.sum(~self.resolved)),
+            "n_infeasible": int(np.sum(self.resolved & ~self.feasible)),
+            "frac_gen_better": float(np.mean(np.nan_to_num(self.corr_gen[-1], nan=-1)
+                                             >= np.nan_to_num(self.corr_single[-1], nan=-1))),
+            "norm_growth": float(np.median(h.norm[-1] / h.norm[np.searchsorted(self.steps, T // 2)])),
+            "loss_final": float(np.median(h.final("loss"))),
+        }
+
 
 def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="logistic",
                           optimizer="ngd", lr=0.1, steps=2000, mass_tol=1e-3, threshold=0.95,
