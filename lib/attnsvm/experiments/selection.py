@@ -429,7 +429,7 @@ class MultiTokenRun:
         return (self.set_sizes > 1).any(axis=1)
 
     def summary(self):
-        """The headline numbers (medians NaN-safe): ``frac_pred``, final median correlations
+        r"""The headline numbers (medians NaN-safe): ``frac_pred``, final median correlations
         ``corr_gen`` / ``corr_single``, ``frac_multi``, ``mean_set_size``, ``n_unresolved``,
         ``n_infeasible`` (resolved but infeasible), ``frac_gen_better`` (final corr with the
         generalized SVM at least that with the single-token SVM, NaN counted as -1),
