@@ -205,6 +205,60 @@ class KQComparison:
         with np.errstate(invalid="ignore", divide="ignore"):
             return s / s[:, :1]
 
+    def summary(self, unpenalized=None):
+        r"""The headline numbers (NaN-safe medians over trials; an infeasible SVM counts as NaN).
+
+        Final correlations ``corr_{w,kq}_{fro,nuc}`` with the SVMs of each model's own final
+        selection, ``corr_w_fro_opt`` / ``corr_kq_nuc_opt`` with those of opt, their minima
+        ``min_corr_w_fro`` / ``min_corr_kq_nuc``; ``frac_opt_{w,kq}`` (final selection = opt);
+        ``n_infeasible`` (over all SVMs); on the ``rank_trials`` trials where both SVMs of opt
+        exist, ``rank_{fro,nuc}_median``, ``rank_fro_max`` and ``frac_rank_gap``
+        (:math:`\mathrm{rank}\,W^\star_{mm} < \mathrm{rank}\,W_{mm}`); for (K,Q),
+        ``kq_cost_ratio`` (:math:`rac12(\|K\|_F^2 + \|Q\|_F^2) / \|KQ^	op\|_*`) and
+        ``kq_imbalance``. With ``unpenalized`` (the same runs without the penalty),
+        ``corr_kq_nuc_nopen``.
+        """
+        med = _metrics.nanmedian
+
+        def nanmin(x):
+            x = np.asarray(x, dtype=float)
+            return float(np.nanmin(x)) if np.any(~np.isnan(x)) else float("nan")
+
+        out = {
+            "corr_w_fro": med(self.final_corr("W", "fro")),
+            "corr_kq_nuc": med(self.final_corr("KQ", "nuc")),
+        }
+        if unpenalized is not None:
+            out["corr_kq_nuc_nopen"] = med(unpenalized.final_corr("KQ", "nuc"))
+        out.update({
+            "corr_w_nuc": med(self.final_corr("W", "nuc")),
+            "corr_kq_fro": med(self.final_corr("KQ", "fro")),
+            "corr_w_fro_opt": med(self.final_corr("W", "fro", "opt")),
+            "corr_kq_nuc_opt": med(self.final_corr("KQ", "nuc", "opt")),
+            "min_corr_w_fro": nanmin(self.final_corr("W", "fro")),
+            "min_corr_kq_nuc": nanmin(self.final_corr("KQ", "nuc")),
+            "frac_opt_w": float(np.mean((self.selected["W"] == self.opt).all(axis=1))),
+            "frac_opt_kq": float(np.mean((self.selected["KQ"] == self.opt).all(axis=1))),
+            "n_infeasible": int(sum((~f).sum() for f in self.feasible.values())),
+        })
+        both = self.feasible[("fro", "opt")] & self.feasible[("nuc", "opt")]
+        rank_fro = _svm.rank(self.svm[("fro", "opt")][both])
+        rank_nuc = _svm.rank(self.svm[("nuc", "opt")][both])
+        out["rank_trials"] = int(both.sum())
+        if both.any():
+            out["rank_fro_median"] = float(np.median(rank_fro))
+            out["rank_nuc_median"] = float(np.median(rank_nuc))
+            out["rank_fro_max"] = int(rank_fro.max())
+            out["frac_rank_gap"] = float(np.mean(rank_nuc < rank_fro))
+        else:
+            out.update(rank_fro_median=float("nan"), rank_nuc_median=float("nan"),
+                       rank_fro_max=-1, frac_rank_gap=float("nan"))
+        h = self.history["KQ"]
+        nuc = np.linalg.svd(h.params["W"], compute_uv=False).sum(-1)
+        out["kq_cost_ratio"] = med(factor_cost(h.params["K"], h.params["Q"]) / nuc)
+        out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
+        return out
+
 
 def _svm_cache(X, Z, sels, norm):
     """Solve each distinct (trial, selection) once."""
