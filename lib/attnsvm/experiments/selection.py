@@ -364,6 +364,48 @@ class PromptRun:
         c[bad] = np.nan
         return c
 
+    def learned_references(self, data):
+        """Correlations of the final ``p`` and ``v`` with the SVMs (``p_svm``, ``head_svm``) of
+        the tokens optimal under the learned head :math:`v_T`: ``(corr_p, corr_v, opt_T)``,
+        (B,), (B,) with NaN where that SVM is infeasible, and (B, n)."""
+        p, vT = self.history.params["p"], self.history.params["v"]
+        opt_T = _tokens.optimal_tokens(data.X, data.y, vT)                  # (B, n)
+        cp, cv = [], []
+        for b in range(data.trials):
+            try:
+                cp.append(_metrics.corr(p[b], _svm.p_svm(data.X[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cp.append(np.nan)
+            try:
+                cv.append(_metrics.corr(vT[b], _svm.head_svm(data.X[b], data.y[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cv.append(np.nan)
+        return np.array(cp, dtype=float), np.array(cv, dtype=float), opt_T
+
+    def summary(self, data=None):
+        """The headline numbers (NaN-safe medians over trials): ``corr_p`` (final, with
+        :math:`p_{mm}`), ``opt_mass`` (final mean mass on opt), ``frac_planted`` (selected =
+        planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
+        is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
+        given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
+        (:meth:`learned_references`)."""
+        med = _metrics.nanmedian
+        h = self.history
+        out = {"corr_p": med(self.final("corr_p")),
+               "opt_mass": med(h.final("opt_mass")) if h.opt_mass is not None else float("nan"),
+               "frac_planted": (float(np.mean(self.selected == self.planted))
+                                if self.planted is not None else float("nan")),
+               "n_infeasible": int((~self.feasible_p).sum() + (~self.feasible_v).sum())}
+        if self.config.get("train_v"):
+            out["corr_v"] = med(self.final("corr_v"))
+            out["corr_vc"] = med(self.final("corr_v_centroid"))
+            if data is not None:
+                cp, cv, opt_T = self.learned_references(data)
+                out["corr_p_learned"] = med(cp)
+                out["corr_v_learned"] = med(cv)
+                out["frac_selected_is_opt"] = float(np.mean(self.selected == opt_T))
+        return out
+
 
 def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
                  lr=0.1, steps=2000, v_init_scale=0.01, n_records=60, seed=0, device="auto"):
