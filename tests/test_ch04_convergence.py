@@ -308,3 +308,13 @@ def test_run_summaries_are_the_glued_numbers():
     ss = sw.summary()
     assert ss["frac_global_dmin"] == ss["frac_global_d2"] == ss["frac_global_n3_T4_d2"]
     assert ss["frac_global_dmax"] == ss["frac_global_d6"]
+
+
+def test_local_followups_summary():
+    run = C.local_experiment(4, 5, 6, trials=6, steps=100, lr=0.1, seed=1, device="cpu")
+    fu = C.local_followups(run, more_steps=50, cone_R0=10.0, cone_steps=50, seed=1, device="cpu")
+    s = fu.summary()
+    assert s["more_n_lo"] + s["more_n_nlo"] == s["cone_n_lo"] == int(run.outcomes.is_local.sum())
+    assert s["cone_n_nlo"] == int(fu.found.sum()) == len(fu.cone_nlo.kept)
+    assert (fu.cone_lo is None) == np.isnan(s["cone_kept_lo"])
+    assert 0 <= s["cone_nlo_to_opt"] <= 1
