@@ -388,7 +388,7 @@ class PromptRun:
         planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
         is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
         given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
-        (:meth:`learned_references`)."""
+        (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
         med = _metrics.nanmedian
         h = self.history
         out = {"corr_p": med(self.final("corr_p")),

@@ -55,9 +55,9 @@ The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parame
 :mod:`~attnsvm.models.linear` (:class:`LinearClassifier`).
 """
 from .attention import AttentionClassifier
-from .heads import HEADS, LinearHead, MLPHead
+from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
-from .parameterizations import PARAMETERIZATIONS, KQScores, PromptScores, WScores
+from .parameterizations import KQScores, PromptScores, WScores
 
-__all__ = ["AttentionClassifier", "LinearClassifier", "PARAMETERIZATIONS", "WScores", "KQScores",
-           "PromptScores", "HEADS", "LinearHead", "MLPHead"]
+__all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
+           "LinearHead", "MLPHead"]
