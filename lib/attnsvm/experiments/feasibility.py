@@ -7,7 +7,7 @@ nuclear-norm one (:math:`W^*_{mm}`). An infeasible instance (``InfeasibleError``
 infeasible* and never enters the rank statistics: ranks are summarized over the feasible
 instances only, with the relative threshold of ``attnsvm.svm.rank``.
 
-The result (:class:`SweepResult`) is tidy: ``summary`` holds one row per grid point and
+The result (:class:`SweepResult`) is tidy: ``per_point`` holds one row per grid point and
 ``per_instance`` one row per instance, each a dict of equal-length numpy columns.
 
 Instance ``j`` of grid point ``(n, T, d)`` is drawn from the key ``(seed, n, T, d, j)``, so it

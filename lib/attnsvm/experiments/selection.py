@@ -206,17 +206,17 @@ class KQComparison:
             return s / s[:, :1]
 
     def summary(self, unpenalized=None):
-        r"""The headline numbers (NaN-safe medians over trials; an infeasible SVM counts as NaN).
+        """The headline numbers (NaN-safe medians over trials; an infeasible SVM counts as NaN).
 
-        Final correlations ``corr_{w,kq}_{fro,nuc}`` with the SVMs of each model's own final
-        selection, ``corr_w_fro_opt`` / ``corr_kq_nuc_opt`` with those of opt, their minima
-        ``min_corr_w_fro`` / ``min_corr_kq_nuc``; ``frac_opt_{w,kq}`` (final selection = opt);
-        ``n_infeasible`` (over all SVMs); on the ``rank_trials`` trials where both SVMs of opt
-        exist, ``rank_{fro,nuc}_median``, ``rank_fro_max`` and ``frac_rank_gap``
-        (:math:`\mathrm{rank}\,W^\star_{mm} < \mathrm{rank}\,W_{mm}`); for (K,Q),
-        ``kq_cost_ratio`` (:math:`rac12(\|K\|_F^2 + \|Q\|_F^2) / \|KQ^	op\|_*`) and
-        ``kq_imbalance``. With ``unpenalized`` (the same runs without the penalty),
-        ``corr_kq_nuc_nopen``.
+        Final correlations with the SVMs of each model's own final selection (``corr_w_fro``,
+        ``corr_kq_nuc``, ``corr_w_nuc``, ``corr_kq_fro``) and of opt (``corr_w_fro_opt``,
+        ``corr_kq_nuc_opt``), the minima ``min_corr_w_fro`` and ``min_corr_kq_nuc``;
+        ``frac_opt_w`` and ``frac_opt_kq`` (final selection equal to opt); ``n_infeasible``
+        (over all SVMs); on the ``rank_trials`` trials where both SVMs of opt exist,
+        ``rank_fro_median``, ``rank_nuc_median``, ``rank_fro_max`` and ``frac_rank_gap`` (the
+        nuclear SVM of strictly smaller rank); for (K,Q), ``kq_cost_ratio`` (the factor cost
+        over the nuclear norm of the product) and ``kq_imbalance``. With ``unpenalized`` (the
+        same runs without the penalty), ``corr_kq_nuc_nopen``.
         """
         med = _metrics.nanmedian
 
