@@ -161,7 +161,7 @@ def test_flipped_label_copy_is_infeasible(d, T):
 
 def test_sweep_is_tidy_and_counts_infeasible_separately():
     res = feasibility.feasibility_sweep([2, 8], [4], [2, 3, 8], 6, seed=1, nuclear=True)
-    s, p = res.summary, res.per_instance
+    s, p = res.per_point, res.per_instance
     assert len(s["n"]) == 6 and len(p["n"]) == 36
     assert np.all(s["feasible"] + s["infeasible"] + s["ties"] == s["instances"])
     assert np.all(p["rank_fro"][~p["feasible"]] == -1)
@@ -186,3 +186,18 @@ def test_sweep_is_tidy_and_counts_infeasible_separately():
     assert np.array_equal(again.per_instance["feasible"], p["feasible"][m])
     x, y = res.curve("d", "feasible_frac", n=8)
     assert list(x) == [2, 3, 8]
+
+
+def test_study_summary_states_the_chapter_claims():
+    # the headline numbers the chapter glues: every guaranteed point (n <= d, T <= d + 1) is fully
+    # feasible and no feasible instance has rank above min(n, d); empty reductions are NaN
+    st = feasibility.feasibility_study([2, 4], 4, 4, [2, 4], [2, 4, 6], 4, n_rank=4, T_rank=4,
+                                       ds_rank=[3, 6], instances_rank=3, seed=2)
+    s = st.summary()
+    assert s["sure_points"] > 0 and s["sure_feasible"] == s["sure_points"]
+    assert s["rank_violations"] == 0
+    assert s["rank_total"] == 6 and 0 <= s["rank_infeasible"] <= 6
+    assert s["full_d_nmax"] == st.over_n.first_full_d(4)
+    empty = feasibility.SweepResult(st.ranks.per_point, {k: v[:0] for k, v in
+                                                         st.ranks.per_instance.items()}, {})
+    assert np.isnan(empty.summary()["left_nuc_max"]) and empty.summary()["total"] == 0

@@ -203,3 +203,16 @@ def test_path_constants_batched_equals_one_at_a_time():
         one = regpath.path_constants(data.trial(b), W_mm[b])
         for k, v in one.items():
             assert batched[k][b] == pytest.approx(v, rel=1e-12)
+
+
+def test_study_summary_states_the_chapter_claims():
+    # the numbers the chapter glues, from the study object: the kept point is never worse than
+    # the SVM direction (a monotone method started there), and the path turns towards W_mm
+    st = regpath.regpath_study(5, 6, 8, 3, np.geomspace(1.0, 100.0, 4), inits=2, max_steps=150,
+                               nuclear=False, device="cpu")
+    s = st.summary()
+    assert s["pairs"] == 4 * s["B"] and s["below_svm"] == s["pairs"]
+    assert s["B"] + s["infeasible"] == 3
+    assert s["gap_final_fro"] < s["gap_first_fro"]
+    assert "slope_nuc" not in s
+    assert np.isnan(metrics.nanmedian([])) and np.isnan(metrics.nanmedian([np.nan]))

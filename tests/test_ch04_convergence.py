@@ -295,3 +295,26 @@ def test_input_validation(inst):
         C.classify(data, Wmm, opt, threshold=1.5)
     with pytest.raises(ValueError):
         C.draw_instances(2, 1, 3)
+
+
+def test_run_summaries_are_the_glued_numbers():
+    run = C.local_experiment(4, 5, 6, trials=6, steps=200, lr=0.1, seed=0, device="cpu")
+    s, out = run.summary(), run.outcomes
+    assert s["frac_global"] + s["frac_local"] + s["frac_other"] == pytest.approx(1.0)
+    assert s["n_local"] == int(out.is_local.sum())
+    assert (s["n_local"] == 0) == np.isnan(s["corr_local_sel_median"])
+    assert all(isinstance(v, (int, float)) for v in s.values())
+    sw = C.overparam_sweep(shapes=[(3, 4)], ds=[2, 6], trials=4, steps=100, seed=0, device="cpu")
+    ss = sw.summary()
+    assert ss["frac_global_dmin"] == ss["frac_global_d2"] == ss["frac_global_n3_T4_d2"]
+    assert ss["frac_global_dmax"] == ss["frac_global_d6"]
+
+
+def test_local_followups_summary():
+    run = C.local_experiment(4, 5, 6, trials=6, steps=100, lr=0.1, seed=1, device="cpu")
+    fu = C.local_followups(run, more_steps=50, cone_R0=10.0, cone_steps=50, seed=1, device="cpu")
+    s = fu.summary()
+    assert s["more_n_lo"] + s["more_n_nlo"] == s["cone_n_lo"] == int(run.outcomes.is_local.sum())
+    assert s["cone_n_nlo"] == int(fu.found.sum()) == len(fu.cone_nlo.kept)
+    assert (fu.cone_lo is None) == np.isnan(s["cone_kept_lo"])
+    assert 0 <= s["cone_nlo_to_opt"] <= 1

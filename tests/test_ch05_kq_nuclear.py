@@ -132,3 +132,7 @@ def test_observed_w_fro_kq_nuc():
     assert np.median(ckn) > 0.93
     # the nuclear SVM never has larger rank than the Frobenius one of the same selection
     assert np.all(svm.rank(res.svm[("nuc", "W")]) <= svm.rank(res.svm[("fro", "W")]))
+    # the glued summary carries the same numbers
+    s = res.summary()
+    assert s["corr_w_fro"] == pytest.approx(np.median(cwf)) and s["corr_kq_nuc"] == pytest.approx(np.median(ckn))
+    assert s["rank_fro_max"] <= 6 and 0 <= s["frac_rank_gap"] <= 1 and "corr_kq_nuc_nopen" not in s

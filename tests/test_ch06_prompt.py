@@ -109,3 +109,19 @@ def test_prompt_instances_gap():
     np.put_along_axis(g2, planted[..., None], -np.inf, -1)
     assert np.allclose(top - g2.max(-1), 0.3)
     assert np.array_equal(tokens.optimal_tokens(data.X, data.y, data.v), planted)
+
+
+def test_prompt_run_summary_and_learned_references():
+    data, planted = S.prompt_instances(6, 4, 5, trials=3, gap=0.5, noise=0.1, seed=0)
+    r = S.prompt_joint(data, planted=planted, train_v=True, steps=150, seed=0, device="cpu")
+    s = r.summary(data)
+    assert s["frac_planted"] == pytest.approx(np.mean(r.selected == planted))
+    cp, cv, opt_T = r.learned_references(data)
+    assert np.array_equal(opt_T, tokens.optimal_tokens(data.X, data.y, r.history.params["v"]))
+    assert np.all(np.isnan(cp) | (np.abs(cp) <= 1 + 1e-12))
+    if np.any(~np.isnan(cp)):
+        assert s["corr_p_learned"] == pytest.approx(np.nanmedian(cp))
+    else:
+        assert np.isnan(s["corr_p_learned"])
+    fixed = S.prompt_joint(data, train_v=False, steps=50, seed=0, device="cpu").summary()
+    assert "corr_v" not in fixed and np.isnan(fixed["frac_planted"])

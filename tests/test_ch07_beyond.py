@@ -84,3 +84,15 @@ def test_linear_head_all_predicted_and_mlp_generalized_closer():
     assert np.all(mlp.corr_gen[-1][ok] >= mlp.corr_single[-1][ok] - 1e-9)
     # the prediction rule is exactly "feasible and corr >= threshold"
     assert np.array_equal(mlp.predicted, mlp.feasible & (np.nan_to_num(mlp.corr_gen[-1], nan=-1) >= 0.95))
+
+
+def test_multi_token_summary_is_nan_safe_and_consistent():
+    data = S.unit_instances(4, 5, 6, trials=3, seed=0)
+    r = S.multi_token_selection(data, head="linear", optimizer="ngd", lr=0.1, steps=60, seed=0,
+                                device="cpu")
+    s = r.summary()
+    assert s["frac_pred"] == r.fraction_predicted
+    assert s["n_unresolved"] + s["n_infeasible"] + int(r.feasible.sum()) == 3
+    assert 1 <= s["mean_set_size"] <= 5 and s["norm_growth"] > 0
+    r.corr_gen[-1] = np.nan                          # no generalized SVM anywhere: NaN, no warning
+    assert np.isnan(r.summary()["corr_gen"])

@@ -7,7 +7,7 @@ import torch
 
 from attnsvm.experiments import joint as nets
 from attnsvm.data import AttnData
-from attnsvm.metrics import attention
+from attnsvm.metrics import attention, corr
 from attnsvm.models import AttentionClassifier
 from attnsvm.losses import get_loss
 from attnsvm.svm import linear_svm
@@ -127,7 +127,18 @@ def test_observed_head_aligns_with_max_margin_head(rule, kw):
     assert np.median(r.mass[-1]) > np.median(r.mass[0])
 
 
-def test_joint_fit_rejects_adam(inst):
+def test_joint_fit_is_one_run_also_for_adam(inst):
+    # one fit call: the record at step k is the iterate of a k-step run (Adam's moments carried
+    # through, which a run cut into restarted segments would not do)
     data, alpha = inst
-    with pytest.raises(ValueError, match="memoryless"):
-        nets.joint_fit(data, alpha, optimizer="adam", steps=10)
+    r = nets.joint_fit(data, alpha, optimizer="adam", lr=0.05, steps=60, segments=4, device="cpu")
+    k = int(r.steps[2])
+    h = fit(data, model="W", train_v=True, optimizer="adam", lr=0.05, steps=k, device="cpu")
+    v = np.linalg.norm(h.params["v"], axis=-1)
+    np.testing.assert_allclose(r.norm_v[2], v, rtol=1e-12)
+    np.testing.assert_allclose(r.corr_W[2], corr(h.params["W"], r.W_ref), rtol=1e-9)
+    seg = fit(data, model="W", train_v=True, optimizer="adam", lr=0.05, steps=60 - k, device="cpu",
+              init={"W": h.params["W"], "v": h.params["v"]})
+    assert not np.allclose(seg.params["W"], r.W, rtol=1e-6)        # restarting Adam differs
+    with pytest.raises(ValueError, match="optimizer"):
+        nets.joint_fit(data, alpha, optimizer="nope", steps=10)

@@ -198,3 +198,22 @@ def test_cpu_threads_sets_and_restores_the_thread_count():
         with cpu_threads("cpu", 0):
             pass
     assert torch.get_num_threads() == old
+
+
+def test_snapshots_of_named_parameters_and_explicit_record_steps():
+    from attnsvm.data import planted_token
+    data = planted_token(6, 5, 8, trials=2, seed=1)[0]
+    h = fit(data, model="W", train_v=True, optimizer="gd", lr=0.5, steps=30, device="cpu",
+            record_every=[3, 10, 20], snapshots=("W", "v"))
+    np.testing.assert_array_equal(h.steps, [0, 3, 10, 20, 30])
+    assert h.trajectory["W"].shape == (5, 2, 8, 8) and h.trajectory["v"].shape == (5, 2, 8)
+    np.testing.assert_array_equal(h.snapshots, h.trajectory["W"])
+    np.testing.assert_array_equal(h.trajectory["v"][-1], h.v)
+    np.testing.assert_array_equal(h.trajectory["v"][0], data.v)          # v moves from v_0
+    assert not np.allclose(h.trajectory["v"][1], data.v)
+    g = fit(data, model="W", train_v=True, optimizer="gd", lr=0.5, steps=10, device="cpu")
+    np.testing.assert_array_equal(h.trajectory["v"][2], g.v)
+    with pytest.raises(ValueError, match="snapshots"):
+        fit(data, model="W", steps=2, snapshots=("K",))
+    with pytest.raises(ValueError, match="record_every"):
+        fit(data, model="W", steps=5, record_every=[3, 2])

@@ -6,9 +6,9 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``losses``   margin losses with stable log-space companions
 ``data``     seeded data models (one seeding contract, named streams)
 ``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality (a package)
-``models``   the attention classifier in its parameterizations, losses
+``models``   the attention classifier: score parameterizations and heads (a package)
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
-``train``    the batched training engine ``fit``
+``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
@@ -46,7 +46,7 @@ _EXPORTS = {
             "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
             "is_locally_optimal", "in_cone", "rank"],
     "models": ["AttentionClassifier", "LinearClassifier"],
-    "train": ["fit", "History", "NonFiniteError"],
+    "train": ["fit", "FitConfig", "History", "NonFiniteError"],
     "devices": ["resolve_device", "cpu_threads"],
     "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
                 "opt_mass", "fit_rate"],

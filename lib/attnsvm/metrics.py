@@ -16,8 +16,19 @@ import numpy as np
 
 from ._checks import as_float_array, check_int
 
-__all__ = ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+__all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
            "opt_mass", "fit_rate"]
+
+
+def nanmedian(x, axis=None):
+    """Median ignoring NaN, NaN (not a warning) where nothing finite is left: the NaN-safe
+    reduction of the chapters' headline numbers (a float when ``axis`` is None)."""
+    x = np.asarray(x, dtype=float)
+    if not np.any(np.isfinite(x)):
+        return float("nan") if axis is None else np.full(np.delete(x.shape, axis), np.nan)
+    with np.errstate(all="ignore"):
+        r = np.nanmedian(x, axis=axis)
+    return float(r) if axis is None else r
 
 
 def _elem_axes(A, B, elem_ndim):

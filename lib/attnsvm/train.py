@@ -15,6 +15,11 @@ One step, for every trial at once:
 3. the step rule's increment (:func:`attnsvm.optim.update`).
 
 Metrics are computed only on the record grid (log-spaced by default).
+
+The pieces: :class:`FitConfig` (the arguments, validated against the data before anything
+runs), a recorder (what is recorded at the record steps, snapshots of any named parameter), a
+finite-value guard (:class:`NonFiniteError` naming the trial and the step) and the step;
+:func:`fit` builds the configuration and :func:`run` runs it.
 """
 from __future__ import annotations
 
@@ -28,11 +33,12 @@ import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
-from .models import AttentionClassifier, LinearClassifier, get_loss, log_mean_loss
+from .losses import get_loss, log_mean_loss
+from .models import AttentionClassifier, LinearClassifier
 from .optim import init_state, update
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
-__all__ = ["fit", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -62,8 +68,19 @@ def record_grid(steps, record_every="log", n_records=100):
     """Sorted unique record steps in ``[0, steps]`` (always containing 0 and ``steps``).
 
     ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
-    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``.
+    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``; a sequence of
+    ints: those steps (strictly increasing, in ``[0, steps]``) with 0 and ``steps`` added.
     """
+    if not isinstance(record_every, (str, numbers.Integral)):
+        try:
+            g = np.asarray(record_every)
+        except (TypeError, ValueError):
+            g = None
+        if (g is None or g.ndim != 1 or g.size == 0 or not np.issubdtype(g.dtype, np.integer)
+                or np.any(np.diff(g) <= 0) or g[0] < 0 or g[-1] > steps):
+            raise ValueError(f"record_every must be 'log', a positive int or strictly increasing "
+                             f"ints in [0, steps={steps}], got {record_every!r}")
+        return np.unique(np.concatenate([[0], g, [steps]])).astype(np.int64)
     if isinstance(record_every, str):
         check_choice("record_every", record_every, ("log",))
         n_records = check_int("n_records", n_records, minimum=2)
@@ -99,7 +116,9 @@ class History:
     params : dict name -> ndarray
         Final parameters with the trials axis (``W`` always present for "W"/"KQ").
     snapshots : (K, B, ...) or None
-        The main matrix at each record step (``snapshots=True``).
+        The main matrix at each record step (``snapshots=True``, or its name in ``snapshots``).
+    trajectory : dict name -> (K, B, ...)
+        Every parameter named in ``snapshots`` at each record step (e.g. ``"W"`` and ``"v"``).
     config : dict
         The resolved arguments of the run.
     """
@@ -115,6 +134,7 @@ class History:
     opt: np.ndarray | None = None
     params: dict = field(default_factory=dict)
     snapshots: np.ndarray | None = None
+    trajectory: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
 
     @property
@@ -224,6 +244,376 @@ def _log_excess_logistic(a, G):
     return torch.logsumexp(log_Ei, -1) - math.log(G.shape[-2])
 
 
+# ----------------------------------------------------------------------------- configuration
+_ARGS = ("model", "m", "head", "width", "train_v", "loss", "optimizer", "lr", "eta_max", "L_star",
+         "betas", "eps", "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt",
+         "record_every", "n_records", "snapshots", "seed", "device", "dtype", "progress",
+         "num_threads")
+
+
+@dataclass
+class FitConfig:
+    r"""The validated arguments of one :func:`fit` run (see :func:`fit` for their meaning).
+
+    Build it with :meth:`FitConfig.build`, which checks every argument against the data and
+    resolves the defaults (step size, initialization, device, record grid) before anything runs.
+    Fields after ``num_threads`` are derived: the step ``rule`` and whether it is ``stochastic``,
+    the torch ``dev``, the record ``grid``, the ``net`` (model object) and the tensor keyword
+    arguments ``kw``.
+    """
+
+    model: str = "W"
+    m: int | None = None
+    head: str = "linear"
+    width: int | None = None
+    train_v: bool = False
+    loss: str = "logistic"
+    optimizer: str = "gd"
+    lr: float | None = None
+    eta_max: float | None = None
+    L_star: float | None = None
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    steps: int = 2000
+    batch_size: int | None = None
+    penalty: float = 0.0
+    init: object = None
+    init_scale: float | None = None
+    refs: dict | None = None
+    opt: object = None
+    record_every: object = "log"
+    n_records: int = 100
+    snapshots: object = False
+    seed: object = 0
+    device: object = "auto"
+    dtype: object = torch.float64
+    progress: bool | None = None
+    num_threads: int | None = None
+    # derived by build()
+    rule: str = field(default="", repr=False)
+    stochastic: bool = field(default=False, repr=False)
+    lossobj: object = field(default=None, repr=False)
+    dev: object = field(default=None, repr=False)
+    net: object = field(default=None, repr=False)
+    grid: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, data, **kwargs):
+        """Validate ``kwargs`` (the keyword arguments of :func:`fit`) against ``data``.
+
+        Raises
+        ------
+        ValueError
+            An invalid argument (the message names it).
+        """
+        unknown = set(kwargs) - set(_ARGS)
+        if unknown:
+            raise TypeError(f"fit() got unexpected keyword arguments {sorted(unknown)}")
+        cfg = cls(**kwargs)
+        cfg._validate(data)
+        return cfg
+
+    @property
+    def kw(self):
+        """Tensor keyword arguments (dtype, device)."""
+        return dict(dtype=self.dtype, device=self.dev)
+
+    def _validate(self, data):
+        check_choice("model", self.model, ("W", "KQ", "prompt", "linear"))
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        optimizer = self.optimizer
+        self.rule, self.stochastic, lr_default = OPTIMIZERS[optimizer]
+        rule = self.rule
+        self.lr = lr_default if self.lr is None else check_positive("lr", self.lr)
+        if self.eta_max is not None:
+            if rule not in ("polyak", "polyak_star"):
+                raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
+                                 f"'sps', got {optimizer!r}")
+            self.eta_max = check_positive("eta_max", self.eta_max)
+        if self.L_star is not None:
+            if rule != "polyak_star":
+                raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
+            self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
+        if rule == "polyak_star" and self.L_star is None and (
+                self.model not in ("W", "KQ", "prompt") or self.head != "linear" or self.train_v
+                or self.loss != "logistic"):
+            raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
+                             "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
+        self.steps = check_int("steps", self.steps, minimum=1)
+        self.lossobj = get_loss(self.loss)
+        if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
+            raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
+                             f"{optimizer!r}) needs a nonnegative loss")
+        if rule == "adam":
+            if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+                raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+            self.eps = check_positive("eps", self.eps)
+        if self.dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
+        self.dev = resolve_device(self.device)
+        if self.model == "linear":
+            if not isinstance(data, LinearData):
+                raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
+            if self.head != "linear" or self.train_v or self.m is not None or self.width is not None:
+                raise ValueError("head, train_v, m and width do not apply to model='linear'")
+            self.net = LinearClassifier()
+        else:
+            if not isinstance(data, AttnData):
+                raise ValueError(f"data must be AttnData for model={self.model!r}, "
+                                 f"got {type(data).__name__}")
+            self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
+                                           train_v=self.train_v)
+        n = data.n
+        if self.stochastic and self.batch_size is None:
+            raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
+        if self.batch_size is not None:
+            self.batch_size = check_int("batch_size", self.batch_size, minimum=1)
+            if self.batch_size > n:
+                raise ValueError(f"batch_size must be <= n = {n}, got {self.batch_size}")
+            if self.batch_size == n:
+                self.batch_size = None
+        self.grid = record_grid(self.steps, self.record_every, self.n_records)
+        if self.progress is None:
+            self.progress = self.steps >= 20000 and sys.stderr.isatty()
+        if self.init is None:
+            self.init = "random" if self.model == "KQ" else "zeros"
+        if self.init_scale is not None:
+            self.init_scale = check_positive("init_scale", self.init_scale)
+        self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
+        self.refs = {} if self.refs is None else dict(self.refs)
+        if self.opt is not None and self.model == "linear":
+            raise ValueError("opt does not apply to model='linear'")
+        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+
+    def as_dict(self, trials):
+        """The resolved arguments, as recorded in :attr:`History.config`."""
+        return dict(model=self.model, m=self.m, head=self.head, width=self.width,
+                    train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=self.lr,
+                    eta_max=self.eta_max, steps=self.steps, batch_size=self.batch_size,
+                    penalty=self.penalty,
+                    init=self.init if isinstance(self.init, str) else "array",
+                    init_scale=self.init_scale, seed=self.seed, device=str(self.dev),
+                    dtype=str(self.dtype), trials=trials)
+
+
+def _main_name(model):
+    return {"W": "W", "KQ": "W", "prompt": "p", "linear": "w"}[model]
+
+
+def _snapshot_names(snapshots, model, net):
+    """``snapshots`` as a tuple of parameter names (``True``: the main matrix; ``False``: none)."""
+    if isinstance(snapshots, bool):
+        return (_main_name(model),) if snapshots else ()
+    if isinstance(snapshots, str):
+        snapshots = (snapshots,)
+    try:
+        names = tuple(snapshots)
+    except TypeError:
+        raise ValueError(f"snapshots must be a bool or a sequence of parameter names, "
+                         f"got {snapshots!r}") from None
+    allowed = tuple(dict.fromkeys((_main_name(model),) + tuple(getattr(net, "param_names",
+                                                                        net.trainable))))
+    bad = [s for s in names if s not in allowed]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"snapshots must name distinct parameters of model={model!r} among "
+                         f"{list(allowed)}, got {list(names)}")
+    return names
+
+
+# ----------------------------------------------------------------------------- recorder
+class _Recorder:
+    """What is recorded at a record step: loss, log-loss, norm and correlations of the main
+    matrix, optimal-token mass and selected tokens (attention) or the normalized margin
+    (linear), and snapshots of the parameters named in ``cfg.snapshots``."""
+
+    def __init__(self, cfg, net, full, B, ref_t, opt_t):
+        self.cfg, self.net, self.full, self.B = cfg, net, full, B
+        self.ref_t = ref_t
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
+        self.opt_t = opt_t
+        self.rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
+                    "margin": []}
+        self.corr = {name: [] for name in ref_t}
+        self.snap = {name: [] for name in cfg.snapshots}
+        self.opt_init = None
+
+    def __call__(self, params):
+        cfg, net, full, rec = self.cfg, self.net, self.full, self.rec
+        lossobj = cfg.lossobj
+        u, cache = net.forward(params, full)
+        rec["loss"].append(lossobj.value(u).mean(-1))
+        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
+                               else torch.full((self.B,), float("nan"), **cfg.kw))
+        M = net.matrix(params)
+        nrm = M.flatten(1).norm(dim=1)
+        rec["norm"].append(nrm)
+        for name, R in self.ref_t.items():
+            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        main = _main_name(cfg.model)
+        for name in self.snap:
+            self.snap[name].append((M if name == main else params[name]).clone())
+        if cfg.model == "linear":
+            rec["margin"].append(u.amin(-1) / nrm)
+            return
+        o = self.opt_t
+        if o is None:
+            o = net.token_scores(params, full).argmax(-1)
+            if self.opt_init is None:
+                self.opt_init = o
+        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
+        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
+
+    def history(self, params, B):
+        """The records as a :class:`History` (numpy arrays)."""
+        cfg = self.cfg
+
+        def stack(lst):
+            return torch.stack(lst).cpu().numpy() if lst else None
+
+        opt_src = self.opt_t if self.opt_t is not None else self.opt_init
+        final = {k: p.cpu().numpy() for k, p in params.items()}
+        if cfg.model == "KQ":
+            final["W"] = self.net.matrix(params).cpu().numpy()
+        traj = {name: stack(v) for name, v in self.snap.items()}
+        return History(
+            steps=cfg.grid,
+            loss=stack(self.rec["loss"]),
+            log_loss=stack(self.rec["log_loss"]),
+            norm=stack(self.rec["norm"]),
+            corr={name: stack(v) for name, v in self.corr.items()},
+            opt_mass=stack(self.rec["opt_mass"]),
+            selected=stack(self.rec["selected"]),
+            margin=stack(self.rec["margin"]),
+            opt=None if opt_src is None else opt_src.cpu().numpy(),
+            params=final,
+            snapshots=traj.get(_main_name(cfg.model)),
+            trajectory=traj,
+            config=cfg.as_dict(B),
+        )
+
+
+# ----------------------------------------------------------------------------- finite guard
+class _FiniteGuard:
+    """Non-finite detection without per-step host syncs: each step writes
+    :math:`\\sum_i u_i` (NaN/inf iff some margin is) into a ring buffer of ``CHECK`` rows,
+    inspected every ``CHECK`` steps and at records; :meth:`check` raises
+    :class:`NonFiniteError` naming the first bad trial and its step."""
+
+    CHECK = 256
+
+    def __init__(self, B, kw):
+        self.buf = torch.empty((self.CHECK, B), **kw)
+        self.first = 0                               # step held by buf[0]
+
+    def write(self, step, u):
+        torch.sum(u, -1, out=self.buf[step - self.first])
+
+    def full(self, upto):
+        return upto - self.first == self.CHECK
+
+    def check(self, upto):
+        """Raise if any step in [first, upto) produced a non-finite margin."""
+        cnt = upto - self.first
+        if cnt > 0:
+            fin = torch.isfinite(self.buf[:cnt])
+            if not bool(fin.all()):
+                bad = (~fin).cpu().numpy()
+                trials = np.flatnonzero(bad.any(0))
+                steps_bad = self.first + bad.argmax(0)
+                b = int(trials[np.argmin(steps_bad[trials])])
+                k = int(steps_bad[b])
+                more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
+                raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
+                                     f"try a smaller lr", trial=b, step=k)
+        self.first = upto
+
+    def check_final(self, net, params, full, steps):
+        """Check the final iterate itself."""
+        u, _ = net.forward(params, full)
+        torch.sum(u, -1, out=self.buf[0])
+        self.first = steps
+        self.check(steps + 1)
+
+
+# ----------------------------------------------------------------------------- step
+class _Step:
+    """One update of every trial: (mini-batch) gradient, optional penalty merged into the log
+    scale, the loss (or excess loss) the Polyak rules need, and the rule's increment
+    (:func:`attnsvm.optim.update`). ``__call__`` returns the margins of the batch."""
+
+    def __init__(self, cfg, net, full, params, keys32, n):
+        self.cfg, self.net, self.full = cfg, net, full
+        self.trainable = net.trainable
+        self.state = init_state(cfg.rule, [params[k] for k in self.trainable])
+        self.keys32, self.n = keys32, n
+        self.ar_n = torch.arange(n, device=cfg.dev)
+        self.want_log_loss = cfg.rule in ("polyak", "polyak_star")
+        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
+        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
+
+    def __call__(self, params, k):
+        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
+        penalty, trainable = cfg.penalty, self.trainable
+        batch = self.full if cfg.batch_size is None else _gather(
+            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
+        u, grads, sigma = net.grad(params, batch, lossobj)
+        if penalty:
+            log2pen = self.log2pen
+            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
+                sg = torch.clamp(sigma[name], min=log2pen)
+                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
+                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
+                sigma[name] = sg
+        log_loss = log_mean_loss(lossobj, u) if self.want_log_loss else None
+        if self.want_log_loss and penalty:
+            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
+            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+        if cfg.rule == "polyak_star":
+            log_loss = (_log_excess_logistic(net.scores(params, batch),
+                                             batch["G"] * batch["y"][..., None])
+                        if cfg.L_star is None else
+                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        deltas = update(cfg.rule, [grads[name] for name in trainable], self.state, lr=cfg.lr,
+                        log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
+                        eta_max=cfg.eta_max, betas=cfg.betas, eps=cfg.eps, batch_ndim=1)
+        for name, dl in zip(trainable, deltas):
+            params[name] = params[name] + dl
+        return u
+
+
+# ----------------------------------------------------------------------------- setup
+def _tensors(cfg, data):
+    """Data tensors (with trials axis), initial parameters, references, optimal tokens and the
+    mini-batch keys of a run."""
+    kw, net, model, dev = cfg.kw, cfg.net, cfg.model, cfg.dev
+    B, d, n = data.trials, data.d, data.n
+    lead = (lambda a: a) if data.batched else (lambda a: a[None])
+    full = {"X": torch.as_tensor(lead(data.X), **kw), "y": torch.as_tensor(lead(data.y), **kw)}
+    if model != "linear":
+        full["Z"] = torch.as_tensor(lead(data.Z), **kw)
+        v0 = torch.as_tensor(lead(data.v), **kw)
+    else:
+        v0 = None
+    keys = _trial_keys(cfg.seed, B)
+    rngs = [np.random.default_rng(list(k) + [0]) for k in keys]
+    params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
+    if model != "linear" and net.head == "linear" and not cfg.train_v:
+        full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+    main_shape = (d,) if model in ("prompt", "linear") else (d, d)
+    ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in cfg.refs.items()}
+    opt_t = None
+    if cfg.opt is not None:
+        o = np.asarray(cfg.opt)
+        if not np.issubdtype(o.dtype, np.integer) or o.shape not in ((n,), (B, n)):
+            raise ValueError(f"opt must be an integer array of shape ({n},) or ({B}, {n}), got {o.shape}")
+        if np.any(o < 0) or np.any(o >= data.T):
+            raise ValueError(f"opt entries must lie in [0, {data.T})")
+        opt_t = torch.as_tensor(np.broadcast_to(o, (B, n)).copy(), device=dev)
+    keys32 = torch.as_tensor([int(np.random.default_rng(list(k) + [1]).integers(2 ** 32))
+                              for k in keys], dtype=torch.int64, device=dev)
+    return full, params, ref_t, opt_t, keys32
+
+
 # ----------------------------------------------------------------------------- fit
 def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss="logistic",
         optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8, steps=2000,
@@ -284,11 +674,15 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     opt : array of int (n,) or (B, n), optional
         Optimal tokens for ``opt_mass``; default :math:`\arg\max_t y_i \psi(x_{it})` under the
         current head (the data's ``v`` when the head is fixed).
-    record_every : "log" or int
+    record_every : "log", int or sequence of int
+        Record grid (:func:`record_grid`): log-spaced, every ``k`` steps, or explicit steps.
     n_records : int
         Number of log-spaced records (``record_every="log"``).
-    snapshots : bool
-        Record the main matrix at every record step.
+    snapshots : bool or sequence of str
+        Record parameters at every record step: ``True`` the main matrix (``W``, ``K Q^T`` for
+        "KQ", ``p`` or ``w``), into ``History.snapshots``; names (e.g. ``("W", "v")``) any of the
+        model's parameters, into ``History.trajectory`` (and ``History.snapshots`` when the main
+        matrix is among them).
     seed : int or sequence
         Trial ``b`` draws its init and mini-batches from the key ``(seed, b)``; a sequence
         gives each trial's key explicitly (e.g. ``seed=[(0, 3)]`` reruns trial 3 of ``seed=0``).
@@ -312,236 +706,52 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     NonFiniteError
         A trial's iterate became NaN/inf (the message names the trial and the step).
     """
-    # ---- validate ------------------------------------------------------------------
-    check_choice("model", model, ("W", "KQ", "prompt", "linear"))
-    check_choice("optimizer", optimizer, OPTIMIZERS)
-    rule, stochastic, lr_default = OPTIMIZERS[optimizer]
-    lr = lr_default if lr is None else check_positive("lr", lr)
-    if eta_max is not None:
-        if rule not in ("polyak", "polyak_star"):
-            raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or 'sps', "
-                             f"got {optimizer!r}")
-        eta_max = check_positive("eta_max", eta_max)
-    if L_star is not None:
-        if rule != "polyak_star":
-            raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
-        L_star = check_positive("L_star", L_star, allow_zero=True)
-    if rule == "polyak_star" and L_star is None and (
-            model not in ("W", "KQ", "prompt") or head != "linear" or train_v or loss != "logistic"):
-        raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
-                         "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
-    steps = check_int("steps", steps, minimum=1)
-    lossobj = get_loss(loss)
-    if rule in ("polyak", "polyak_star") and not lossobj.nonnegative:
-        raise ValueError(f"loss={loss!r} can be negative; the Polyak step (optimizer="
-                         f"{optimizer!r}) needs a nonnegative loss")
-    if rule == "adam":
-        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        eps = check_positive("eps", eps)
-    if dtype not in (torch.float64, torch.float32):
-        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype!r}")
-    dev = resolve_device(device)
-    if model == "linear":
-        if not isinstance(data, LinearData):
-            raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
-        if head != "linear" or train_v or m is not None or width is not None:
-            raise ValueError("head, train_v, m and width do not apply to model='linear'")
-        net = LinearClassifier()
-    else:
-        if not isinstance(data, AttnData):
-            raise ValueError(f"data must be AttnData for model={model!r}, got {type(data).__name__}")
-        net = AttentionClassifier(model, m=m, head=head, width=width, train_v=train_v)
-    n = data.n
-    if stochastic and batch_size is None:
-        raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
-    if batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-        if batch_size > n:
-            raise ValueError(f"batch_size must be <= n = {n}, got {batch_size}")
-        if batch_size == n:
-            batch_size = None
-    grid = record_grid(steps, record_every, n_records)
-    if progress is None:
-        progress = steps >= 20000 and sys.stderr.isatty()
-    if init is None:
-        init = "random" if model == "KQ" else "zeros"
-    if init_scale is not None:
-        init_scale = check_positive("init_scale", init_scale)
-    penalty = check_positive("penalty", penalty, allow_zero=True)
+    cfg = FitConfig.build(
+        data, model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
+        optimizer=optimizer, lr=lr, eta_max=eta_max, L_star=L_star, betas=betas, eps=eps,
+        steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
+        refs=refs, opt=opt, record_every=record_every, n_records=n_records, snapshots=snapshots,
+        seed=seed, device=device, dtype=dtype, progress=progress, num_threads=num_threads)
+    return run(cfg, data)
 
-    # ---- tensors -------------------------------------------------------------------
-    kw = dict(dtype=dtype, device=dev)
-    B, d = data.trials, data.d
-    lead = (lambda a: a) if data.batched else (lambda a: a[None])
-    full = {"X": torch.as_tensor(lead(data.X), **kw), "y": torch.as_tensor(lead(data.y), **kw)}
-    if model != "linear":
-        full["Z"] = torch.as_tensor(lead(data.Z), **kw)
-        v0 = torch.as_tensor(lead(data.v), **kw)
-    else:
-        v0 = None
-    keys = _trial_keys(seed, B)
-    rngs = [np.random.default_rng(list(k) + [0]) for k in keys]
-    params = net.init_params(d, v0, rngs, init=init, init_scale=init_scale, **kw)
-    if model != "linear" and net.head == "linear" and not train_v:
-        full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
-    main_shape = (d,) if model in ("prompt", "linear") else (d, d)
-    refs = {} if refs is None else dict(refs)
-    ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in refs.items()}
-    ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
-    opt_t = None
-    if opt is not None:
-        if model == "linear":
-            raise ValueError("opt does not apply to model='linear'")
-        o = np.asarray(opt)
-        if not np.issubdtype(o.dtype, np.integer) or o.shape not in ((n,), (B, n)):
-            raise ValueError(f"opt must be an integer array of shape ({n},) or ({B}, {n}), got {o.shape}")
-        if np.any(o < 0) or np.any(o >= data.T):
-            raise ValueError(f"opt entries must lie in [0, {data.T})")
-        opt_t = torch.as_tensor(np.broadcast_to(o, (B, n)).copy(), device=dev)
-    keys32 = torch.as_tensor([int(np.random.default_rng(list(k) + [1]).integers(2 ** 32))
-                              for k in keys], dtype=torch.int64, device=dev)
-    ar_n = torch.arange(n, device=dev)
-    trainable = net.trainable
-    state = init_state(rule, [params[k] for k in trainable])
 
-    # ---- records -------------------------------------------------------------------
-    rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
-           "margin": [], "snap": []}
-    rec_corr = {name: [] for name in ref_t}
-    opt_init = []
+def run(cfg, data):
+    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
+    net, steps, dev = cfg.net, cfg.steps, cfg.dev
+    B, d, n = data.trials, data.d, data.n
+    full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
+    record = _Recorder(cfg, net, full, B, ref_t, opt_t)
+    guard = _FiniteGuard(B, cfg.kw)
+    step = _Step(cfg, net, full, params, keys32, n)
 
-    def record():
-        u, cache = net.forward(params, full)
-        rec["loss"].append(lossobj.value(u).mean(-1))
-        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
-                               else torch.full((B,), float("nan"), **kw))
-        M = net.matrix(params)
-        nrm = M.flatten(1).norm(dim=1)
-        rec["norm"].append(nrm)
-        for name, R in ref_t.items():
-            rec_corr[name].append((M * R).flatten(1).sum(1) / (nrm * ref_n[name]))
-        if snapshots:
-            rec["snap"].append(M.clone())
-        if model == "linear":
-            rec["margin"].append(u.amin(-1) / nrm)
-            return
-        o = opt_t
-        if o is None:
-            o = net.token_scores(params, full).argmax(-1)
-            if not opt_init:
-                opt_init.append(o)
-        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
-        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
-
-    # Non-finite detection without per-step host syncs: each step writes sum_i u_i (NaN/inf
-    # iff some margin is) into a ring buffer, inspected every CHECK steps and at records.
-    CHECK = 256
-    ubuf = torch.empty((CHECK, B), **kw)
-    first = [0]                                  # step held by ubuf[0]
-
-    def check(upto):
-        """Raise if any step in [first, upto) produced a non-finite margin."""
-        cnt = upto - first[0]
-        if cnt > 0:
-            fin = torch.isfinite(ubuf[:cnt])
-            if not bool(fin.all()):
-                bad = (~fin).cpu().numpy()
-                trials = np.flatnonzero(bad.any(0))
-                steps_bad = first[0] + bad.argmax(0)
-                b = int(trials[np.argmin(steps_bad[trials])])
-                k = int(steps_bad[b])
-                more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
-                raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
-                                     f"try a smaller lr", trial=b, step=k)
-        first[0] = upto
-
-    # ---- loop ----------------------------------------------------------------------
     is_rec = np.zeros(steps + 1, dtype=bool)
-    is_rec[grid] = True
-    want_log_loss = rule in ("polyak", "polyak_star")
-    pen_names = [name for name in trainable if name in ("W", "K", "Q", "p", "w")]
-    log2pen = math.log(2 * penalty) if penalty else None
+    is_rec[cfg.grid] = True
     pbar = None
-    if progress:
+    if cfg.progress:
         from tqdm.auto import tqdm
-        pbar = tqdm(total=steps, desc=f"fit {model}/{optimizer} B={B}", leave=False)
+        pbar = tqdm(total=steps, desc=f"fit {cfg.model}/{cfg.optimizer} B={B}", leave=False)
     tick = max(1, steps // 200)
     old_threads = torch.get_num_threads()
-    Tn = data.T if model != "linear" else 1
+    Tn = data.T if cfg.model != "linear" else 1
+    num_threads = cfg.num_threads
     if num_threads is None and dev.type == "cpu" and B * n * Tn * max(Tn, d) < 2 ** 18:
         num_threads = 1          # tiny tensors: intra-op threading is pure overhead
     try:
         if num_threads is not None and dev.type == "cpu":
             torch.set_num_threads(num_threads)
         with torch.no_grad():
-            record()
+            record(params)
             for k in range(steps):
-                batch = full if batch_size is None else _gather(
-                    full, _minibatch(keys32, k, n, batch_size, ar_n))
-                u, grads, sigma = net.grad(params, batch, lossobj)
-                torch.sum(u, -1, out=ubuf[k - first[0]])
-                if penalty:
-                    for name in pen_names:      # + 2 lambda theta, merged into the log scale
-                        sg = torch.clamp(sigma[name], min=log2pen)
-                        grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
-                                       + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
-                        sigma[name] = sg
-                log_loss = log_mean_loss(lossobj, u) if want_log_loss else None
-                if want_log_loss and penalty:
-                    sq = sum(params[name].flatten(1).pow(2).sum(1) for name in pen_names)
-                    log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-                if rule == "polyak_star":
-                    log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                                       batch["G"] * batch["y"][..., None])
-                                if L_star is None else
-                                torch.log(torch.clamp(torch.exp(log_loss) - L_star, min=0.0)))
-                deltas = update(rule, [grads[name] for name in trainable], state, lr=lr,
-                                log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
-                                eta_max=eta_max, betas=betas, eps=eps, batch_ndim=1)
-                for name, dl in zip(trainable, deltas):
-                    params[name] = params[name] + dl
-                if is_rec[k + 1] or k + 1 - first[0] == CHECK:
-                    check(k + 1)
+                guard.write(k, step(params, k))
+                if is_rec[k + 1] or guard.full(k + 1):
+                    guard.check(k + 1)
                     if is_rec[k + 1]:
-                        record()
+                        record(params)
                 if pbar is not None and (k + 1) % tick == 0:
                     pbar.update(tick)
-            # the final iterate itself
-            u, _ = net.forward(params, full)
-            torch.sum(u, -1, out=ubuf[0])
-            first[0] = steps
-            check(steps + 1)
+            guard.check_final(net, params, full, steps)
     finally:
         torch.set_num_threads(old_threads)
         if pbar is not None:
             pbar.close()
-
-    # ---- to numpy --------------------------------------------------------------------
-    def stack(lst):
-        return torch.stack(lst).cpu().numpy() if lst else None
-
-    opt_src = opt_t if opt_t is not None else (opt_init[0] if opt_init else None)
-    opt_np = None if opt_src is None else opt_src.cpu().numpy()
-    final = {k: p.cpu().numpy() for k, p in params.items()}
-    if model == "KQ":
-        final["W"] = net.matrix(params).cpu().numpy()
-    config = dict(model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
-                  optimizer=optimizer, lr=lr, eta_max=eta_max, steps=steps, batch_size=batch_size,
-                  penalty=penalty,
-                  init=init if isinstance(init, str) else "array", init_scale=init_scale,
-                  seed=seed, device=str(dev), dtype=str(dtype), trials=B)
-    return History(
-        steps=grid,
-        loss=stack(rec["loss"]),
-        log_loss=stack(rec["log_loss"]),
-        norm=stack(rec["norm"]),
-        corr={name: stack(v) for name, v in rec_corr.items()},
-        opt_mass=stack(rec["opt_mass"]),
-        selected=stack(rec["selected"]),
-        margin=stack(rec["margin"]),
-        opt=opt_np,
-        params=final,
-        snapshots=stack(rec["snap"]),
-        config=config,
-    )
+    return record.history(params, B)

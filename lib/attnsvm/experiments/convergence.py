@@ -68,6 +68,8 @@ __all__ = [
     "classify",
     "LocalRun",
     "local_experiment",
+    "LocalFollowups",
+    "local_followups",
     "ConeRun",
     "cone_experiment",
     "follow",
@@ -455,6 +457,34 @@ class LocalRun:
     W_final: np.ndarray
     config: dict = field(default_factory=dict)
 
+    def summary(self):
+        r"""The headline numbers (NaN where the set they are taken over is empty).
+
+        ``frac_opt`` (final selection = opt), ``frac_global``, ``frac_local``, ``frac_other``,
+        ``n_local``; over the converged trials (global or local): ``frac_conv_lo`` (locally
+        optimal final selection), ``mass_sel_median`` (final mass on the selection); medians
+        ``corr_global_median`` (corr with :math:`W_{mm}`, global trials),
+        ``corr_local_sel_median`` / ``corr_local_opt_median`` (local trials, against
+        :math:`W^\alpha_{mm}` and :math:`W_{mm}`) and ``excess_local_median`` (final loss above
+        the floor of opt, local trials).
+        """
+        out = self.outcomes
+        g, loc = out.is_global, out.is_local
+        conv = g | loc
+        nan = float("nan")
+        return {
+            "frac_opt": float(out.is_opt.mean()),
+            "frac_global": out.frac_global, "frac_local": out.frac_local, "frac_other": out.frac_other,
+            "n_local": int(loc.sum()),
+            "frac_conv_lo": float(out.locally_optimal[conv].mean()) if conv.any() else nan,
+            "corr_global_median": float(np.median(out.corr_opt[g])) if g.any() else nan,
+            "corr_local_sel_median": float(np.median(out.corr_sel[loc])) if loc.any() else nan,
+            "corr_local_opt_median": float(np.nanmedian(out.corr_opt[loc])) if loc.any() else nan,
+            "mass_sel_median": float(np.median(self.mass_sel[-1, conv])) if conv.any() else nan,
+            "excess_local_median": (float(np.median(self.loss[-1, loc] - self.loss_floor_opt[loc]))
+                                    if loc.any() else nan),
+        }
+
 
 def _masses(S, alpha):
     """S (K, B, n, T), alpha (B, n) -> mean over n of S[..., alpha] (K, B)."""
@@ -671,6 +701,23 @@ class OverparamSweep:
         order = np.argsort(self.rows["d"][keep], kind="stable")
         return np.asarray(self.rows[name])[keep][order]
 
+    def summary(self):
+        """The headline numbers: for the first shape ``(n0, T0)`` of the sweep,
+        ``frac_{global,local,other,feasible}_d{d}`` at every d and ``frac_global_dmin``,
+        ``frac_global_dmax``; for every row, ``frac_global_n{n}_T{T}_d{d}``."""
+        n0, T0 = self.config["shapes"][0]
+        out = {}
+        for i, d in enumerate(self.column("d", n0, T0)):
+            for name in ("frac_global", "frac_local", "frac_other", "frac_feasible"):
+                out[f"{name}_d{int(d)}"] = float(self.column(name, n0, T0)[i])
+        ds = self.column("d", n0, T0)
+        out["frac_global_dmin"] = out[f"frac_global_d{int(min(ds))}"]
+        out["frac_global_dmax"] = out[f"frac_global_d{int(max(ds))}"]
+        for row in range(len(self.rows["d"])):
+            n_, T_, d_ = (int(self.rows[k][row]) for k in ("n", "T", "d"))
+            out[f"frac_global_n{n_}_T{T_}_d{d_}"] = float(self.rows["frac_global"][row])
+        return out
+
 
 def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
                     optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", query="cross",
@@ -738,6 +785,15 @@ class Trajectories2D:
     corr: dict
     config: dict = field(default_factory=dict)
 
+    def summary(self):
+        """The final correlations (``corr_w``, ``corr_kq``, ``corr_w_nuc``, ``corr_kq_fro``,
+        ``corr_p``) and the correlation of the two SVMs (``corr_fro_nuc``)."""
+        c = self.corr
+        return {"corr_w": c["W_vs_W_mm"], "corr_kq": c["KQ_vs_W_mm_nuc"],
+                "corr_w_nuc": c["W_vs_W_mm_nuc"], "corr_kq_fro": c["KQ_vs_W_mm"],
+                "corr_p": c["p_vs_p_mm"],
+                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc))}
+
 
 def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, seed=0,
                     device="auto"):
@@ -772,3 +828,83 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
     return Trajectories2D(data=data, opt=opt, W_mm=W_mm, W_mm_nuc=W_nuc, p_mm=p_mm,
                           steps=hW.steps, W=W, W_kq=Wk, p=p, corr=corr,
                           config=dict(steps=steps, lr=lr, init_scale=init_scale, seed=seed))
+
+
+# ----------------------------------------------------------------------------- chapter 4 follow-ups
+@dataclass
+class LocalFollowups:
+    r"""Chapter 4's follow-ups of a :class:`LocalRun` (:func:`local_followups`).
+
+    Attributes
+    ----------
+    local : (L,) int        the trials that ended on a selection other than opt (``is_local``)
+    more : ConeRun-like or None   :func:`follow` of those trials from their last iterate
+    cone_lo : ConeRun or None     started in the cone of their (locally optimal or not) selection
+    cone_nlo : ConeRun            started in the cone of a selection that is *not* locally optimal
+    found : (B,) bool       trials where such a selection was found; opt_nlo (F, n) their opt
+    locally_optimal : (L,) bool   whether each local trial's final selection is locally optimal
+    """
+
+    local: np.ndarray
+    more: object
+    cone_lo: ConeRun | None
+    cone_nlo: ConeRun
+    found: np.ndarray
+    opt_nlo: np.ndarray
+    locally_optimal: np.ndarray
+
+    def summary(self):
+        """``more_n_lo``, ``more_n_nlo``, ``more_kept_lo``, ``more_kept_nlo`` (continued local
+        trials, with a locally optimal final selection or not, and the fraction keeping it);
+        ``cone_n_lo``, ``cone_n_nlo``, ``cone_corr_init``, ``cone_kept_lo``,
+        ``cone_corr_lo_median``, ``cone_kept_nlo``, ``cone_nlo_to_opt``,
+        ``cone_nlo_corr_opt_median``, ``cone_nlo_lambda_neg`` (NaN where the set is empty)."""
+        nan = float("nan")
+        lo = self.locally_optimal
+        out = {"more_n_lo": int(lo.sum()), "more_n_nlo": int((~lo).sum())}
+        if self.more is not None:
+            out["more_kept_lo"] = float(self.more.kept[lo].mean()) if lo.any() else nan
+            out["more_kept_nlo"] = float(self.more.kept[~lo].mean()) if (~lo).any() else nan
+        else:
+            out.update(more_n_lo=0, more_n_nlo=0, more_kept_lo=nan, more_kept_nlo=nan)
+        cl, cn = self.cone_lo, self.cone_nlo
+        out.update({
+            "cone_n_lo": int(self.local.size), "cone_n_nlo": int(self.found.sum()),
+            "cone_corr_init": float(np.median(cn.corr_init)),
+            "cone_kept_lo": float(cl.kept.mean()) if cl is not None else nan,
+            "cone_corr_lo_median": float(np.median(cl.corr_alpha[-1])) if cl is not None else nan,
+            "cone_kept_nlo": float(cn.kept.mean()),
+            "cone_nlo_to_opt": float(np.mean(np.all(cn.selected == self.opt_nlo, axis=-1))),
+            "cone_nlo_corr_opt_median": float(np.nanmedian(cn.corr_opt[-1])),
+            "cone_nlo_lambda_neg": float(np.mean(cn.lambda_alpha < 0)),
+        })
+        return out
+
+
+def local_followups(run, *, more_steps=4000, cone_R0=20.0, cone_eps=0.05, cone_steps=2000,
+                    lr=0.1, seed=0, device="auto"):
+    r"""Chapter 4's follow-ups of a :class:`LocalRun`: continue the trials that ended elsewhere
+    than opt for ``more_steps`` (:func:`follow`), start them again in the cone of their final
+    selection (:func:`cone_experiment`), and start every trial where one is found
+    (:func:`find_choices`) in the cone of a selection that is not locally optimal.
+
+    Returns
+    -------
+    LocalFollowups
+    """
+    out = run.outcomes
+    idx = np.flatnonzero(out.is_local)
+    lo = out.locally_optimal[idx]
+    more = cone_lo = None
+    if idx.size:
+        sub = run.data.take(idx)
+        more = follow(sub, out.selected[idx], run.W_final[idx], steps=more_steps, lr=lr, seed=seed,
+                      device=device)
+        cone_lo = cone_experiment(sub, out.selected[idx], R0=cone_R0, eps=cone_eps,
+                                  steps=cone_steps, lr=lr, seed=seed, device=device)
+    alpha_nlo, found = find_choices(run.data, locally_optimal=False, seed=seed)
+    nlo_data = run.data.take(np.flatnonzero(found))
+    cone_nlo = cone_experiment(nlo_data, alpha_nlo[found], R0=cone_R0, eps=cone_eps,
+                               steps=cone_steps, lr=lr, seed=seed, device=device)
+    opt_nlo = _tokens.optimal_tokens(nlo_data.X, nlo_data.y, nlo_data.v)
+    return LocalFollowups(idx, more, cone_lo, cone_nlo, found, opt_nlo, lo)

@@ -7,7 +7,7 @@ nuclear-norm one (:math:`W^*_{mm}`). An infeasible instance (``InfeasibleError``
 infeasible* and never enters the rank statistics: ranks are summarized over the feasible
 instances only, with the relative threshold of ``attnsvm.svm.rank``.
 
-The result (:class:`SweepResult`) is tidy: ``summary`` holds one row per grid point and
+The result (:class:`SweepResult`) is tidy: ``per_point`` holds one row per grid point and
 ``per_instance`` one row per instance, each a dict of equal-length numpy columns.
 
 Instance ``j`` of grid point ``(n, T, d)`` is drawn from the key ``(seed, n, T, d, j)``, so it
@@ -26,8 +26,8 @@ from ..data import AttnData, random_unit
 from ..svm import InfeasibleError, att_svm, rank
 from ..tokens import optimal_tokens
 
-__all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep",
-           "singular_gap"]
+__all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep", "FeasibilityStudy",
+           "feasibility_study", "singular_gap"]
 
 
 def draw_instance(n, T, d, *, seed, query="self"):
@@ -81,7 +81,7 @@ class SweepResult:
 
     Attributes
     ----------
-    summary : dict of str -> ndarray (G,)
+    per_point : dict of str -> ndarray (G,)
         One row per grid point: ``n, T, d, instances, ties, feasible, infeasible,
         feasible_frac`` (``ties``: instances whose optimal token is not unique, excluded from
         everything; ``feasible_frac = feasible / (instances - ties)``)
@@ -96,22 +96,120 @@ class SweepResult:
         The arguments of the sweep.
     """
 
-    summary: dict
+    per_point: dict
     per_instance: dict
     config: dict
 
     def rows(self, **fixed):
-        """Boolean mask of the summary rows whose columns equal ``fixed`` (e.g. ``n=5, T=4``)."""
-        mask = np.ones(len(self.summary["n"]), dtype=bool)
+        """Boolean mask of the grid points whose columns equal ``fixed`` (e.g. ``n=5, T=4``)."""
+        mask = np.ones(len(self.per_point["n"]), dtype=bool)
         for k, val in fixed.items():
-            mask &= self.summary[k] == val
+            mask &= self.per_point[k] == val
         return mask
 
     def curve(self, x, column, **fixed):
-        """``(x values, column values)`` over the summary rows matching ``fixed``, sorted by x."""
+        """``(x values, column values)`` over the grid points matching ``fixed``, sorted by x."""
         m = self.rows(**fixed)
-        order = np.argsort(self.summary[x][m], kind="stable")
-        return self.summary[x][m][order], self.summary[column][m][order]
+        order = np.argsort(self.per_point[x][m], kind="stable")
+        return self.per_point[x][m][order], self.per_point[column][m][order]
+
+    def sure_points(self):
+        r"""Mask of the grid points where feasibility is guaranteed (:math:`n \le d`,
+        :math:`T \le d + 1`)."""
+        q = self.per_point
+        return (q["n"] <= q["d"]) & (q["T"] <= q["d"] + 1)
+
+    def first_full_d(self, n):
+        """Smallest ``d`` at which every instance with this ``n`` is feasible (-1 if none)."""
+        q = self.per_point
+        return int(min(q["d"][self.rows(n=n) & (q["feasible_frac"] == 1)], default=-1))
+
+    def summary(self):
+        r"""Headline numbers of the sweep (NaN where undefined, e.g. no feasible instance).
+
+        ``sure_points``/``sure_feasible``: grid points with :math:`n \le d, T \le d+1` and
+        those among them where every instance is feasible; ``rank_violations``: feasible
+        instances whose rank (Frobenius or nuclear) exceeds :math:`\min(n, d)`;
+        ``infeasible``/``total``: instances; ``rank_{fro,nuc}_mean_all``: mean rank over the
+        feasible instances; ``left_{fro,nuc}_max``, ``kept_{fro,nuc}_min``: the extreme relative
+        singular values around the rank cut.
+        """
+        p = self.per_instance
+        f = p["feasible"]
+        sure = self.sure_points()
+        bound = np.minimum(p["n"][f], p["d"][f])
+        out = {
+            "sure_points": int(sure.sum()),
+            "sure_feasible": int((self.per_point["feasible_frac"][sure] == 1).sum()),
+            "rank_violations": int(np.sum(p["rank_fro"][f] > bound) + np.sum(p["rank_nuc"][f] > bound)),
+            "infeasible": int(np.sum(~f)), "total": int(len(f)),
+        }
+        for key in ("rank_fro", "rank_nuc"):
+            out[f"{key}_mean_all"] = _nan_reduce(np.mean, p[key][f])
+        for key in ("left_fro", "left_nuc"):
+            out[f"{key}_max"] = _nan_reduce(np.nanmax, p[key][f])
+        for key in ("kept_fro", "kept_nuc"):
+            out[f"{key}_min"] = _nan_reduce(np.nanmin, p[key][f])
+        return out
+
+
+def _nan_reduce(fn, vals):
+    """``float(fn(vals))``, NaN when ``vals`` is empty or all NaN."""
+    vals = np.asarray(vals, dtype=float)
+    if vals.size == 0 or np.all(np.isnan(vals)):
+        return float("nan")
+    return float(fn(vals))
+
+
+@dataclass
+class FeasibilityStudy:
+    """Chapter 2's three sweeps (:func:`feasibility_study`): ``over_n`` (n x d at fixed T),
+    ``over_T`` (T x d at fixed n) and ``ranks`` (d at fixed n, T, with the nuclear norm)."""
+
+    over_n: SweepResult
+    over_T: SweepResult
+    ranks: SweepResult
+
+    def summary(self):
+        """The chapter's headline numbers (NaN-safe): the guaranteed-feasible points of all three
+        sweeps (``sure_points``, ``sure_feasible``), the rank sweep's counts and extremes
+        (``rank_violations``, ``rank_infeasible``, ``rank_total``, ``rank_{fro,nuc}_dmax`` at
+        the largest d, ``rank_{fro,nuc}_mean_all``, ``left_*_max``, ``kept_*_min``), the feasible
+        fraction at the largest n and smallest d (``feas_nmax_dmin``) and the first fully
+        feasible d at the largest n (``full_d_nmax``)."""
+        sweeps = (self.over_n, self.over_T, self.ranks)
+        parts = [sw.summary() for sw in sweeps]
+        r = parts[2]
+        q = self.ranks.per_point
+        big = self.ranks.rows(d=max(self.ranks.config["ds"]))
+        on = self.over_n
+        nmax, dmin = max(on.config["ns"]), min(on.config["ds"])
+        return {
+            "sure_points": sum(s["sure_points"] for s in parts),
+            "sure_feasible": sum(s["sure_feasible"] for s in parts),
+            "rank_violations": r["rank_violations"],
+            "rank_infeasible": r["infeasible"], "rank_total": r["total"],
+            "rank_fro_dmax": float(q["rank_fro_mean"][big][0]),
+            "rank_nuc_dmax": float(q["rank_nuc_mean"][big][0]),
+            "rank_nuc_mean_all": r["rank_nuc_mean_all"],
+            "rank_fro_mean_all": r["rank_fro_mean_all"],
+            "left_nuc_max": r["left_nuc_max"], "kept_nuc_min": r["kept_nuc_min"],
+            "left_fro_max": r["left_fro_max"], "kept_fro_min": r["kept_fro_min"],
+            "feas_nmax_dmin": float(on.per_point["feasible_frac"][on.rows(n=nmax, d=dmin)][0]),
+            "full_d_nmax": on.first_full_d(nmax),
+        }
+
+
+def feasibility_study(ns, T_n, n_T, Ts, ds, instances, *, n_rank, T_rank, ds_rank,
+                      instances_rank, rtol=1e-6, seed=0):
+    """Chapter 2: feasibility over ``ns x {T_n} x ds`` and over ``{n_T} x Ts x ds``
+    (``instances`` each), and the ranks of both SVMs over ``{n_rank} x {T_rank} x ds_rank``
+    (``instances_rank`` each, nuclear norm included). Returns a :class:`FeasibilityStudy`."""
+    return FeasibilityStudy(
+        feasibility_sweep(ns, [T_n], ds, instances, seed=seed),
+        feasibility_sweep([n_T], Ts, ds, instances, seed=seed),
+        feasibility_sweep([n_rank], [T_rank], ds_rank, instances_rank, seed=seed, nuclear=True,
+                          rtol=rtol))
 
 
 def _stats(prefix, vals):

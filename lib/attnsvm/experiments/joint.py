@@ -3,8 +3,8 @@ r"""Joint training of the attention matrix and the head (Chapter 11).
 :func:`joint_data` draws seeded instances with one planted label-carrying token per sequence
 (:func:`attnsvm.data.planted_token`), :func:`joint_references` solves the attention SVM and the
 max-margin head of the reference tokens, and :func:`joint_fit` trains ``W`` and ``v`` jointly
-with :func:`attnsvm.train.fit` in segments (so that ``v`` is recorded along the way; exact for
-the memoryless rules gd, ngd, polyak) and compares ``W`` and ``v`` with the references.
+in one :func:`attnsvm.train.fit` call (snapshots of both along the way) and compares them with
+the references.
 """
 from __future__ import annotations
 
@@ -68,16 +68,15 @@ def joint_references(data, alpha):
 
 def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000, segments=24,
               record_steps=None, refs=None, seed=0, device="auto"):
-    r"""Train ``W`` and ``v`` jointly (``fit(model="W", train_v=True)``) from ``W_0 = 0`` and the
-    data's ``v`` and record both along the way.
-
-    The run is cut into ``segments`` log-spaced pieces, each a call of
-    :func:`attnsvm.train.fit` started from the previous end point; for the memoryless rules
-    (gd, ngd, polyak) this is exactly one run of ``steps`` steps.
+    r"""Train ``W`` and ``v`` jointly from ``W_0 = 0`` and the data's ``v`` and record both along
+    the way: one :func:`attnsvm.train.fit` call (``model="W", train_v=True``,
+    ``snapshots=("W", "v")``), for any step rule of :data:`attnsvm.train.OPTIMIZERS`.
 
     Parameters
     ----------
     data : AttnData with a trials axis; alpha : (B, n) reference tokens (e.g. the planted ones).
+    segments : int
+        Number of log-spaced record steps after 0 (``record_grid(steps, "log", segments + 1)``).
     record_steps : increasing ints from 0 to ``steps``, optional: explicit record steps (instead
         of ``segments`` log-spaced ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
@@ -85,44 +84,34 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
     from ..metrics import attention, corr
     from ..train import fit
 
-    if optimizer not in ("gd", "ngd", "polyak"):
-        raise ValueError(f"joint_fit supports the memoryless rules gd, ngd, polyak; got {optimizer!r}")
     W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
     if record_steps is None:
-        cuts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, steps, segments)), [steps]])
-                         ).astype(int)
+        grid = "log"
     else:
-        cuts = np.asarray(record_steps, dtype=int)
-        if cuts[0] != 0 or cuts[-1] != steps or np.any(np.diff(cuts) <= 0):
+        grid = np.asarray(record_steps, dtype=int)
+        if grid[0] != 0 or grid[-1] != steps or np.any(np.diff(grid) <= 0):
             raise ValueError("record_steps must increase strictly from 0 to steps")
-    B, d = data.trials, data.d
-    W = np.zeros((B, d, d))
-    v = np.array(data.v, dtype=float)
-    keys = ("loss", "log_loss", "norm_W", "norm_v", "corr_W", "corr_v", "mass", "min_margin")
-    rows = {k: [] for k in keys}
-
-    def rec(h, k, W, v):
-        S = attention(data.X, W, data.Z)                                 # (B,n,T)
-        f = np.einsum("bnt,bnt->bn", S, np.einsum("bntd,bd->bnt", data.X, v))
-        rows["min_margin"].append((data.y * f).min(-1))
-        rows["loss"].append(h.loss[k])
-        rows["log_loss"].append(h.log_loss[k])
-        rows["norm_W"].append(np.linalg.norm(W, axis=(-2, -1)))
-        rows["norm_v"].append(np.linalg.norm(v, axis=-1))
-        rows["corr_W"].append(corr(W, W_ref))
-        rows["corr_v"].append(corr(v, v_ref, elem_ndim=1))
-        rows["mass"].append(h.opt_mass[k])
-
     kw = dict(model="W", train_v=True, optimizer=optimizer, lr=lr, opt=alpha, seed=seed,
               device=device)
     if eta_max is not None:
         kw["eta_max"] = eta_max
-    for j in range(len(cuts) - 1):
-        n_steps = int(cuts[j + 1] - cuts[j])
-        h = fit(data, steps=n_steps, init={"W": W, "v": v}, record_every=n_steps, **kw)
-        if j == 0:
-            rec(h, 0, W, v)
-        W, v = h.params["W"], h.params["v"]
-        rec(h, -1, W, v)
-    return JointRun(cuts, *(np.stack(rows[k]) for k in keys), W, v, W_ref, v_ref,
-                    np.asarray(alpha))
+    B, d = data.trials, data.d
+    h = fit(data, steps=steps, init={"W": np.zeros((B, d, d)), "v": np.array(data.v, dtype=float)},
+            record_every=grid, n_records=segments + 1, snapshots=("W", "v"), **kw)
+    Ws, vs = h.trajectory["W"], h.trajectory["v"]                       # (K,B,d,d), (K,B,d)
+
+    def min_margin(W, v):                                               # min_i y_i f(X_i), (B,)
+        S = attention(data.X, W, data.Z)                                # (B,n,T)
+        return (data.y * np.einsum("bnt,bnt->bn", S, np.einsum("bntd,bd->bnt", data.X, v))).min(-1)
+
+    def per_record(fn):
+        return np.stack([fn(W, v) for W, v in zip(Ws, vs)])
+
+    return JointRun(
+        h.steps, h.loss, h.log_loss,
+        per_record(lambda W, v: np.linalg.norm(W, axis=(-2, -1))),
+        per_record(lambda W, v: np.linalg.norm(v, axis=-1)),
+        per_record(lambda W, v: corr(W, W_ref)),
+        per_record(lambda W, v: corr(v, v_ref, elem_ndim=1)),
+        h.opt_mass, per_record(min_margin), h.params["W"], h.params["v"], W_ref, v_ref,
+        np.asarray(alpha))

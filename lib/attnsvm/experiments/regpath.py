@@ -43,7 +43,8 @@ from ..losses import LOSSES
 from ..tokens import optimal_tokens, token_scores
 from ..devices import cpu_threads, resolve_device
 
-__all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants"]
+__all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants", "RegPathStudy",
+           "regpath_study"]
 
 _LOSSES = tuple(LOSSES)
 
@@ -251,47 +252,101 @@ def _reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_
     I = inits + (1 if use_svm else 0)
     if I == 0:
         raise ValueError("need at least one initialization (inits >= 1 or W_svm with svm_init)")
+    W0 = _starts(Rs, B, d, inits, W_svm if use_svm else None, norm, init_scale, seed)
+    Xt, Zt, gt, ot = _prep(data, loss, dev)
+    objective, W, Rm = _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev)
+    W, f, g, steps = _spg(objective, W, Rm, norm, max_steps, tol)
+    res = torch.linalg.matrix_norm(_project(W - g, Rm, norm) - W)
+    return _collect(Rs, W, f, res, steps, W_svm, (Xt, Zt, gt, ot), dev,
+                    config=dict(norm=norm, loss=loss, inits=inits, svm_init=use_svm,
+                                max_steps=max_steps, tol=tol, seed=seed, device=str(dev)))
+
+
+def _ball_norm(A, norm):
+    return np.linalg.norm(A) if norm == "fro" else np.linalg.norm(A, "nuc")
+
+
+def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
+    r"""Initial points (K, B, I, d, d): ``inits`` random matrices per (radius, instance), start
+    ``i`` of instance ``b`` at radius index ``k`` from the key ``(seed, b, k, i)``, scaled to
+    the sphere of radius R (or to ``init_scale * R``), then :math:`R\,W_{svm}/\|W_{svm}\|`
+    when ``W_svm`` is given."""
     K = len(Rs)
-    # starts (K,B,I,d,d)
+    I = inits + (0 if W_svm is None else 1)
     W0 = np.empty((K, B, I, d, d))
     for k, Rk in enumerate(Rs):
         for b in range(B):
             for i in range(inits):
                 G = np.random.default_rng((seed, b, k, i)).standard_normal((d, d))
-                nrm = np.linalg.norm(G) if norm == "fro" else np.linalg.norm(G, "nuc")
+                nrm = _ball_norm(G, norm)
                 s = 1.0 if init_scale == "sphere" else float(init_scale)
                 W0[k, b, i] = G / nrm * Rk * s
-            if use_svm:
-                nrm = (np.linalg.norm(W_svm[b]) if norm == "fro"
-                       else np.linalg.norm(W_svm[b], "nuc"))
-                W0[k, b, I - 1] = W_svm[b] / nrm * Rk
+            if W_svm is not None:
+                W0[k, b, I - 1] = W_svm[b] / _ball_norm(W_svm[b], norm) * Rk
+    return W0
+
+
+def _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev):
+    r"""Flatten the (K, B, I) runs into one batch of ``M`` problems: the objective
+    :math:`\log E` of each run's instance, the projected starts and the radii (M,)."""
+    K, B, I, d = W0.shape[:3] + W0.shape[-1:]
     M = K * B * I
-    Xt, Zt, gt, ot = _prep(data, loss, dev)
     bidx = torch.as_tensor(np.broadcast_to(np.arange(B)[None, :, None], (K, B, I)).ravel(),
                            device=dev)
     Xm, Zm, gm, om = Xt[bidx], Zt[bidx], gt[bidx], ot[bidx]
     Rm = torch.as_tensor(np.broadcast_to(Rs[:, None, None], (K, B, I)).ravel(),
                          dtype=torch.float64, device=dev)
     W = _project(torch.as_tensor(W0.reshape(M, d, d), device=dev), Rm, norm)
-
     consts = _consts(gm, om)
 
-    def fval(Wc):
-        with torch.no_grad():
-            return _log_excess_t(Wc, Xm, Zm, gm, om, loss, consts)
-
-    def fgrad(Wc):
+    def objective(Wc, grad=True):
+        r""":math:`\log E` (M,) and, with ``grad``, its gradient (M, d, d)."""
+        if not grad:
+            with torch.no_grad():
+                return _log_excess_t(Wc, Xm, Zm, gm, om, loss, consts)
         Wc = Wc.detach().requires_grad_(True)
         f = _log_excess_t(Wc, Xm, Zm, gm, om, loss, consts)
         (g,) = torch.autograd.grad(f.sum(), Wc)
         return f.detach(), g
 
-    def ip(A_, B_):
-        return (A_ * B_).sum((-1, -2))
+    return objective, W, Rm
 
-    f, g = fgrad(W)
-    alpha = torch.ones(M, dtype=torch.float64, device=dev)
-    done = torch.zeros(M, dtype=torch.bool, device=dev)
+
+def _ip(A_, B_):
+    return (A_ * B_).sum((-1, -2))
+
+
+def _armijo(objective, W, D, f, slope, done):
+    """Backtracking along the projected direction ``D`` (halving, at most 60 times): the step
+    ``lam`` (M,) of each run, 0 where no finite sufficient decrease was found."""
+    lam = torch.ones_like(f)
+    for _ in range(60):
+        fn = objective(W + lam[:, None, None] * D, grad=False)
+        ok = (fn <= f + 1e-4 * lam * slope) | (fn <= f + 1e-15 * f.abs()) | done
+        if bool(ok.all()):
+            break
+        lam = torch.where(ok, lam, 0.5 * lam)
+    ok = ok & torch.isfinite(fn)
+    return torch.where(ok, lam, torch.zeros_like(lam))
+
+
+def _bb_step(s, yv, lam, alpha):
+    r"""The next Barzilai-Borwein step :math:`\langle s,s\rangle/\langle s,y\rangle` (clamped to
+    [1e-6, 1e6]; 1e3 without curvature; 1e-3 for runs that could not move)."""
+    sy, ss = _ip(s, yv), _ip(s, s)
+    alpha = torch.where(sy > 0, (ss / sy.clamp_min(1e-300)).clamp(1e-6, 1e6),
+                        torch.full_like(alpha, 1e3))
+    return torch.where(lam > 0, alpha, 1e-3 * torch.ones_like(alpha))
+
+
+def _spg(objective, W, Rm, norm, max_steps, tol):
+    """Monotone spectral projected gradient on the balls of radii ``Rm`` for all ``M`` runs at
+    once; a run stops moving once its projected-gradient residual is below ``tol``. Returns
+    ``(W, f, g, steps)``."""
+    M = W.shape[0]
+    f, g = objective(W)
+    alpha = torch.ones(M, dtype=torch.float64, device=W.device)
+    done = torch.zeros(M, dtype=torch.bool, device=W.device)
     steps = 0
     for steps in range(1, max_steps + 1):
         res = torch.linalg.matrix_norm(_project(W - g, Rm, norm) - W)
@@ -300,54 +355,45 @@ def _reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_
             break
         D = _project(W - alpha[:, None, None] * g, Rm, norm) - W
         D = torch.where(done[:, None, None], torch.zeros_like(D), D)
-        slope = ip(g, D)
-        lam = torch.ones(M, dtype=torch.float64, device=dev)
-        for _ in range(60):
-            fn = fval(W + lam[:, None, None] * D)
-            ok = (fn <= f + 1e-4 * lam * slope) | (fn <= f + 1e-15 * f.abs()) | done
-            if bool(ok.all()):
-                break
-            lam = torch.where(ok, lam, 0.5 * lam)
-        ok = ok & torch.isfinite(fn)
-        lam = torch.where(ok, lam, torch.zeros_like(lam))
+        lam = _armijo(objective, W, D, f, _ip(g, D), done)
         Wn = W + lam[:, None, None] * D
-        fn, gn = fgrad(Wn)
-        s = Wn - W
-        yv = gn - g
-        sy, ss = ip(s, yv), ip(s, s)
-        alpha = torch.where(sy > 0, (ss / sy.clamp_min(1e-300)).clamp(1e-6, 1e6),
-                            torch.full_like(alpha, 1e3))
-        # runs that could not move: retry next time with a much smaller first step
-        alpha = torch.where(lam > 0, alpha, 1e-3 * torch.ones_like(alpha))
+        fn, gn = objective(Wn)
+        alpha = _bb_step(Wn - W, gn - g, lam, alpha)
         W, f, g = Wn, fn, gn
-    res = torch.linalg.matrix_norm(_project(W - g, Rm, norm) - W)
+    return W, f, g, steps
 
+
+def _collect(Rs, W, f, res, steps, W_svm, tensors, dev, config):
+    """Keep, per (radius, instance), the start with the smallest objective, and compare with
+    the SVM direction: the :class:`RegPath`."""
+    K, B = len(Rs), tensors[0].shape[0]
+    d = W.shape[-1]
+    norm, loss = config["norm"], config["loss"]
+    I = W.shape[0] // (K * B)
     f_all = f.reshape(K, B, I).cpu().numpy()
     res_all = res.reshape(K, B, I).cpu().numpy()
     W_all = W.reshape(K, B, I, d, d)
     best = np.argmin(f_all, axis=-1)
-    W_best = W_all.cpu().numpy()[np.arange(K)[:, None], np.arange(B)[None, :], best]
+    kb = (np.arange(K)[:, None], np.arange(B)[None, :])
+    W_best = W_all.cpu().numpy()[kb[0], kb[1], best]
     out_norm = _matnorm(torch.as_tensor(W_best.reshape(-1, d, d)), norm).numpy().reshape(K, B)
     corr_all = np.full((K, B, I), np.nan)
     corr_best = np.full((K, B), np.nan)
     lsvm = np.full((K, B), np.nan)
     if W_svm is not None:
+        Xt, Zt, gt, ot = tensors
         Ws = torch.as_tensor(np.array(W_svm), device=dev)
         corr_all = _corr_t(W_all, Ws[None, :, None]).cpu().numpy()
-        corr_best = corr_all[np.arange(K)[:, None], np.arange(B)[None, :], best]
+        corr_best = corr_all[kb[0], kb[1], best]
         nrm_s = _matnorm(Ws, norm)
         Wsv = (Ws / nrm_s[:, None, None])[None] * torch.as_tensor(Rs, device=dev)[:, None, None, None]
         lsvm = _log_excess_t(Wsv.reshape(K * B, d, d), Xt.repeat(K, 1, 1, 1), Zt.repeat(K, 1, 1),
                              gt.repeat(K, 1, 1), ot.repeat(K, 1), loss).detach().cpu().numpy()
         lsvm = lsvm.reshape(K, B)
-    return RegPath(R=Rs, W=W_best, log_excess=f_all[np.arange(K)[:, None], np.arange(B)[None, :], best],
-                   norm=out_norm, corr=corr_best, residual=res_all[np.arange(K)[:, None],
-                                                                   np.arange(B)[None, :], best],
-                   log_excess_all=f_all, corr_all=corr_all,
-                   residual_all=res_all, best_init=best,
-                   log_excess_svm=lsvm, steps=steps,
-                   config=dict(norm=norm, loss=loss, inits=inits, svm_init=use_svm,
-                               max_steps=max_steps, tol=tol, seed=seed, device=str(dev)))
+    return RegPath(R=Rs, W=W_best, log_excess=f_all[kb[0], kb[1], best], norm=out_norm,
+                   corr=corr_best, residual=res_all[kb[0], kb[1], best],
+                   log_excess_all=f_all, corr_all=corr_all, residual_all=res_all, best_init=best,
+                   log_excess_svm=lsvm, steps=steps, config=config)
 
 
 def reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_init=True,
@@ -411,3 +457,113 @@ def path_constants(data, W_mm, *, loss="logistic"):
     R0 = nW * math.log(max(C, (T - 1) * Dbar / h0, delta * C / (2 * h0)))
     return dict(gamma_hat=1.0 / nW, delta=delta, Delta_bar=Dbar, kappa=kappa, K=Kmax, h0=h0,
                 C=C, R0=R0)
+
+
+# ----------------------------------------------------------------------------- chapter 3 study
+
+@dataclass
+class RegPathStudy:
+    r"""Chapter 3's study (:func:`regpath_study`): the Frobenius path against :math:`W_{mm}` and,
+    optionally, the nuclear path against :math:`W^\star_{mm}` on the feasible instances.
+
+    Attributes
+    ----------
+    data : AttnData (B feasible instances); instances : int drawn; R : (K,) radii
+    W_mm : (B, d, d); path : RegPath (Frobenius); consts : dict of (B,) (:func:`path_constants`)
+    W_nuc : (B, d, d) or None; path_nuc : RegPath or None (nuclear)
+    """
+
+    data: AttnData
+    instances: int
+    R: np.ndarray
+    W_mm: np.ndarray
+    path: RegPath
+    consts: dict
+    W_nuc: np.ndarray | None = None
+    path_nuc: RegPath | None = None
+
+    @property
+    def tail(self):
+        r"""The radii of the last decade, :math:`R \ge R_{\max}/10` (where the rate is fitted)."""
+        return self.R >= self.R[-1] / 10
+
+    @staticmethod
+    def gap(path):
+        r""":math:`1 - \mathrm{corr}(W_R, W_{svm})`, (K, B)."""
+        return 1 - path.corr
+
+    def slopes(self, path):
+        """Fitted log-log slope of the gap over the last decade, per instance (B,)."""
+        from ..metrics import fit_rate
+        return fit_rate(self.R, self.gap(path), tail=(self.R[-1] / 10, self.R[-1]))
+
+    def bound(self):
+        r"""The theorem's bound :math:`\|W_{mm}\|_F \log C / R`, (K, B)."""
+        return np.linalg.norm(self.W_mm, axis=(1, 2)) * np.log(self.consts["C"]) / self.R[:, None]
+
+    @staticmethod
+    def reach(path):
+        """Fraction of the random starts reaching the kept objective (up to 1e-6), (K, B)."""
+        nrand = path.config["inits"]
+        return (path.log_excess_all[..., :nrand] <= path.log_excess[..., None] + 1e-6).mean(axis=-1)
+
+    def summary(self):
+        """The chapter's headline numbers (medians over instances unless named otherwise)."""
+        from ..metrics import corr, nanmedian as _nanmedian
+        from ..svm import rank
+        path, R = self.path, self.R
+        gap, slopes, bound, reach = self.gap(path), self.slopes(path), self.bound(), self.reach(path)
+        B = self.data.trials
+        out = {
+            "B": int(B), "infeasible": int(self.instances - B),
+            "slope_fro": _nanmedian(slopes),
+            "slope_fro_min": float(np.min(slopes)), "slope_fro_max": float(np.max(slopes)),
+            "gap_final_fro": _nanmedian(gap[-1]), "gap_first_fro": _nanmedian(gap[0]),
+            "bound_final": _nanmedian(bound[-1]),
+            "R0_median": _nanmedian(self.consts["R0"]),
+            "logC_median": _nanmedian(np.log(self.consts["C"])),
+            "below_svm": int(np.sum(path.log_excess <= path.log_excess_svm + 1e-12)),
+            "pairs": int(path.log_excess.size),
+            "residual_max": float(np.max(path.residual)),
+            "reach_first": float(np.mean(reach[0])), "reach_final": float(np.mean(reach[-1])),
+            "norm_ratio_final": _nanmedian(path.norm[-1] / R[-1]),
+        }
+        if self.path_nuc is not None:
+            pn = self.path_nuc
+            out.update({
+                "slope_nuc": _nanmedian(self.slopes(pn)),
+                "gap_final_nuc": _nanmedian(self.gap(pn)[-1]),
+                "cross_nuc": _nanmedian(corr(pn.W[-1], self.W_mm)),
+                "cross_fro": _nanmedian(corr(path.W[-1], self.W_nuc)),
+                "residual_max_nuc": float(np.max(pn.residual)),
+                "rank_nuc_path": _nanmedian(rank(pn.W[-1], rtol=1e-4)),
+                "rank_nuc_svm": _nanmedian(rank(self.W_nuc)),
+            })
+        return out
+
+
+def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
+                  seed=0, device="auto"):
+    r"""Chapter 3: draw ``instances`` instances (:func:`attnsvm.experiments.feasibility.draw_instances`,
+    key ``(seed,)``), keep the feasible ones, and compute the regularization path over the radii
+    ``R`` in the Frobenius ball (and, with ``nuclear``, the nuclear ball), each started also from
+    its SVM direction. Returns a :class:`RegPathStudy`."""
+    from ..svm import att_svm_batch
+    from .feasibility import draw_instances
+
+    data = draw_instances(n, T, d, instances, seed=(seed,))
+    opt = optimal_tokens(data.X, data.y, data.v)
+    W_mm, feasible = att_svm_batch(data.X, data.Z, opt)
+    keep = np.flatnonzero(feasible)
+    data = AttnData(data.X[keep], data.y[keep], data.Z[keep], data.v[keep])
+    W_mm, opt = W_mm[keep], opt[keep]
+    R = np.asarray(R, dtype=float)
+    path = reg_path(data, R, loss=loss, inits=inits, W_svm=W_mm, max_steps=max_steps, seed=seed,
+                    device=device)
+    consts = path_constants(data, W_mm, loss=loss)
+    W_nuc = path_nuc = None
+    if nuclear:
+        W_nuc, _ = att_svm_batch(data.X, data.Z, opt, norm="nuc")   # same constraints: feasible
+        path_nuc = reg_path(data, R, norm="nuc", loss=loss, inits=inits, W_svm=W_nuc,
+                            max_steps=max_steps, seed=seed, device=device)
+    return RegPathStudy(data, int(instances), R, W_mm, path, consts, W_nuc, path_nuc)

@@ -205,6 +205,60 @@ class KQComparison:
         with np.errstate(invalid="ignore", divide="ignore"):
             return s / s[:, :1]
 
+    def summary(self, unpenalized=None):
+        """The headline numbers (NaN-safe medians over trials; an infeasible SVM counts as NaN).
+
+        Final correlations with the SVMs of each model's own final selection (``corr_w_fro``,
+        ``corr_kq_nuc``, ``corr_w_nuc``, ``corr_kq_fro``) and of opt (``corr_w_fro_opt``,
+        ``corr_kq_nuc_opt``), the minima ``min_corr_w_fro`` and ``min_corr_kq_nuc``;
+        ``frac_opt_w`` and ``frac_opt_kq`` (final selection equal to opt); ``n_infeasible``
+        (over all SVMs); on the ``rank_trials`` trials where both SVMs of opt exist,
+        ``rank_fro_median``, ``rank_nuc_median``, ``rank_fro_max`` and ``frac_rank_gap`` (the
+        nuclear SVM of strictly smaller rank); for (K,Q), ``kq_cost_ratio`` (the factor cost
+        over the nuclear norm of the product) and ``kq_imbalance``. With ``unpenalized`` (the
+        same runs without the penalty), ``corr_kq_nuc_nopen``.
+        """
+        med = _metrics.nanmedian
+
+        def nanmin(x):
+            x = np.asarray(x, dtype=float)
+            return float(np.nanmin(x)) if np.any(~np.isnan(x)) else float("nan")
+
+        out = {
+            "corr_w_fro": med(self.final_corr("W", "fro")),
+            "corr_kq_nuc": med(self.final_corr("KQ", "nuc")),
+        }
+        if unpenalized is not None:
+            out["corr_kq_nuc_nopen"] = med(unpenalized.final_corr("KQ", "nuc"))
+        out.update({
+            "corr_w_nuc": med(self.final_corr("W", "nuc")),
+            "corr_kq_fro": med(self.final_corr("KQ", "fro")),
+            "corr_w_fro_opt": med(self.final_corr("W", "fro", "opt")),
+            "corr_kq_nuc_opt": med(self.final_corr("KQ", "nuc", "opt")),
+            "min_corr_w_fro": nanmin(self.final_corr("W", "fro")),
+            "min_corr_kq_nuc": nanmin(self.final_corr("KQ", "nuc")),
+            "frac_opt_w": float(np.mean((self.selected["W"] == self.opt).all(axis=1))),
+            "frac_opt_kq": float(np.mean((self.selected["KQ"] == self.opt).all(axis=1))),
+            "n_infeasible": int(sum((~f).sum() for f in self.feasible.values())),
+        })
+        both = self.feasible[("fro", "opt")] & self.feasible[("nuc", "opt")]
+        rank_fro = _svm.rank(self.svm[("fro", "opt")][both])
+        rank_nuc = _svm.rank(self.svm[("nuc", "opt")][both])
+        out["rank_trials"] = int(both.sum())
+        if both.any():
+            out["rank_fro_median"] = float(np.median(rank_fro))
+            out["rank_nuc_median"] = float(np.median(rank_nuc))
+            out["rank_fro_max"] = int(rank_fro.max())
+            out["frac_rank_gap"] = float(np.mean(rank_nuc < rank_fro))
+        else:
+            out.update(rank_fro_median=float("nan"), rank_nuc_median=float("nan"),
+                       rank_fro_max=-1, frac_rank_gap=float("nan"))
+        h = self.history["KQ"]
+        nuc = np.linalg.svd(h.params["W"], compute_uv=False).sum(-1)
+        out["kq_cost_ratio"] = med(factor_cost(h.params["K"], h.params["Q"]) / nuc)
+        out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
+        return out
+
 
 def _svm_cache(X, Z, sels, norm):
     """Solve each distinct (trial, selection) once."""
@@ -309,6 +363,48 @@ class PromptRun:
         bad = ~(self.feasible_p if what == "corr_p" else self.feasible_v)
         c[bad] = np.nan
         return c
+
+    def learned_references(self, data):
+        """Correlations of the final ``p`` and ``v`` with the SVMs (``p_svm``, ``head_svm``) of
+        the tokens optimal under the learned head :math:`v_T`: ``(corr_p, corr_v, opt_T)``,
+        (B,), (B,) with NaN where that SVM is infeasible, and (B, n)."""
+        p, vT = self.history.params["p"], self.history.params["v"]
+        opt_T = _tokens.optimal_tokens(data.X, data.y, vT)                  # (B, n)
+        cp, cv = [], []
+        for b in range(data.trials):
+            try:
+                cp.append(_metrics.corr(p[b], _svm.p_svm(data.X[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cp.append(np.nan)
+            try:
+                cv.append(_metrics.corr(vT[b], _svm.head_svm(data.X[b], data.y[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cv.append(np.nan)
+        return np.array(cp, dtype=float), np.array(cv, dtype=float), opt_T
+
+    def summary(self, data=None):
+        """The headline numbers (NaN-safe medians over trials): ``corr_p`` (final, with
+        :math:`p_{mm}`), ``opt_mass`` (final mean mass on opt), ``frac_planted`` (selected =
+        planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
+        is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
+        given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
+        (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
+        med = _metrics.nanmedian
+        h = self.history
+        out = {"corr_p": med(self.final("corr_p")),
+               "opt_mass": med(h.final("opt_mass")) if h.opt_mass is not None else float("nan"),
+               "frac_planted": (float(np.mean(self.selected == self.planted))
+                                if self.planted is not None else float("nan")),
+               "n_infeasible": int((~self.feasible_p).sum() + (~self.feasible_v).sum())}
+        if self.config.get("train_v"):
+            out["corr_v"] = med(self.final("corr_v"))
+            out["corr_vc"] = med(self.final("corr_v_centroid"))
+            if data is not None:
+                cp, cv, opt_T = self.learned_references(data)
+                out["corr_p_learned"] = med(cp)
+                out["corr_v_learned"] = med(cv)
+                out["frac_selected_is_opt"] = float(np.mean(self.selected == opt_T))
+        return out
 
 
 def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
@@ -427,6 +523,27 @@ class MultiTokenRun:
     def multi(self):
         """(B,) bool: some sequence keeps more than one token."""
         return (self.set_sizes > 1).any(axis=1)
+
+    def summary(self):
+        r"""The headline numbers (medians NaN-safe): ``frac_pred``, final median correlations
+        ``corr_gen`` / ``corr_single``, ``frac_multi``, ``mean_set_size``, ``n_unresolved``,
+        ``n_infeasible`` (resolved but infeasible), ``frac_gen_better`` (final corr with the
+        generalized SVM at least that with the single-token SVM, NaN counted as -1),
+        ``norm_growth`` (median :math:`\|W_T\| / \|W_{T/2}\|`) and ``loss_final`` (median)."""
+        h, T = self.history, int(self.steps[-1])
+        return {
+            "frac_pred": self.fraction_predicted,
+            "corr_gen": _metrics.nanmedian(self.corr_gen[-1]),
+            "corr_single": _metrics.nanmedian(self.corr_single[-1]),
+            "frac_multi": float(np.mean(self.multi)),
+            "mean_set_size": float(np.mean(self.set_sizes)),
+            "n_unresolved": int(np.sum(~self.resolved)),
+            "n_infeasible": int(np.sum(self.resolved & ~self.feasible)),
+            "frac_gen_better": float(np.mean(np.nan_to_num(self.corr_gen[-1], nan=-1)
+                                             >= np.nan_to_num(self.corr_single[-1], nan=-1))),
+            "norm_growth": float(np.median(h.norm[-1] / h.norm[np.searchsorted(self.steps, T // 2)])),
+            "loss_final": float(np.median(h.final("loss"))),
+        }
 
 
 def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="logistic",

@@ -25,13 +25,7 @@ DEFAULT_SETTINGS = {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="n
                     "adam": dict(optimizer="adam", lr=0.01)}
 
 
-def _nanmedian(x, axis=None):
-    """Median that ignores NaN and returns NaN (not a warning) when nothing is left."""
-    x = np.asarray(x, dtype=float)
-    if not np.any(np.isfinite(x)):
-        return np.nan if axis is None else np.full(np.delete(x.shape, axis), np.nan)
-    with np.errstate(all="ignore"):
-        return np.nanmedian(x, axis=axis)
+_nanmedian = _metrics.nanmedian
 
 
 def _safe_rate(t, e, tail):

@@ -1,52 +1,6 @@
-r"""Models: the single-layer attention classifier, its parameterizations, heads and losses.
-
-Everything here is a batched torch program: every parameter and data tensor carries a
-leading trials axis ``B``, and trials never interact.
-
-The attention classifier
-------------------------
-For a sequence :math:`X \in \mathbb{R}^{T\times d}` (rows :math:`x_t`) and a query
-:math:`z \in \mathbb{R}^d`,
-
-.. math::
-
-    a = X W z \in \mathbb{R}^T, \qquad s = \mathrm{softmax}(a), \qquad
-    h = X^\top s, \qquad f(X) = \psi(h),
-
-with the linear head :math:`\psi(h) = v^\top h` (so :math:`f = \sum_t s_t\, g_t` with token
-values :math:`g_t = v^\top x_t`) or a ReLU MLP head :math:`\psi(h) = c^\top \mathrm{relu}(U h)`.
-The scores are parameterized as
-
-* ``"W"``: :math:`a = X W z`, :math:`W \in \mathbb{R}^{d\times d}`;
-* ``"KQ"``: :math:`a = X K Q^\top z`, :math:`K, Q \in \mathbb{R}^{d\times m}`;
-* ``"prompt"``: :math:`a = X p`, :math:`p \in \mathbb{R}^d`.
-
-Gradients (hand-derived, used by the engine)
----------------------------------------------
-The margin of sequence :math:`i` is :math:`u_i = y_i f(X_i)`. For any coefficients
-:math:`c_i` the engine needs :math:`\nabla \sum_i c_i u_i` (with :math:`c_i = \ell'(u_i)/n`
-this is :math:`\nabla L`). The softmax Jacobian :math:`\mathrm{diag}(s) - s s^\top` gives, for
-the linear head,
-
-.. math::
-
-    \frac{\partial f}{\partial a} = r, \qquad r_t = s_t\,(g_t - f),
-
-and with :math:`q_{it} = c_i y_i r_{it}` and :math:`\bar x_i = \sum_t q_{it} x_{it} = X_i^\top q_i`,
-
-.. math::
-
-    \nabla_W = \sum_i \bar x_i z_i^\top, \qquad
-    \nabla_K = \nabla_W\, Q, \qquad \nabla_Q = \nabla_W^\top K, \qquad
-    \nabla_p = \sum_i \bar x_i, \qquad
-    \nabla_v = \sum_i c_i y_i\, X_i^\top s_i .
-
-(:math:`\nabla_W = \sum_i c_i y_i \sum_t s_{it}(g_{it} - f_i)\, x_{it} z_i^\top
-= \sum_i c_i y_i X_i^\top(\mathrm{diag}(s_i) - s_i s_i^\top) X_i v\, z_i^\top`.)
-The linear classifier :math:`f(x) = w^\top x` has :math:`\nabla_w = \sum_i c_i y_i x_i`.
-The MLP head uses autograd.
-
-The losses live in :mod:`attnsvm.losses`.
+r"""The single-layer attention classifier: one score parameterization
+(:mod:`attnsvm.models.parameterizations`) composed with one head (:mod:`attnsvm.models.heads`);
+the forward pass and the hand-derived, cancellation-free gradient (see :mod:`attnsvm.models`).
 """
 from __future__ import annotations
 
@@ -54,13 +8,15 @@ import math
 
 import torch
 
-from ._checks import check_choice, check_int
-from .losses import LOSSES, Loss, get_loss, grad_coefficients, log_mean_loss  # noqa: F401
+from .._checks import check_choice, check_int
+from ..losses import grad_coefficients
+from ._init import _broadcast_init, _stack
+from .heads import HEADS
+from .parameterizations import PARAMETERIZATIONS
 
-__all__ = ["AttentionClassifier", "LinearClassifier"]
+__all__ = ["AttentionClassifier"]
 
 
-# ----------------------------------------------------------------------------- models
 class AttentionClassifier:
     r"""The single-layer attention classifier :math:`f(X) = \psi(X^\top \mathrm{softmax}(a))`.
 
@@ -100,8 +56,9 @@ class AttentionClassifier:
         if width is not None and head != "mlp":
             raise ValueError("width applies only to head='mlp'")
         self.train_v = bool(train_v)
-        base = {"W": ("W",), "KQ": ("K", "Q"), "prompt": ("p",)}[param]
-        headp = ("v",) if head == "linear" else ("U", "c")
+        self.scoring = PARAMETERIZATIONS[param]          # the score parameterization
+        self.psi = HEADS[head]                             # the head
+        base, headp = self.scoring.names, self.psi.names
         self.param_names = base + headp
         self.trainable = base + (headp if self.train_v else ())
         self.autograd = head == "mlp"
@@ -124,14 +81,14 @@ class AttentionClassifier:
         """
         B = len(rngs)
         m = self.m or d
-        shapes = {"W": (d, d), "K": (d, m), "Q": (d, m), "p": (d,)}
+        shapes = self.scoring.shapes(d, m)
         k = self.width or 2 * d
         if self.param == "KQ" and isinstance(init, str) and init == "zeros":
             raise ValueError("init='zeros' is a saddle point of the (K,Q) parameterization "
                              "(zero gradient); use init='random'")
         scale = 0.01 if init_scale is None else init_scale
         out = {}
-        base = [n for n in self.param_names if n in shapes]
+        base = list(self.scoring.names)
         given = {}
         if isinstance(init, dict):
             given = dict(init)
@@ -148,13 +105,12 @@ class AttentionClassifier:
             given = {base[0]: init}
             init_kind = "random"
         draws = {name: [] for name in base}
-        head_draws = {"U": [], "c": []}
-        for r in rngs:
+        head_draws = {name: [] for name in self.psi.names}
+        for r in rngs:                                   # trial b draws only from rngs[b]
             for name in base:
                 draws[name].append(r.standard_normal(shapes[name]) * scale)
-            if self.head == "mlp":
-                head_draws["U"].append(r.standard_normal((k, d)) / math.sqrt(d))
-                head_draws["c"].append(r.choice([-1.0, 1.0], size=k) / math.sqrt(k))
+            for name, a in self.psi.draw(r, d, k).items():
+                head_draws[name].append(a)
         kw = dict(dtype=dtype, device=device)
         for name in base:
             if name in given:
@@ -167,7 +123,7 @@ class AttentionClassifier:
             out["v"] = (_broadcast_init("v", given["v"], B, (d,), kw) if "v" in given
                         else v.to(**kw).clone())
         else:
-            for name, shp in (("U", (k, d)), ("c", (k,))):
+            for name, shp in self.psi.shapes(d, k).items():
                 out[name] = (_broadcast_init(name, given[name], B, shp, kw) if name in given
                              else torch.as_tensor(_stack(head_draws[name]), **kw))
         return out
@@ -175,35 +131,19 @@ class AttentionClassifier:
     # -- forward --------------------------------------------------------------------
     def matrix(self, params):
         """The main attention parameter: ``W`` (B,d,d) (``K Q^T`` for ``"KQ"``) or ``p`` (B,d)."""
-        if self.param == "W":
-            return params["W"]
-        if self.param == "KQ":
-            return params["K"] @ params["Q"].transpose(-1, -2)
-        return params["p"]
+        return self.scoring.matrix(params)
 
     def scores(self, params, batch, W=None):
         r"""Attention scores :math:`a_{it} = x_{it}^\top W z_i` (or :math:`x_{it}^\top p`), (B,n,T)."""
-        X = batch["X"]
-        if self.param == "prompt":
-            return (X * params["p"][:, None, None, :]).sum(-1)
-        if W is None:
-            W = self.matrix(params)
-        Wz = batch["Z"] @ W.transpose(-1, -2)          # (B,n,d): rows W z_i
-        return (X * Wz.unsqueeze(-2)).sum(-1)
+        return self.scoring.scores(params, batch, W)
 
     def head_values(self, params, X):
         r"""Per-token head values :math:`\psi(x_t)` for tokens ``X`` (..., d) -> (...)."""
-        if self.head == "linear":
-            v = params["v"]
-            return (X * v.reshape(v.shape[:1] + (1,) * (X.ndim - 2) + v.shape[1:])).sum(-1)
-        U, c = params["U"], params["c"]
-        lead = (1,) * (X.ndim - 2)
-        hid = torch.relu((X.unsqueeze(-2) * U.reshape(U.shape[:1] + lead + U.shape[1:])).sum(-1))
-        return (hid * c.reshape(c.shape[:1] + lead + c.shape[1:])).sum(-1)
+        return self.psi.values(params, X)
 
     def forward(self, params, batch):
         """Margins ``u = y f(X)`` (B,n) and a cache (``s``: attention (B,n,T); ``W``)."""
-        W = self.matrix(params) if self.param != "prompt" else None
+        W = self.matrix(params) if self.scoring.query else None
         a = self.scores(params, batch, W)
         s = torch.softmax(a, dim=-1)
         if self.head == "linear":
@@ -253,7 +193,7 @@ class AttentionClassifier:
         if self.autograd:
             return self._autograd_grad(params, batch, loss)
         X, y = batch["X"], batch["y"]
-        W = self.matrix(params) if self.param != "prompt" else None
+        W = self.matrix(params) if self.scoring.query else None
         a = self.scores(params, batch, W)
         ls = a - torch.logsumexp(a, dim=-1, keepdim=True)       # log-softmax, (B,n,T)
         s = torch.exp(ls)
@@ -274,19 +214,7 @@ class AttentionClassifier:
         sig = lw.amax(-1)
         q = rho * (torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1)
         xbar = (X * q.unsqueeze(-1)).sum(-2)                   # (B,n,d)
-        grads, scales = {}, {}
-        if self.param == "prompt":
-            grads["p"] = xbar.sum(-2)
-            scales["p"] = sig
-        else:
-            gW = xbar.transpose(-1, -2) @ batch["Z"]           # (B,d,d)
-            if self.param == "W":
-                grads["W"] = gW
-                scales["W"] = sig
-            else:
-                grads["K"] = gW @ params["Q"]
-                grads["Q"] = gW.transpose(-1, -2) @ params["K"]
-                scales["K"] = scales["Q"] = sig
+        grads, scales = self.scoring.grads(params, xbar, batch, sig)
         if self.train_v:
             sv = logc.amax(-1)
             cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
@@ -310,66 +238,3 @@ class AttentionClassifier:
     def token_scores(self, params, batch):
         r""":math:`\gamma_{it} = y_i \psi(x_{it})` (B,n,T); the optimal token is its argmax."""
         return batch["y"].unsqueeze(-1) * self.head_values(params, batch["X"])
-
-
-class LinearClassifier:
-    r"""The linear classifier :math:`f(x) = w^\top x` on :class:`~attnsvm.data.LinearData`.
-
-    Margins :math:`u_i = y_i w^\top x_i`; :math:`\nabla_w \sum_i c_i u_i = \sum_i c_i y_i x_i`.
-    Parameters: ``w`` (B,d). Data batch: ``X`` (B,n,d), ``y`` (B,n).
-    """
-
-    param = "linear"
-    param_names = ("w",)
-    trainable = ("w",)
-    autograd = False
-    train_v = False
-    head = None
-
-    def init_params(self, d, v, rngs, *, init="zeros", init_scale=None, dtype=torch.float64,
-                    device="cpu"):
-        B = len(rngs)
-        kw = dict(dtype=dtype, device=device)
-        scale = 0.01 if init_scale is None else init_scale
-        if isinstance(init, dict):
-            bad = set(init) - {"w"}
-            if bad:
-                raise ValueError(f"init has unknown parameter names {sorted(bad)}; expected ['w']")
-            return {"w": _broadcast_init("w", init["w"], B, (d,), kw)}
-        if isinstance(init, str):
-            check_choice("init", init, ("zeros", "random"))
-            if init == "zeros":
-                return {"w": torch.zeros((B, d), **kw)}
-            return {"w": torch.as_tensor(_stack([r.standard_normal(d) * scale for r in rngs]), **kw)}
-        return {"w": _broadcast_init("w", init, B, (d,), kw)}
-
-    def matrix(self, params):
-        return params["w"]
-
-    def forward(self, params, batch):
-        u = batch["y"] * (batch["X"] * params["w"].unsqueeze(-2)).sum(-1)
-        return u, {}
-
-    def grad(self, params, batch, loss):
-        """Margins and log-scaled gradient ``(u, {"w": g}, {"w": sigma})`` (see
-        :meth:`AttentionClassifier.grad`)."""
-        u, _ = self.forward(params, batch)
-        coef, sig = grad_coefficients(loss, u)
-        g = ((coef * batch["y"]).unsqueeze(-1) * batch["X"]).sum(-2)
-        return u, {"w": g}, {"w": sig}
-
-
-def _stack(arrs):
-    import numpy as np
-    return np.stack(arrs)
-
-
-def _broadcast_init(name, value, B, shape, kw):
-    import numpy as np
-    from ._checks import as_float_array
-    a = as_float_array(f"init[{name!r}]" if name else "init", value)
-    if a.shape == shape:
-        a = np.broadcast_to(a, (B,) + shape)
-    elif a.shape != (B,) + shape:
-        raise ValueError(f"init for {name} must have shape {shape} or {(B,) + shape}, got {a.shape}")
-    return torch.as_tensor(np.array(a, copy=True), **kw)
