@@ -145,7 +145,8 @@ def constants(data, opt, W_mm):
     :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
     ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
     -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
-    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`); ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
+    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
+    ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
     ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
     ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem).
     """
