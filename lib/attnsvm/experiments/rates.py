@@ -424,7 +424,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                       device="auto"):
     r"""GD and NGD from random and adversarial initializations, in two data settings.
 
-    * *equal-score*: :func:`score_data` instances (provably global for NGD); ``alpha`` swaps the
+    * *equal-score*: :func:`score_data` instances (NGD's projection on W_mm provably grows); ``alpha`` swaps the
       optimal token of sequence 0 for the next one;
     * *trap*: one distinct-score instance with a locally optimal ``alpha != opt``
       (:func:`find_trap`), repeated ``trials`` times.
