@@ -88,7 +88,7 @@ def test_ngd_linear_theorem(inst):
     """thm-ngd-linear on the proof's own inequalities: the one-step contraction, and the margin
     bounds m_min(W_t) >= log(2 eps0/E_t) >= log(2 eps0/E_t0) + t eta mu/2; from the fixture's
     start and from one on the edge of the region (E0 = 0.9 eps0), where the contraction is
-    checked to be within a factor 6 of the observed per-step decrease (median)."""
+    checked to be within a factor 8 of the observed per-step decrease (median)."""
     data, opt, W_mm, c, W0 = inst
     eta = float(c["eta_ngd"].min())
     steps = 300
@@ -100,7 +100,7 @@ def test_ngd_linear_theorem(inst):
         assert np.all(E <= c["eps0"])
         ratio = E[1:] / E[:-1]
         assert np.all(ratio <= (1 - eta * c["mu"] / 2) * (1 + 1e-9))
-        assert np.all(np.median(1 - ratio, axis=0) <= 6 * eta * c["mu"] / 2)
+        assert np.all(np.median(1 - ratio, axis=0) <= 8 * eta * c["mu"] / 2)
         m = rates.min_margin(data, opt, h.snapshots)
         assert np.all(m >= np.log(2 * c["eps0"] / E) - 1e-9)
         assert np.all(m >= np.log(2 * c["eps0"] / E[0]) + eta * c["mu"] / 2 * h.steps[:, None] - 1e-9)
@@ -137,6 +137,10 @@ def test_gd_theorem(inst):
     late = t[:, 0] >= 1
     lower = np.log(c["eps0"] * eta * c["mu"] ** 2 * t[late]) / c["gamma_A"]
     assert np.all(h.norm[late] >= lower - 1e-9)
+    assert np.all(lower[-1] > 0)                                  # the norm bound is not vacuous here
+    # the lower bound on 1/E is not slack by orders of magnitude: the observed growth of 1/E is
+    # within 20x of the guaranteed eta mu^2 t / 2 (the upper bound, with R_A^2/lambda^2, is looser)
+    assert np.all((invE[-1] - 1 / E0) <= 20 * eta * c["mu"] ** 2 / 2 * t[-1])
     # logarithmic, not faster: the norm gains less over the second half of the run than over the first
     assert np.all(h.norm[-1] - h.norm[len(t) // 2] < 2 * (h.norm[len(t) // 2] - h.norm[0]) + 1)
 
