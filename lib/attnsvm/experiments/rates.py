@@ -41,7 +41,7 @@ __all__ = [
     "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
-    "polyak_star_progress_bound", "first_step", "gd_step_condition", "ngd_linear_holds",
+    "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
     "gd_inverse_excess_holds",
 ]
 
@@ -145,7 +145,8 @@ def constants(data, opt, W_mm):
     :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
     ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
     -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
-    ``mu`` :math:`\tfrac23\gamma_A\lambda`; ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
+    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
+    ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
     ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
     ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem).
     """
@@ -159,7 +160,7 @@ def constants(data, opt, W_mm):
     Delta = gs - go
     bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
     lam = (bm / bp).min(axis=-1)
-    mu = 2.0 / 3.0 * gA * lam
+    mu = 2.0 / 3.0 * gA
     H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
     return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
                 b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
@@ -354,22 +355,29 @@ def ngd_norm_bounds(t, *, eta, kappa, W0_norm, W0_proj=None):
     return p + eta * kappa * t, W0_norm + eta * t
 
 
-def orth_floor(data, opt, W0, norms):
-    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
-    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
-    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}`. ``W0`` (B, d, d), ``norms`` (K, B);
-    returns (K, B)."""
+def orth_component(data, opt, W):
+    r""":math:`P^\perp W`, the component of ``W`` (B, d, d) off
+    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (per trial), which GD, NGD and the Polyak
+    steps never change (the invariance proposition); returns (B, d, d)."""
     U, Z = features(data, opt)
     _, _, mask, _ = _scores(data, opt)
-    W0 = np.asarray(W0, dtype=float)
-    out = []
+    W = np.asarray(W, dtype=float).reshape(U.shape[0], U.shape[-1], U.shape[-1])
+    out = np.empty_like(W)
     for b in range(U.shape[0]):
         A = np.einsum("ktd,ke->ktde", U[b], Z[b])[mask[b]].reshape(-1, U.shape[-1] ** 2)
         Q, _ = np.linalg.qr(A.T)
-        w = W0[b].ravel()
-        perp = w - Q @ (Q.T @ w)
-        out.append(np.linalg.norm(perp))
-    r = np.minimum(np.array(out)[None, :] / np.asarray(norms), 1.0)
+        w = W[b].ravel()
+        out[b] = (w - Q @ (Q.T @ w)).reshape(W.shape[1:])
+    return out
+
+
+def orth_floor(data, opt, W0, norms):
+    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
+    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
+    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (:func:`orth_component`). ``W0`` (B, d, d),
+    ``norms`` (K, B); returns (K, B)."""
+    perp = np.linalg.norm(orth_component(data, opt, W0), axis=(-2, -1))
+    r = np.minimum(perp[None, :] / np.asarray(norms), 1.0)
     return -np.expm1(0.5 * np.log1p(-r ** 2))
 
 
@@ -416,7 +424,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                       device="auto"):
     r"""GD and NGD from random and adversarial initializations, in two data settings.
 
-    * *equal-score*: :func:`score_data` instances (provably global for NGD); ``alpha`` swaps the
+    * *equal-score*: :func:`score_data` instances (NGD's projection on W_mm provably grows); ``alpha`` swaps the
       optimal token of sequence 0 for the next one;
     * *trap*: one distinct-score instance with a locally optimal ``alpha != opt``
       (:func:`find_trap`), repeated ``trials`` times.

@@ -415,12 +415,12 @@ def path_constants(data, W_mm, *, loss="logistic"):
     With :math:`\hat\gamma = 1/\|W_{mm}\|_F`, the token-score gaps
     :math:`\delta = \min_{i, t\ne\mathrm{opt}_i}(\gamma_i^\star - \gamma_{it})` and
     :math:`\bar\Delta = \max_{i,t}(\gamma_i^\star - \gamma_{it})`, and
-    :math:`\kappa = \min_i |\ell'(\gamma_i^\star)|`, :math:`K = \max_i |\ell'(\gamma_i^\star)|`,
+    :math:`k = \min_i |\ell'(\gamma_i^\star)|` (key ``kappa``), :math:`K = \max_i |\ell'(\gamma_i^\star)|`,
     the theorem holds with
 
     .. math::
 
-        C = \frac{8\, n\, K\, (T-1)\,\bar\Delta}{\kappa\, \delta}, \qquad
+        C = \frac{8\, n\, K\, (T-1)\,\bar\Delta}{k\, \delta}, \qquad
         R_0 = \|W_{mm}\|_F \,\log \max\Big\{ C,\ \frac{(T-1)\bar\Delta}{h_0},\
         \frac{\delta\, C}{2 h_0} \Big\}
 
