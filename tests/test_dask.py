@@ -20,17 +20,24 @@ from minibook import _add_notebook, _runs  # noqa: E402
 SLEEP = 2.0
 
 
-def _timed_body(root, name):
-    """A notebook body that records its start and end times and its thread cap."""
+def _timed_body(root, name, partner=None):
+    """A notebook body that records its start and end times and its thread cap. With a
+    ``partner``, it announces its start and keeps running until the partner has started too
+    (at most 60 s): run in parallel, the two overlap whatever the kernels' start-up times; run one
+    after the other, the first gives up waiting and they do not overlap."""
     log = root / f"times-{name}.json"
-    return (f"import json, os, time\nt0 = time.time()\ntime.sleep({SLEEP})\n"
+    wait = "" if partner is None else (
+        f"open({str(root / ('started-' + name))!r}, 'w').close()\n"
+        f"while not os.path.exists({str(root / ('started-' + partner))!r}) "
+        f"and time.time() - t0 < 60:\n    time.sleep(0.05)\n")
+    return (f"import json, os, time\nt0 = time.time()\n{wait}time.sleep({SLEEP})\n"
             f"json.dump({{'t0': t0, 't1': time.time(), 'omp': os.environ.get('OMP_NUM_THREADS')}}, "
             f"open({str(log)!r}, 'w'))")
 
 
 def test_two_notebooks_build_in_parallel_on_two_workers(minibook):
-    _add_notebook(minibook, "one", "x = 1\ndevice = 'cpu'", _timed_body(minibook, "one"))
-    _add_notebook(minibook, "two", "x = 2\ndevice = 'cpu'", _timed_body(minibook, "two"))
+    _add_notebook(minibook, "one", "x = 1\ndevice = 'cpu'", _timed_body(minibook, "one", "two"))
+    _add_notebook(minibook, "two", "x = 2\ndevice = 'cpu'", _timed_body(minibook, "two", "one"))
     lines = []
     report = book.build(minibook, "quick", render_html=False, workers=2, log=lines.append)
     entries = {e["notebook"]: e for e in report["notebooks"]}

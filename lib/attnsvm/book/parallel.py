@@ -157,9 +157,15 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
     workers = int(workers or default_workers())
     threads = threads_per_worker(workers)
     env = {k: str(threads) for k in THREAD_VARIABLES}
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR, memory_limit=0,
-                           env=env)
+    import dask
+
+    # worker-saturation 1.0: a worker holds one notebook at a time and the rest wait at the
+    # scheduler for whichever worker frees first (notebooks are long, unequal tasks; the default
+    # 1.1 would queue two behind one worker while another idles)
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR,
+                               memory_limit=0, env=env)
     try:
         client = Client(cluster)
         try:
