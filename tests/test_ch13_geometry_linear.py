@@ -111,6 +111,23 @@ def test_md_p2_is_ngd(setup):
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
+@pytest.mark.parametrize("p", [1.75, 3.0])
+def test_md_normalized_step_has_unit_dual_norm(setup, p):
+    """The normalized mirror step g/||g||_{p/(p-1)} has dual norm 1 before eta is applied."""
+    data, batch, model, w0, _ = setup
+    eta, q = 0.05, p / (p - 1)
+    out = OG.run(model, w0, batch, rule="md", p=p, lr=eta, normalize=True, steps=3,
+                 record_steps=[0, 1, 2, 3])
+    th = OG.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
+    steps = (th[:-1] - th[1:]) / eta                      # (3, B, D)
+    np.testing.assert_allclose(np.linalg.norm(steps, ord=q, axis=-1), 1.0, rtol=1e-9)
+    # and it points along the gradient at each recorded iterate
+    for k in range(3):
+        for b in range(B):
+            _, g = _loss_grad(out["iterates"][k, b], data.X[b], data.y[b])
+            np.testing.assert_allclose(steps[k, b], g / np.linalg.norm(g, ord=q), rtol=1e-7, atol=1e-12)
+
+
 @pytest.mark.parametrize("eps,decay", [(0.0, 0.5), (1e-8, 0.0)])
 def test_adam_matches_direct_implementation(setup, eps, decay):
     """The log-scaled moments give the same iterates as plain float64 Adam on the true gradient."""
