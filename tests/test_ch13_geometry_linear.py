@@ -44,6 +44,44 @@ def test_linear_svm_p_is_max_margin(setup):
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("q", [1.0, np.inf])
+def test_linear_svm_p_matches_lp(setup, q):
+    """l1 and l_inf SVMs are LPs: the optimal norm equals scipy's linprog optimum."""
+    from scipy.optimize import linprog
+    data = setup[0]
+    for b in range(B):
+        A_ = data.y[b][:, None] * data.X[b]                      # margins A w >= 1
+        n = len(A_)
+        I = np.eye(D)
+        if q == 1.0:        # variables (w, t), min sum t, -t <= w <= t
+            c = np.r_[np.zeros(D), np.ones(D)]
+            A_ub = np.block([[-A_, np.zeros((n, D))], [I, -I], [-I, -I]])
+        else:               # variables (w, t), min t, -t <= w_k <= t
+            c = np.r_[np.zeros(D), 1.0]
+            one = np.ones((D, 1))
+            A_ub = np.block([[-A_, np.zeros((n, 1))], [I, -one], [-I, -one]])
+        b_ub = np.r_[-np.ones(n), np.zeros(2 * D)]
+        lp = linprog(c, A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * len(c), method="highs")
+        assert lp.status == 0
+        w = SG.linear_svm_p(data.X[b], data.y[b], q)
+        assert SG.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
+
+
+def test_linear_svm_p3_kkt(setup):
+    """p = 3: grad ||w||_3 = sign(w)|w|^2/||w||_3^2 is a nonnegative combination of the active
+    constraints' normals y_i x_i (KKT), checked by NNLS. With d = 30 > n = 10 the active set is
+    smaller than d, so the check discriminates (the l_2 or l_3.5 solutions leave residuals >= 0.08)."""
+    from scipy.optimize import nnls
+    data = A.data.separable(10, 30, margin=0.1, trials=B, seed=5)
+    for b in range(B):
+        A_ = data.y[b][:, None] * data.X[b]
+        w = SG.linear_svm_p(data.X[b], data.y[b], 3.0)
+        act = A_ @ w <= 1 + 1e-6
+        g = np.sign(w) * np.abs(w) ** 2 / np.linalg.norm(w, ord=3) ** 2
+        lam, res = nnls(A_[act].T, g)
+        assert res <= 1e-4 * np.linalg.norm(g)
+
+
 def test_lem_dual_grad(setup):
     data, *_, gam = setup
     rng = np.random.default_rng(1)
@@ -109,6 +147,23 @@ def test_md_p2_is_ngd(setup):
     a = OG.run(model, w0, batch, rule="md", p=2.0, lr=0.1, normalize=True, steps=200)
     b = OG.run(model, w0, batch, rule="sd", norm=2, lr=0.1, steps=200)
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
+
+
+@pytest.mark.parametrize("p", [1.75, 3.0])
+def test_md_normalized_step_has_unit_dual_norm(setup, p):
+    """The normalized mirror step g/||g||_{p/(p-1)} has dual norm 1 before eta is applied."""
+    data, batch, model, w0, _ = setup
+    eta, q = 0.05, p / (p - 1)
+    out = OG.run(model, w0, batch, rule="md", p=p, lr=eta, normalize=True, steps=3,
+                 record_steps=[0, 1, 2, 3])
+    th = OG.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
+    steps = (th[:-1] - th[1:]) / eta                      # (3, B, D)
+    np.testing.assert_allclose(np.linalg.norm(steps, ord=q, axis=-1), 1.0, rtol=1e-9)
+    # and it points along the gradient at each recorded iterate
+    for k in range(3):
+        for b in range(B):
+            _, g = _loss_grad(out["iterates"][k, b], data.X[b], data.y[b])
+            np.testing.assert_allclose(steps[k, b], g / np.linalg.norm(g, ord=q), rtol=1e-7, atol=1e-12)
 
 
 @pytest.mark.parametrize("eps,decay", [(0.0, 0.5), (1e-8, 0.0)])

@@ -63,6 +63,20 @@ def test_lem_ntp_smooth(data):
         assert np.all(sec <= L * (1 + 1e-4) + 1e-8)
 
 
+def test_lem_ntp_smooth_is_tight():
+    """One context, q = (1/2, 1/2) at W = 0, D = (e_a - e_b) h^T/(sqrt2 ||h||): the curvature
+    along D is (1/2)||h||^2 = L, so the bound of lem-ntp-smooth is attained (a too small L fails
+    test_lem_ntp_smooth on this instance)."""
+    h = np.array([[0.7, -1.3, 2.1]])
+    dat = ntp.NTPData(h, np.array([[0.3, 0.7]]), np.array([1.0]))
+    L = ntp.smoothness(dat)
+    assert L == pytest.approx(0.5 * np.sum(h ** 2), rel=1e-12)
+    D = np.outer([1.0, -1.0], h[0]) / (np.sqrt(2) * np.linalg.norm(h))
+    W, s = np.zeros((2, 3)), 1e-4
+    sec = (ntp.ce_loss(W + s * D, dat) - 2 * ntp.ce_loss(W, dat) + ntp.ce_loss(W - s * D, dat)) / s ** 2
+    assert sec == pytest.approx(L, rel=1e-5)
+
+
 def test_limits_and_subspaces(data):
     PF = ntp.projector_F(data)
     for b in range(3):

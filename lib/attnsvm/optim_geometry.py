@@ -196,7 +196,7 @@ def run(model, params, batch, *, rule, steps, lr, loss="exponential", norm=2, p=
             w = w - eta * steepest_direction(g, norm)
         elif rule == "md":
             if normalize:
-                step = g / _bc(dual_norm(g, p / (p - 1) if p != 2 else 2.0), g).clamp_min(1e-300)
+                step = g / _bc(dual_norm(g, p), g).clamp_min(1e-300)   # ||g||_{p/(p-1)}
             else:
                 step = g * _bc(torch.exp(sig), g)
             theta = theta - eta * step

@@ -289,6 +289,10 @@ def ntp_svm(H, P):
             try:
                 solve(set(range(j + 1)))
             except InfeasibleError:
+                if j == 0:
+                    raise InfeasibleError(
+                        "NTP data are not NTP-separable: context 0 alone makes the NTP-SVM "
+                        "infeasible") from None
                 raise InfeasibleError(
                     f"NTP data are not NTP-separable: contexts 0..{j - 1} are jointly separable "
                     f"but adding context {j} makes the NTP-SVM infeasible") from None
