@@ -23,6 +23,7 @@ import numpy as np
 
 from ._checks import as_float_array
 from .svm import InfeasibleError, SolverError
+from .svm._common import per_trial
 
 __all__ = ["linear_svm_p", "margin_in_norm", "vector_norm", "att_svm_spectral", "ntp_svm",
            "ntp_finite"]
@@ -112,13 +113,7 @@ def linear_svm_p(X, y, p):
     X = as_float_array("X", X, min_ndim=2, max_ndim=3)
     if X.ndim == 3:
         y = as_float_array("y", y, shape=X.shape[:2])
-        out = []
-        for b in range(X.shape[0]):
-            try:
-                out.append(linear_svm_p(X[b], y[b], p))
-            except InfeasibleError as exc:
-                raise InfeasibleError(f"trial {b}: {exc}") from None
-        return np.stack(out)
+        return np.stack(per_trial(lambda Xb, yb: linear_svm_p(Xb, yb, p), X, y))
     n, d = X.shape
     y = as_float_array("y", y, shape=(n,))
     if not np.all(np.abs(y) == 1):

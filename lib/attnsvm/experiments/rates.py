@@ -509,35 +509,39 @@ def gd_step_condition(consts, eta, excess):
     return (excess <= consts["eps0"]) & (eta * excess <= cap)
 
 
+def _holds_from_t0(t, excess, t0, check):
+    """Per trial ((B,) bool): ``check(b, k0, later)`` with ``k0`` the record index of ``t0[b]``
+    and ``later`` the mask of the records ``t >= t0[b]``; False where ``t0`` is NaN."""
+    t = np.asarray(t, dtype=float)
+    out = np.zeros(excess.shape[1], dtype=bool)
+    for b in range(excess.shape[1]):
+        if np.isfinite(t0[b]):
+            out[b] = bool(check(b, int(np.flatnonzero(t == t0[b])[0]), t >= t0[b]))
+    return out
+
+
 def ngd_linear_holds(t, excess, t0, eta, consts):
     r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
     :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
     ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
     t = np.asarray(t, dtype=float)
-    out = np.zeros(excess.shape[1], dtype=bool)
-    for b in range(excess.shape[1]):
-        if not np.isfinite(t0[b]):
-            continue
-        k0 = int(np.flatnonzero(t == t0[b])[0])
-        later = t >= t0[b]
-        bound = (np.log(excess[k0, b]) + (t[later] - t0[b]) * np.log1p(-eta * consts["mu"][b] / 2))
-        out[b] = bool(np.all(np.log(excess[later, b]) <= bound + 1e-9))
-    return out
+
+    def check(b, k0, later):
+        bound = (np.log(excess[k0, b])
+                 + (t[later] - t0[b]) * np.log1p(-eta * consts["mu"][b] / 2))
+        return np.all(np.log(excess[later, b]) <= bound + 1e-9)
+    return _holds_from_t0(t, excess, t0, check)
 
 
 def gd_inverse_excess_holds(t, excess, t0, eta, consts):
     r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
     :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
     t = np.asarray(t, dtype=float)
-    out = np.zeros(excess.shape[1], dtype=bool)
-    for b in range(excess.shape[1]):
-        if not np.isfinite(t0[b]):
-            continue
-        k0 = int(np.flatnonzero(t == t0[b])[0])
-        later = t >= t0[b]
+
+    def check(b, k0, later):
         inv = 1 / excess[later, b]
         dt = t[later] - t0[b]
         lo = 1 / excess[k0, b] + eta * consts["mu"][b] ** 2 / 2 * dt
         hi = 1 / excess[k0, b] + 3 * eta * consts["R_A"][b] ** 2 / consts["lam"][b] ** 2 * dt
-        out[b] = bool(np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9))))
-    return out
+        return np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)))
+    return _holds_from_t0(t, excess, t0, check)

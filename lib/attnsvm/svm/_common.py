@@ -28,6 +28,19 @@ class SolverError(RuntimeError):
 
 # ----------------------------------------------------------------------------- validation
 
+def per_trial(solve, *arrays):
+    """Solve one problem per trial: ``solve(*(a[b] for a in arrays))`` for every index ``b`` of
+    the leading (trials) axis, as a list. An infeasible trial raises :class:`InfeasibleError`
+    naming it (the batched form of every solver of this package)."""
+    out = []
+    for b in range(len(arrays[0])):
+        try:
+            out.append(solve(*(a[b] for a in arrays)))
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"trial {b}: {exc}") from None
+    return out
+
+
 def _check_X(X, name="X"):
     X = as_float_array(name, X, ndim=3)
     n, T, _ = X.shape

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from .._checks import as_float_array, check_choice
-from ._common import (InfeasibleError, _check_alpha, _check_X, _check_Z, _constraints,
+from ._common import (InfeasibleError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
                       _lam_array, _parse_selection, _Problem)
 from ._cvx import _cvx_solve, _post_check
 from ._ipm import _fro_ipm, choose_formulation
@@ -272,12 +272,7 @@ def linear_svm(X, y, *, solver=None, return_dual=False):
     X = as_float_array("X", X, min_ndim=2, max_ndim=3)
     if X.ndim == 3:
         y = as_float_array("y", y, shape=X.shape[:2])
-        out = []
-        for b in range(X.shape[0]):
-            try:
-                out.append(linear_svm(X[b], y[b], solver=solver, return_dual=True))
-            except InfeasibleError as exc:
-                raise InfeasibleError(f"trial {b}: {exc}") from None
+        out = per_trial(lambda Xb, yb: linear_svm(Xb, yb, solver=solver, return_dual=True), X, y)
         w = np.stack([o[0] for o in out])
         return (w, np.stack([o[1] for o in out])) if return_dual else w
     n, d = X.shape
