@@ -167,3 +167,11 @@ def test_thm1_regularization_path(data):
     cors = np.array(cors)
     assert np.all(np.diff(cors, axis=0) > 0)
     assert np.all(cors[-1] > 0.9)
+
+
+def test_ntp_solvers_batched_equal_per_trial():
+    data = ntp.synthetic(3, 6, 5, support=2, trials=2, seed=3)
+    Ws, Wm = SG.ntp_finite(data.H, data.P), SG.ntp_svm(data.H, data.P)
+    for b in range(2):
+        np.testing.assert_allclose(Ws[b], SG.ntp_finite(data.H[b], data.P[b]), atol=1e-9)
+        np.testing.assert_allclose(Wm[b], SG.ntp_svm(data.H[b], data.P[b]), atol=1e-6)

@@ -436,3 +436,21 @@ def test_att_svm_batch_strict_names_the_infeasible_trials():
     assert feas.tolist() == [True, False] and np.all(W[1] == 0)
     with pytest.raises(InfeasibleError, match=r"trials \[1\] of 2"):
         att_svm_batch(X, Z, opt, strict=True)
+
+
+def test_head_svm_batched_equals_per_trial_and_names_an_infeasible_trial():
+    from attnsvm.data import random_unit
+    from attnsvm.svm import head_svm
+
+    data = random_unit(5, 4, 6, trials=3, seed=11)
+    alpha = data.opt
+    V = head_svm(data.X, data.y, alpha)
+    assert V.shape == (3, 6)
+    for b in range(3):
+        np.testing.assert_allclose(V[b], head_svm(data.X[b], data.y[b], alpha[b]), atol=1e-10)
+    X = data.X.copy()
+    X[2, 1, alpha[2, 1]] = X[2, 0, alpha[2, 0]]           # two sequences share a token ...
+    y = data.y.copy()
+    y[2, 1] = -y[2, 0]                                    # ... with opposite labels: infeasible
+    with pytest.raises(InfeasibleError, match="trial 2"):
+        head_svm(X, y, alpha)

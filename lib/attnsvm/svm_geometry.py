@@ -211,7 +211,8 @@ def ntp_finite(H, P):
 
     Parameters
     ----------
-    H : array_like (m, d), context embeddings; P : array_like (m, V), next-token distributions
+    H : array_like (m, d) or (B, m, d), context embeddings; P : array_like (m, V) or (B, m, V),
+    next-token distributions (with a leading trials axis, one problem per trial)
     (support :math:`S_j = \{z: p_{jz} > 0\}`).
 
     Raises
@@ -220,6 +221,8 @@ def ntp_finite(H, P):
         If the equations have no solution (the data are not NTP_H-compatible; the contexts
         with violated equations are named).
     """
+    if np.ndim(H) == 3:   # a leading trials axis: one problem per trial
+        return np.stack(per_trial(ntp_finite, np.asarray(H, dtype=float), np.asarray(P, dtype=float)))
     H, P = _check_ntp(H, P)
     support = P > 0
     eq, _, V = _ntp_rows(H, support)
@@ -255,6 +258,8 @@ def ntp_svm(H, P):
         If the data are not NTP-separable; the message names the context whose addition (to
         the contexts before it, in order) makes the constraints infeasible.
     """
+    if np.ndim(H) == 3:   # a leading trials axis: one problem per trial
+        return np.stack(per_trial(ntp_svm, np.asarray(H, dtype=float), np.asarray(P, dtype=float)))
     import cvxpy as cp
 
     H, P = _check_ntp(H, P)

@@ -305,20 +305,25 @@ def head_svm(X, y, alpha, *, solver=None, return_dual=False):
 
     Parameters
     ----------
-    X : array_like, shape (n, T, d)
-    y : array_like, shape (n,)
-    alpha : array_like of int, shape (n,)
+    X : array_like, shape (n, T, d) or (B, n, T, d)
+    y : array_like, shape (n,) or (B, n)
+    alpha : array_like of int, shape (n,) or (B, n)
     solver, return_dual : as in :func:`linear_svm`
 
     Returns
     -------
-    v : ndarray, shape (d,)
+    v : ndarray, shape (d,) or (B, d) (one SVM per trial; an infeasible trial is named)
 
     Raises
     ------
     InfeasibleError
         If the selected tokens are not linearly separable through the origin.
     """
+    if np.ndim(X) == 4:
+        out = per_trial(lambda Xb, yb, ab: head_svm(Xb, yb, ab, solver=solver, return_dual=True),
+                        np.asarray(X, dtype=float), np.asarray(y, dtype=float), np.asarray(alpha))
+        v = np.stack([o[0] for o in out])
+        return (v, np.stack([o[1] for o in out])) if return_dual else v
     X = _check_X(X)
     n, T, _ = X.shape
     y = _check_labels(y, n)
