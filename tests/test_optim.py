@@ -75,7 +75,8 @@ def test_unknown_rule():
         update("lbfgs", [torch.ones(2)], lr=0.1)
     with pytest.raises(ValueError, match="optimizer"):
         init_state("lbfgs", [])
-    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign"}
+    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign",
+                          "sd", "md", "prgd"}
 
 
 # ---------------------------------------------------------------- wrappers = engine
