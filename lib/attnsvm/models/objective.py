@@ -138,9 +138,10 @@ class MarginObjective(ObjectiveModel):
 
     def init_params(self, batch, rngs, *, init=None, init_scale=None, dtype=torch.float64,
                     device="cpu"):
-        if not isinstance(init, dict) or set(init) != set(self.param_names):
-            raise ValueError(f"init must be a dict with the parameters {list(self.param_names)} "
-                             f"for a MarginObjective")
+        if (not isinstance(init, dict) or not set(self.trainable) <= set(init)
+                or not set(init) <= set(self.param_names)):
+            raise ValueError(f"init must be a dict of the parameters {list(self.param_names)} "
+                             f"(at least {list(self.trainable)}) for a MarginObjective")
         B = len(rngs)
         out = {}
         for k, v in init.items():
