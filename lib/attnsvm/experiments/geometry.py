@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import metrics, svm, svm_geometry
 from .._checks import as_float_array, check_int, check_positive
-from .rates import exp_rate, slopes
+from .rates import slopes
 
 __all__ = ["margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
            "phase_fit", "selected_tokens", "AttSVMComparison", "compare_att_svms"]
@@ -36,20 +36,22 @@ def _key(q):
     return "inf" if np.isinf(q) else f"{q:g}".replace(".", "_")
 
 
-def margin_ratios(w, X, y, gammas):
-    r"""Per-trial :math:`\bar\gamma_q(w)/\gamma_q` for every norm of ``gammas``.
+def margin_ratios(w, X, y, norms, gammas):
+    r"""Per-trial :math:`\bar\gamma_q(w)/\gamma_q` for every named norm.
 
     Parameters
     ----------
     w : array_like (..., B, d)
     X, y : (B, n, d), (B, n)
-    gammas : dict norm -> (B,) maximum margins :math:`\gamma_q = 1/\|w_q\|_q`
+    norms : dict name -> p (a real ``p >= 1`` or ``inf``)
+    gammas : dict name -> (B,) maximum margins :math:`\gamma_q = 1/\|w_q\|_q`
 
     Returns
     -------
-    dict norm -> ndarray (..., B)
+    dict name -> ndarray (..., B)
     """
-    return {q: svm_geometry.margin_in_norm(w, X, y, q) / np.asarray(g) for q, g in gammas.items()}
+    return {k: svm_geometry.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
+            for k, q in norms.items()}
 
 
 def margin_gaps(iterates, X, y, q, gamma):
@@ -115,10 +117,12 @@ def gap_slopes(t, gap, *, tail=0.1):
     return slopes(t, gap, tail=tail)
 
 
-def phase_fit(t, gap, period, *, start):
+def phase_fit(t, gap, period, *, start=0, stop=None):
     r"""Fit :math:`\log \mathrm{gap} = c - \rho\,k` over the phase boundaries :math:`t = kP`
-    with :math:`t \ge` ``start`` (one point per phase of PRGD, at the same place of every phase,
-    so the saw-tooth inside a phase does not enter the fit).
+    with :math:`P \le t`, ``start`` :math:`\le t \le` ``stop`` (one point per phase of PRGD, at
+    the same place of every phase, so the saw-tooth inside a phase does not enter the fit). A
+    constant ``rate`` over successive windows is an exponential rate in :math:`t`; a gap
+    :math:`\propto t^{-\beta}` has a per-phase rate that falls like :math:`\beta/k`.
 
     Returns
     -------
@@ -132,7 +136,9 @@ def phase_fit(t, gap, period, *, start):
     t = np.asarray(t, dtype=int)
     period = check_int("period", period, minimum=1)
     gap = as_float_array("gap", gap, ndim=2, finite=False)
-    keep = (t % period == 0) & (t >= start)
+    keep = (t % period == 0) & (t >= max(start, period))
+    if stop is not None:
+        keep &= t <= stop
     if keep.sum() < 3:
         raise ValueError(f"need at least 3 recorded phase boundaries t = k*{period} >= {start}, "
                          f"got {int(keep.sum())}")
@@ -140,8 +146,8 @@ def phase_fit(t, gap, period, *, start):
         raise ValueError("gap must be positive at the fitted phase boundaries")
     k = t[keep] / period
     z = np.log(gap[keep])                                                 # (P, B)
-    rate = exp_rate(k, z, tail=1.0)
     coef = np.polyfit(k, z, 1)                                            # (2, B)
+    rate = -coef[0]
     res = z - (coef[0][None] * k[:, None] + coef[1][None])
     r2 = 1.0 - (res ** 2).sum(0) / ((z - z.mean(0)) ** 2).sum(0)
     return rate, r2, int(keep.sum())
