@@ -9,7 +9,8 @@ max-margin problems :mod:`attnsvm.svm` / :mod:`attnsvm.svm_geometry`'s, the fits
   :func:`sd_margin_radius` and :func:`check_sd_bound` (the bound :math:`r_t` of
   ``thm-sd-margin`` and where it holds), :func:`gap_slopes` (fitted log-log slopes of a gap),
   :func:`phase_fit` (PRGD's log-gap against its phase index, with :math:`R^2`);
-* attention (chapter 14): :func:`selected_tokens` and :func:`compare_att_svms`, which solves
+* attention (chapter 14): :func:`att_margin_gap` (the relative Att-SVM margin gap along a run),
+  :func:`selected_tokens` and :func:`compare_att_svms`, which solves
   the Att-SVM of every (run, norm) on the tokens each run selects, with each trial's solver
   status, and returns correlations and own-norm margin ratios (:class:`AttSVMComparison`).
 """
@@ -24,7 +25,7 @@ from .._checks import as_float_array, check_int, check_positive
 from .rates import slopes
 
 __all__ = ["margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
-           "phase_fit", "selected_tokens", "AttSVMComparison", "compare_att_svms"]
+           "phase_fit", "att_margin_gap", "selected_tokens", "AttSVMComparison", "compare_att_svms"]
 
 
 # ----------------------------------------------------------------------------- linear
@@ -154,6 +155,15 @@ def phase_fit(t, gap, period, *, start=0, stop=None):
 
 
 # ----------------------------------------------------------------------------- attention
+
+def att_margin_gap(iterates, X, Z, sel, W_svm, norm="fro"):
+    r"""Relative Att-SVM margin gap :math:`1 - \bar\gamma(W_t)/\bar\gamma(W^\alpha)` of recorded
+    iterates (K, B, d, d) against the Att-SVM ``W_svm`` (B, d, d) of the same norm and token
+    choice ``sel`` (B, n) (``svm_geometry.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
+    exactly at the maximizers of the normalized margin."""
+    best = svm_geometry.att_margin_in_norm(W_svm, X, Z, sel, norm)
+    return 1.0 - svm_geometry.att_margin_in_norm(iterates, X, Z, sel, norm) / best[None]
+
 
 def selected_tokens(X, Z, W):
     """The token of largest attention weight of every sequence: (B, n) for ``W`` (B, d, d)."""
