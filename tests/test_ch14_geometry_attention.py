@@ -154,3 +154,16 @@ def test_compare_att_svms_equals_per_trial(inst):
     assert cmp.ratio["a", 2.0].min() > 0.5 and cmp.opt_frac["a"] == 1.0
     with pytest.raises(ValueError, match="norms"):
         G.compare_att_svms(inst.X, inst.Z, fin, {"c": [2.0]})
+
+
+def test_att_margin_gap(inst):
+    """1 - gamma(W_t)/gamma(W_mm) is 0 at the Att-SVM (and its multiples), positive elsewhere."""
+    W = A.svm.att_svm_batch(inst.X, inst.Z, inst.opt, strict=True)[0]
+    rng = np.random.default_rng(3)
+    its = np.stack([W, 3.0 * W, W + 0.1 * rng.standard_normal(W.shape)])
+    gap = G.att_margin_gap(its, inst.X, inst.Z, inst.opt, W)
+    np.testing.assert_allclose(gap[:2], 0.0, atol=1e-9)
+    assert np.all(gap[2] > 0)
+    for b in range(len(W)):          # the per-trial computation
+        m = _margins(inst.X[b], inst.Z[b], inst.opt[b], its[2, b]).min() / np.linalg.norm(its[2, b])
+        assert gap[2, b] == pytest.approx(1 - m * np.linalg.norm(W[b]), rel=1e-9)
