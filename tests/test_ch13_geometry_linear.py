@@ -306,3 +306,23 @@ def test_phase_fit_and_slopes():
         G.phase_fit(t, expo, 10000)
     with pytest.raises(ValueError, match="positive"):
         G.phase_fit(t, -expo, P)
+
+
+def test_observed_rates_in_each_geometry():
+    """Observed in the chapter, checked here on other data sets: with eta_0 (t+1)^-1/2 the own-norm
+    gap of NGD falls like t^-1/2, that of l_1.5 mirror descent faster, that of l_3 mirror descent
+    slower."""
+    data = A.data.separable(30, 8, margin=0.1, trials=4, seed=11)
+    batch = {"X": torch.as_tensor(data.X), "y": torch.as_tensor(data.y)}
+    model = A.models.LinearClassifier()
+    w0 = model.init_params(8, None, [None] * 4)
+    slope = {}
+    for k, p, kw in [("ngd", 2.0, dict(rule="sd", norm=2, lr=1.0)),
+                     ("md15", 1.5, dict(rule="md", p=1.5, lr=3.0, normalize=True)),
+                     ("md3", 3.0, dict(rule="md", p=3.0, lr=3.0, normalize=True))]:
+        r = OG.run(model, w0, batch, steps=20000, decay=0.5, **kw)
+        gam = 1.0 / SG.vector_norm(SG.linear_svm_p(data.X, data.y, p), p)
+        slope[k] = np.median(G.gap_slopes(r["steps"], G.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
+    assert -0.6 <= slope["ngd"] <= -0.4
+    assert slope["md15"] < slope["ngd"] - 0.2
+    assert slope["md3"] > slope["ngd"] + 0.1

@@ -167,3 +167,25 @@ def test_att_margin_gap(inst):
     for b in range(len(W)):          # the per-trial computation
         m = _margins(inst.X[b], inst.Z[b], inst.opt[b], its[2, b]).min() / np.linalg.norm(its[2, b])
         assert gap[2, b] == pytest.approx(1 - m * np.linalg.norm(W[b]), rel=1e-9)
+
+
+def test_prgd_attention_rate_observed():
+    """Observed in the chapter, checked here on other instances: PRGD's attention margin gap has a
+    nearly constant per-phase rate, NGD's falls."""
+    data = A.data.random_unit(6, 8, 10, cross=True, trials=4, seed=5)
+    model = A.models.AttentionClassifier("W")
+    batch = {k: torch.as_tensor(getattr(data, k)) for k in ("X", "y", "Z")}
+    W0 = model.init_params(10, torch.as_tensor(data.v), [np.random.default_rng(b) for b in range(4)])
+    batch["G"] = model.head_values(W0, batch["X"])
+    rec = np.arange(0, 4001, 100)
+    ratio = {}
+    for k, kw in {"ngd": dict(rule="sd", norm=2), "prgd": dict(rule="prgd", period=100, growth=1.5)}.items():
+        r = OG.run(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
+        sel = G.selected_tokens(data.X, data.Z, r["iterates"][-1])     # the Att-SVM of the selected tokens
+        W_sel = A.svm.att_svm_batch(data.X, data.Z, sel, strict=True)[0]
+        gap = G.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)
+        early = G.phase_fit(r["steps"], gap, 100, stop=2000)[0]
+        late = G.phase_fit(r["steps"], gap, 100, start=2000)[0]
+        ratio[k] = np.median(late / early)
+    assert 2 / 3 <= ratio["prgd"] <= 3 / 2
+    assert ratio["ngd"] < 0.5
