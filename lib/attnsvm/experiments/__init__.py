@@ -21,7 +21,8 @@ module             chapters  what
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata", "geometry")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
+            "realdata", "geometry")
 
 __all__ = list(_MODULES)
 

@@ -202,7 +202,8 @@ class AttSVMComparison:
 
     def summary(self):
         """Medians of ``corr_<run>_<norm>`` and ``ratio_<run>_<norm>``, ``optfrac_<run>`` and
-        the counts of flagged solves (``n_inaccurate``, ``n_failed``)."""
+        the counts of flagged (run, norm, trial) comparisons: ``n_inaccurate`` (status
+        ``"optimal_inaccurate"``) and ``n_failed`` (``"failed"`` or ``"infeasible"``)."""
         out = {}
         for (k, q) in self.corr:
             out[f"corr_{k}_{_key(q)}"] = self.median("corr", k, q)
