@@ -334,7 +334,7 @@ GOOD = inst(3, 4, 5, seed=15)
     (dict(opt=np.array([0.5, 1, 2])), "opt"),
     (dict(opt=[{0, 1}, {0}, set()]), "opt"),
     (dict(opt=[{0, 1, 2, 3}, {0}, {1}]), "opt"),
-    (dict(norm="spectral"), "norm"),
+    (dict(norm="operator"), "norm"),
     (dict(norm=0.5), "norm"),
     (dict(solver="NOPE"), "solver"),
     (dict(norm="nuc", solver="dual"), "solver"),

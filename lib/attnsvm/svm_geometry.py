@@ -6,8 +6,12 @@ the spectral-norm Att-SVM, and the next-token-prediction SVM with its finite par
   value of :math:`\min_i y_i u^\top x_i` over :math:`\|u\|_p \le 1`.
 * :func:`margin_in_norm`: the normalized margin :math:`\min_i y_i w^\top x_i / \|w\|`.
 * :func:`att_svm_spectral`: the Att-SVM with the spectral norm :math:`\|W\|_2` (largest singular
-  value) as objective. (The entrywise :math:`\ell_p` Att-SVM is ``attnsvm.svm.att_svm(...,
-  norm=p)``.)
+  value) as objective, ``attnsvm.svm.att_svm(..., norm="spectral")``. (The entrywise
+  :math:`\ell_p` Att-SVM is ``attnsvm.svm.att_svm(..., norm=p)``; both batched, with each
+  trial's solver status, in ``attnsvm.svm.att_svm_batch(..., return_status=True)``.)
+* :func:`matrix_norm` and :func:`att_margin_in_norm`: the norms of these Att-SVMs and the
+  normalized selection margin :math:`\min_{i, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W
+  z_i / \|W\|` of an iterate, batched (the attention analogue of :func:`margin_in_norm`).
 * :func:`ntp_svm` and :func:`ntp_finite`: the NTP-SVM :math:`W^{mm}` and the finite solution
   :math:`W^*` of next-token prediction (Thrampoulidis 2024, Definitions 1-3); see
   :mod:`attnsvm.ntp`.
@@ -25,8 +29,8 @@ from ._checks import as_float_array
 from .svm import InfeasibleError, SolverError
 from .svm._common import per_trial
 
-__all__ = ["linear_svm_p", "margin_in_norm", "vector_norm", "att_svm_spectral", "ntp_svm",
-           "ntp_finite"]
+__all__ = ["linear_svm_p", "margin_in_norm", "vector_norm", "matrix_norm", "att_svm_spectral",
+           "att_margin_in_norm", "ntp_svm", "ntp_finite"]
 
 _CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400)
 
@@ -131,7 +135,9 @@ def linear_svm_p(X, y, p):
 
 def att_svm_spectral(X, Z, opt):
     r"""The Att-SVM with the spectral norm:
-    :math:`\min_W \|W\|_2` s.t. :math:`(x_{i,\mathrm{opt}_i} - x_{it})^\top W z_i \ge 1`.
+    :math:`\min_W \|W\|_2` s.t. :math:`(x_{i,\mathrm{opt}_i} - x_{it})^\top W z_i \ge 1`;
+    ``attnsvm.svm.att_svm(X, Z, opt, norm="spectral")`` (Clarabel, on the subspaces spanned by
+    the token differences and the queries, which the unitarily invariant norm allows).
 
     Parameters
     ----------
@@ -139,29 +145,61 @@ def att_svm_spectral(X, Z, opt):
 
     Returns
     -------
-    W : ndarray (d, d), smallest margin exactly 1.
+    W : ndarray (d, d), smallest margin 1 (up to rounding).
     """
-    import cvxpy as cp
+    from .svm import att_svm
 
-    X = as_float_array("X", X, ndim=3)
-    n, T, d = X.shape
-    Z = as_float_array("Z", Z, shape=(n, d))
-    opt = np.asarray(opt)
-    if opt.shape != (n,) or not np.issubdtype(opt.dtype, np.integer) or opt.min() < 0 \
-            or opt.max() >= T:
-        raise ValueError(f"opt must be n={n} integers in [0, {T})")
-    rows = [(i, t) for i in range(n) for t in range(T) if t != opt[i]]
-    U = np.stack([X[i, opt[i]] - X[i, t] for i, t in rows])
-    Zs = np.stack([Z[i] for i, _ in rows])
-    W = cp.Variable((d, d))
-    mg = cp.sum(cp.multiply(U @ W, Zs), axis=1)
-    pr = cp.Problem(cp.Minimize(cp.sigma_max(W)), [mg >= 1])
-    _run(pr, f"spectral-norm Att-SVM (n={n}, T={T}, d={d})")
-    Wv = np.asarray(W.value, dtype=float)
-    mmin = float(np.einsum("kd,de,ke->k", U, Wv, Zs).min())
-    if mmin < 1 - 1e-6:
-        raise SolverError(f"spectral Att-SVM solution violates a margin by {1 - mmin:.2e}")
-    return Wv / mmin
+    return att_svm(X, Z, opt, norm="spectral")
+
+
+def matrix_norm(W, norm):
+    r"""Norm of matrices ``W`` (..., d1, d2): the entrywise :math:`\ell_p` norm (``norm`` a
+    real ``p >= 1``, ``inf``/``"inf"``, or ``"fro"`` for ``p = 2``), or ``"spectral"`` (largest
+    singular value) or ``"nuc"`` (sum of the singular values).
+
+    Returns
+    -------
+    ndarray, shape (...)
+    """
+    W = as_float_array("W", W, min_ndim=2)
+    if norm == "spectral":
+        return np.linalg.norm(W, ord=2, axis=(-2, -1))
+    if norm == "nuc":
+        return np.linalg.norm(W, ord="nuc", axis=(-2, -1))
+    p = 2.0 if isinstance(norm, str) and norm == "fro" else _parse_p(norm, "norm")
+    return vector_norm(W.reshape(W.shape[:-2] + (-1,)), p)
+
+
+def att_margin_in_norm(W, X, Z, sel, norm):
+    r"""Normalized Att-SVM margin of ``W`` for the token choice ``sel``, in a norm:
+
+    .. math::
+
+        \bar\gamma_{\|\cdot\|}(W) = \frac{\min_i \min_{t \ne \alpha_i}
+        (x_{i\alpha_i} - x_{it})^\top W z_i}{\|W\|},
+
+    so that the Att-SVM :math:`W^\alpha` of that norm (smallest margin 1) has
+    :math:`\bar\gamma(W^\alpha) = 1/\|W^\alpha\| = \max_W \bar\gamma(W)`: the ratio
+    :math:`\bar\gamma(W)/\bar\gamma(W^\alpha)` is at most 1, equals 1 exactly at the
+    maximizers, and does not depend on which maximizer a solver returns.
+
+    Parameters
+    ----------
+    W : array_like (..., d, d), leading axes broadcast against those of ``X``
+    X : array_like (n, T, d) or (B, n, T, d); Z : (n, d) or (B, n, d)
+    sel : int array (n,) or (B, n), the selected token of each sequence
+    norm : as in :func:`matrix_norm`
+
+    Returns
+    -------
+    ndarray, shape (...): NaN where ``W = 0``.
+    """
+    from .tokens import selection_margins
+
+    m = selection_margins(W, X, Z, sel).min(axis=(-2, -1))
+    nrm = matrix_norm(W, norm)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(nrm > 0, m / np.where(nrm > 0, nrm, 1.0), np.nan)
 
 
 # ----------------------------------------------------------------------------- NTP

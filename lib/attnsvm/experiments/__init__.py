@@ -16,11 +16,13 @@ module             chapters  what
 ``joint``          11        joint training of W and the head
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``realdata``       12        offline loaders of image and text data sets
+``geometry``       13-14     optimizer geometry: margins in other norms, Att-SVMs, their rates
 =================  ========  =====================================================================
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
+            "realdata", "geometry")
 
 __all__ = list(_MODULES)
 

@@ -153,6 +153,9 @@ class _Problem:
         self.eq = np.zeros(self.K, dtype=bool) if eq is None else eq
         self.m = self.d * self.d if kind == "att" else self.d
         self.what, self.sizes = what, sizes
+        #: the solver's status once solved: "optimal" (the built-in interior point, verified)
+        #: or cvxpy's status string (e.g. "optimal_inaccurate")
+        self.status = None
 
     def infeasible(self):
         return InfeasibleError(

@@ -11,7 +11,8 @@ from ._common import _RESCALE_TOL, CLARABEL_OPTIONS, SolverError
 # ----------------------------------------------------------------------------- cvxpy
 
 def _cvx_solve(prob, norm, solver, form):
-    """Solve with cvxpy; ``norm`` is "fro", "nuc" or a float p; ``form`` "primal"/"dual"."""
+    """Solve with cvxpy; ``norm`` is "fro", "nuc", "spectral" or a float p; ``form``
+    "primal"/"dual". The solver's status is left in ``prob.status``."""
     import cvxpy as cp
 
     opts = dict(CLARABEL_OPTIONS) if solver == "CLARABEL" else {}
@@ -23,6 +24,7 @@ def _cvx_solve(prob, norm, solver, form):
         cons = [lam[np.flatnonzero(ineq)] >= 0] if ineq.any() else []
         pr = cp.Problem(obj, cons)
         _cvx_run(pr, solver, opts)
+        prob.status = pr.status
         if pr.status in ("unbounded", "unbounded_inaccurate"):
             raise prob.infeasible()
         if pr.status not in ("optimal", "optimal_inaccurate"):
@@ -33,7 +35,7 @@ def _cvx_solve(prob, norm, solver, form):
         return prob.combine(lv), lv
 
     U, Zs = prob.U, prob.Zs
-    reduce = prob.kind == "att" and norm in ("fro", "nuc")
+    reduce = prob.kind == "att" and norm in ("fro", "nuc", "spectral")
     if reduce:
         # W -> P_U W P_Z keeps every margin and does not increase a unitarily invariant
         # norm, so the solution is Q1 V Q2^T with orthonormal bases of span{U_k}, span{z_i}
@@ -54,10 +56,13 @@ def _cvx_solve(prob, norm, solver, form):
         obj = 0.5 * cp.sum_squares(W)
     elif norm == "nuc":
         obj = cp.normNuc(W) if prob.kind == "att" else cp.norm(W, 2)
+    elif norm == "spectral":
+        obj = cp.sigma_max(W) if prob.kind == "att" else cp.norm(W, 2)
     else:
         obj = cp.pnorm(cp.vec(W, order="C") if prob.kind == "att" else W, norm)
     pr = cp.Problem(cp.Minimize(obj), cons)
     _cvx_run(pr, solver, opts)
+    prob.status = pr.status
     if pr.status in ("infeasible", "infeasible_inaccurate"):
         raise prob.infeasible()
     if pr.status not in ("optimal", "optimal_inaccurate") or W.value is None:

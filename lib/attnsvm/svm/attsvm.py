@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from .._checks import as_float_array, check_choice
-from ._common import (InfeasibleError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
+from ._common import (InfeasibleError, SolverError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
                       _lam_array, _parse_selection, _Problem)
 from ._cvx import _cvx_solve, _post_check
 from ._ipm import _fro_ipm, choose_formulation
@@ -18,12 +18,14 @@ __all__ = ["att_svm", "att_svm_batch", "p_svm", "linear_svm", "head_svm"]
 
 def _parse_norm(norm):
     if isinstance(norm, str):
-        return check_choice("norm", norm, {"fro", "nuc"})
+        if norm == "inf":
+            return np.inf
+        return check_choice("norm", norm, {"fro", "nuc", "spectral"})
     if isinstance(norm, bool) or not isinstance(norm, numbers.Real):
-        raise ValueError(f"norm must be 'fro', 'nuc' or a real p >= 1, got {norm!r}")
+        raise ValueError(f"norm must be 'fro', 'nuc', 'spectral' or a real p >= 1, got {norm!r}")
     p = float(norm)
     if np.isnan(p) or p < 1:
-        raise ValueError(f"norm must be 'fro', 'nuc' or a real p >= 1, got {norm!r}")
+        raise ValueError(f"norm must be 'fro', 'nuc', 'spectral' or a real p >= 1, got {norm!r}")
     return "fro" if p == 2 else p
 
 
@@ -64,6 +66,7 @@ def _solve(prob, norm, solver):
         if not prob.eq.any():
             out = _fro_ipm(prob, form)
             if out is not None:
+                prob.status = "optimal"            # verified by the interior point's checks
                 return out
         # certified fallback (and multi-token selections), in the cheaper cvxpy form
         engine, form = "CLARABEL", choose_formulation(prob.K, prob.m)
@@ -71,7 +74,7 @@ def _solve(prob, norm, solver):
     return _post_check(prob, W, lam)
 
 
-def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
+def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_status=False):
     r"""The attention SVM :math:`W^{\alpha}_{mm}` for the selected tokens ``opt``.
 
     .. math::
@@ -91,10 +94,12 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
         multi-token selection: the tokens :math:`s \in S_i` get equal scores,
         :math:`(x_{is} - x_{is'})^\top W z_i = 0`, and every other token scores at least 1
         lower, :math:`(x_{is} - x_{it})^\top W z_i \ge 1` for :math:`s\in S_i, t \notin S_i`.
-    norm : {"fro", "nuc"} or float
+    norm : {"fro", "nuc", "spectral"} or float
         ``"fro"``: Frobenius norm (:math:`W_{mm}`); ``"nuc"``: nuclear norm
-        (:math:`W^*_{mm}`, an SDP); a real ``p >= 1``: the entrywise :math:`\ell_p` norm
-        :math:`(\sum_{jk} |W_{jk}|^p)^{1/p}` (``p = inf`` allowed; ``p = 2`` is ``"fro"``).
+        (:math:`W^*_{mm}`, an SDP); ``"spectral"``: the largest singular value
+        :math:`\|W\|_2` (an SDP); a real ``p >= 1``: the entrywise :math:`\ell_p` norm
+        :math:`(\sum_{jk} |W_{jk}|^p)^{1/p}` (``p = inf`` or ``"inf"`` allowed; ``p = 2`` is
+        ``"fro"``).
     solver : None, "auto", "primal", "dual" or a cvxpy solver name
         ``None``/``"auto"``: Frobenius with the built-in interior-point method in the
         formulation of :func:`choose_formulation`; other norms with Clarabel.
@@ -106,6 +111,10 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
         the built-in method was used.
     return_dual : bool
         Also return the multipliers.
+    return_status : bool
+        Also return the solver's status (last): ``"optimal"``, or ``"optimal_inaccurate"``
+        when Clarabel stopped short of its tolerances (the solution still passed the margin
+        post-check below).
 
     Returns
     -------
@@ -120,6 +129,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
         for ``norm="fro"`` (the multipliers of :math:`\tfrac12\|W\|_F^2`); for the other
         norms the sum lies in the subdifferential of the norm at ``W`` (its dual norm is
         at most 1) and :math:`\sum \lambda = \|W\|` (multipliers of :math:`\|W\|`).
+    status : str, only if ``return_status``
 
     Raises
     ------
@@ -138,12 +148,17 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False):
     c = _constraints(X, alpha, sets)
     prob = _Problem("att", c.U, Z[c.seq], c.eq, "Att-SVM", f"n={n}, T={T}, d={d}")
     W, lam = _solve(prob, norm, solver)
-    if return_dual:
-        return W, _lam_array(c, lam, n, T, sets is not None)
-    return W
+    out = (W, _lam_array(c, lam, n, T, sets is not None)) if return_dual else (W,)
+    if return_status:
+        out += (prob.status,)
+    return out if len(out) > 1 else W
 
 
-def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
+#: the per-trial statuses of ``att_svm_batch(..., return_status=True)``
+BATCH_STATUSES = ("optimal", "optimal_inaccurate", "infeasible", "failed")
+
+
+def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False, return_status=False):
     r"""Solve :func:`att_svm` for each trial of a batch (the one batched Att-SVM of the library).
 
     Parameters
@@ -157,14 +172,21 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
         As in :func:`att_svm`.
     strict : bool
         Raise :class:`InfeasibleError`, naming the infeasible trials, instead of flagging them.
+    return_status : bool
+        Also return each trial's status, one of ``BATCH_STATUSES``: ``"optimal"``,
+        ``"optimal_inaccurate"`` (a solution that passed the margin post-check although the
+        solver stopped short of its tolerances), ``"infeasible"``, or ``"failed"`` (the solver
+        raised :class:`SolverError`; without ``return_status`` that error propagates).
 
     Returns
     -------
     W : ndarray, shape (B, d, d)
-        The solutions; the entries of infeasible trials are all zeros.
+        The solutions; the entries of infeasible (and failed) trials are all zeros.
     feasible : ndarray of bool, shape (B,)
-        False exactly for the trials whose SVM is infeasible (:class:`InfeasibleError`).
+        False exactly for the trials whose SVM is infeasible (:class:`InfeasibleError`), and,
+        with ``return_status``, for those whose solve failed: the trials with a solution.
         Use ``W[feasible]``; never treat a zero matrix as a solution.
+    status : ndarray of str, shape (B,), only if ``return_status``
     """
     X = as_float_array("X", X, ndim=4)
     B = X.shape[0]
@@ -173,15 +195,24 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False):
     d = X.shape[-1]
     W = np.zeros((B, d, d))
     feasible = np.zeros(B, dtype=bool)
+    status = np.full(B, "infeasible", dtype=object)
     for b in range(B):
         try:
-            W[b] = att_svm(X[b], Z[b], sels[b], norm=norm, solver=solver)
+            W[b], status[b] = att_svm(X[b], Z[b], sels[b], norm=norm, solver=solver,
+                                      return_status=True)
             feasible[b] = True
         except InfeasibleError:
             pass
-    if strict and not feasible.all():
-        raise InfeasibleError(f"the Att-SVM is infeasible in trials {np.flatnonzero(~feasible).tolist()}"
+        except SolverError:
+            if not return_status:
+                raise
+            status[b] = "failed"
+    if strict and np.any(status == "infeasible"):
+        raise InfeasibleError(f"the Att-SVM is infeasible in trials "
+                              f"{np.flatnonzero(status == 'infeasible').tolist()}"
                               f" of {B} (n={X.shape[1]}, T={X.shape[2]}, d={d})")
+    if return_status:
+        return W, feasible, status.astype(str)
     return W, feasible
 
 
