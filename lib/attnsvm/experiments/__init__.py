@@ -16,11 +16,13 @@ module             chapters  what
 ``joint``          11        joint training of W and the head
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``realdata``       12        offline loaders of image and text data sets
+``ntp``            15        linear NTP limits per step rule; the logit geometry of the NTP UFM
 =================  ========  =====================================================================
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata",
+            "ntp")
 
 __all__ = list(_MODULES)
 
