@@ -67,7 +67,9 @@ def ufm_geometry(P, pi, groups, run):
 
     Returns
     -------
-    dict of arrays (K, B) (``pattern_corr``: (B(B-1)/2,)), plus ``L_nuc``, ``L_fro`` (B, m, V) and
+    dict of arrays (K, B) (``pattern_corr``: (B(B-1)/2,)), plus ``L_nuc``, ``L_fro``, ``L_perp``
+    (the final orthogonal part) (B, m, V), ``sv`` (K, B, min(m, V)) (singular values of the
+    orthogonal part over the largest) and
     ``rank_nuc`` (B,), the numerical rank of :math:`L^{mm}_*`.
     """
     L = np.einsum("kbmd,kbvd->kbmv", run["H"], run["W"])
@@ -99,5 +101,6 @@ def ufm_geometry(P, pi, groups, run):
             "corr_fro": metrics.corr(Lperp, L_fro, elem_ndim=2),
             "tail": tail, "collapse": ntp.collapse_ratio(run["H"], groups),
             "gap": run["loss"] - ent, "pattern_corr": pc, "L_nuc": L_nuc, "L_fro": L_fro,
+            "L_perp": Lperp[-1],
             "rank_nuc": (s_nuc > 1e-6 * s_nuc[..., :1]).sum(-1),
             "sv": sv / sv[..., :1]}
