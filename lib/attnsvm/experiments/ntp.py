@@ -6,6 +6,7 @@ training runs that are batched over trials. The mathematics is :mod:`attnsvm.ntp
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import log_softmax
 
 from .. import metrics, ntp
 from .. import svm_geometry as SG
@@ -84,7 +85,6 @@ def ufm_geometry(P, pi, groups, run):
     data = ntp.NTPData(np.zeros(P.shape[:2] + (1,)), P, pi)
     ent = ntp.entropy(data)
     # per-context KL(p_j || softmax(L_j)) and the proved bound on the finite part
-    from scipy.special import log_softmax
     lq = log_softmax(L, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1.0)) - lq), 0.0).sum(-1)
