@@ -22,7 +22,8 @@ Two further pieces live here. A real corpus that ships with Python itself (the Z
 stored rot13-encoded in the standard-library module ``this``) turned into NTP data
 (:func:`corpus`). And the NTP unconstrained-features model (UFM), in which the context
 embeddings :math:`H` (m, d) and the word embeddings :math:`W` (V, d) are both trained, with the
-logit matrix :math:`L = HW^\top` (m, V) (:func:`ufm_objective`, :func:`train_ufm`); its logit
+logit matrix :math:`L = HW^\top` (m, V) (:class:`attnsvm.models.NTPUFM`, trained by
+:func:`train_ufm`); its logit
 geometry is read with :func:`logit_project_F`, :func:`logit_finite`, :func:`logit_svm` and
 :func:`collapse_ratio`.
 """
@@ -39,8 +40,8 @@ from .data import trial_seed
 
 __all__ = ["NTPData", "synthetic", "ce_loss", "ce_grad", "entropy", "projector_F", "train",
            "smoothness", "zen_of_python", "tokenize", "Corpus", "corpus", "pattern_synthetic",
-           "support_patterns", "logit_project_F", "logit_finite", "logit_svm", "ufm_init",
-           "ufm_objective", "train_ufm", "finite_part_bound", "collapse_ratio"]
+           "support_patterns", "logit_project_F", "logit_finite", "logit_svm", "train_ufm",
+           "finite_part_bound", "collapse_ratio"]
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,10 @@ def projector_F(data, tol=1e-10):
 
 
 def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, record_steps=None):
-    r"""Train the linear NTP decoder on every trial at once (numpy, float64).
+    r"""Train the linear NTP decoder on every trial at once (float64).
+
+    A thin wrapper over :func:`attnsvm.train.fit` with the model
+    :class:`attnsvm.models.NTPLinear` (on CPU).
 
     Parameters
     ----------
@@ -178,48 +182,35 @@ def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, recor
         :math:`\|\nabla\mathrm{CE}\|_F`; ``"adam"``: Adam with bias correction.
     steps : int; lr : float or array (B,) (one step size per trial)
     W0 : array (B, V, d), optional (default zero)
-    record_steps : array of int, optional (default 50 log-spaced steps)
+    record_steps : array of int, optional (default 50 log-spaced steps; steps outside
+        ``[0, steps]`` are ignored)
 
     Returns
     -------
     dict: ``steps`` (K,), ``iterates`` (K, B, V, d), ``ce`` (K, B).
     """
+    from .models import NTPLinear
+    from .train import fit
+
     rule = check_choice("rule", rule, ("gd", "ngd", "adam"))
     steps = check_int("steps", steps, minimum=1)
     if not data.batched:
         raise ValueError("data must be batched (a leading trials axis)")
     B, m, V = data.P.shape
-    lr = np.asarray(lr, dtype=float)
-    if lr.shape not in ((), (B,)) or not np.all(np.isfinite(lr)) or np.any(lr <= 0):
+    lr_a = np.asarray(lr, dtype=float)
+    if lr_a.shape not in ((), (B,)) or not np.all(np.isfinite(lr_a)) or np.any(lr_a <= 0):
         raise ValueError(f"lr must be a positive float or an array of {B} positive floats")
-    lr = lr.reshape(lr.shape + (1, 1)) if lr.ndim else lr
     d = data.H.shape[-1]
-    W = np.zeros((B, V, d)) if W0 is None else as_float_array("W0", W0, shape=(B, V, d)).copy()
+    init = "zeros" if W0 is None else as_float_array("W0", W0, shape=(B, V, d))
     if record_steps is None:
         record_steps = np.unique(np.round(np.logspace(0, np.log10(steps), 50)).astype(int))
-    rec = set(int(s) for s in record_steps)
-    mt = np.zeros_like(W)
-    vt = np.zeros_like(W)
-    its, ces, ks = [], [], []
-    for k in range(steps + 1):
-        if k in rec:
-            ks.append(k)
-            its.append(W.copy())
-            ces.append(ce_loss(W, data))
-        if k == steps:
-            break
-        g = ce_grad(W, data)
-        if rule == "gd":
-            W = W - lr * g
-        elif rule == "ngd":
-            n = np.linalg.norm(g, axis=(-2, -1), keepdims=True)
-            W = W - lr * g / np.where(n > 0, n, 1.0)
-        else:
-            b1, b2 = betas
-            mt = b1 * mt + (1 - b1) * g
-            vt = b2 * vt + (1 - b2) * g * g
-            W = W - lr * (mt / (1 - b1 ** (k + 1))) / (np.sqrt(vt / (1 - b2 ** (k + 1))) + eps)
-    return {"steps": np.array(ks), "iterates": np.stack(its), "ce": np.stack(ces)}
+    rec = np.unique(np.asarray(record_steps, dtype=np.int64).ravel())
+    rec = rec[(rec >= 0) & (rec <= steps)]
+    h = fit(data, model=NTPLinear(), optimizer=rule, lr=float(lr_a) if lr_a.ndim == 0 else lr_a,
+            steps=steps, init=init, record_every=rec if rec.size else "log", snapshots=True,
+            device="cpu", **(dict(betas=betas, eps=eps) if rule == "adam" else {}))
+    idx = np.searchsorted(h.steps, rec)
+    return {"steps": rec, "iterates": h.snapshots[idx], "ce": h.loss[idx]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,91 +497,44 @@ def logit_svm(P, norm="fro"):
 # The NTP unconstrained-features model
 # --------------------------------------------------------------------------------------------
 
-def ufm_init(trials, m, V, d, *, scale=1e-2, seed=0):
-    r"""Seeded Gaussian initialization of the UFM, entries :math:`N(0, \mathrm{scale}^2)`; trial
-    ``b`` draws from ``trial_seed(seed, b)`` only. Returns ``{"W": (B, V, d), "H": (B, m, d)}``."""
-    trials = check_int("trials", trials, minimum=1)
-    m, V, d = (check_int(n, v, minimum=1) for n, v in (("m", m), ("V", V), ("d", d)))
-    scale = check_positive("scale", scale)
-    seed = check_int("seed", seed, minimum=0)
-    Ws, Hs = [], []
-    for b in range(trials):
-        rng = np.random.default_rng(trial_seed(seed, b))
-        Ws.append(scale * rng.standard_normal((V, d)))
-        Hs.append(scale * rng.standard_normal((m, d)))
-    return {"W": np.stack(Ws), "H": np.stack(Hs)}
+def train_ufm(P, pi, *, d, steps, lr, init_scale=0.01, seed=0, record_steps=None):
+    r"""Gradient descent on the NTP unconstrained-features model, every trial at once (float64).
 
-
-def ufm_objective(params, batch):
-    r"""Loss and gradients of the NTP unconstrained-features model, batched over trials.
-
-    With logits :math:`L = HW^\top` (context embeddings :math:`H` (m, d), word embeddings
-    :math:`W` (V, d)) and soft labels :math:`p_j`,
-
-    .. math::
-
-        \mathcal L(W, H) = -\sum_j\pi_j\sum_z p_{jz}\log\mathrm{softmax}(L_j)_z,\qquad
-        \nabla_W = R^\top H,\quad \nabla_H = RW,\quad R_{jz} = \pi_j(\mathrm{softmax}(L_j)_z - p_{jz}).
+    A thin wrapper over :func:`attnsvm.train.fit` with the model
+    :class:`attnsvm.models.NTPUFM` (on CPU), recording both embeddings.
 
     Parameters
     ----------
-    params : dict with ``"W"`` (B, V, d) and ``"H"`` (B, m, d)
-    batch : dict with ``"P"`` (B, m, V) and ``"pi"`` (B, m), or an :class:`NTPData` (its ``P``
-        and ``pi``; its fixed embeddings are not used)
-
-    Returns
-    -------
-    loss : ndarray (B,); grads : dict with ``"W"`` and ``"H"``
-    """
-    if isinstance(batch, NTPData):
-        P, pi = batch.P, batch.pi
-    else:
-        P, pi = batch["P"], batch["pi"]
-    P = as_float_array("P", P, ndim=3)
-    pi = as_float_array("pi", pi, shape=P.shape[:2])
-    W = as_float_array("W", params["W"], shape=(P.shape[0], P.shape[2], None))
-    Hm = as_float_array("H", params["H"], shape=(P.shape[0], P.shape[1], W.shape[2]))
-    lq = log_softmax(np.einsum("bmd,bvd->bmv", Hm, W), axis=-1)
-    loss = -np.einsum("bm,bm->b", pi, np.where(P > 0, P * lq, 0.0).sum(-1))
-    R = pi[..., None] * (np.exp(lq) - P)
-    return loss, {"W": np.einsum("bmv,bmd->bvd", R, Hm), "H": np.einsum("bmv,bvd->bmd", R, W)}
-
-
-def train_ufm(P, pi, params0, *, steps, lr, record_steps=None):
-    r"""Gradient descent on the UFM, every trial at once (numpy, float64).
-
-    Parameters
-    ----------
-    P : (B, m, V); pi : (B, m); params0 : dict from :func:`ufm_init`
-    steps : int; lr : positive float
+    P : (B, m, V); pi : (B, m)
+    d : int, embedding dimension; steps : int; lr : positive float
+    init_scale : float
+        Gaussian initialization :math:`N(0, \mathrm{init\_scale}^2)` of every entry of
+        :math:`W` and :math:`H`; trial ``b`` draws from the key ``(seed, b)`` only.
     record_steps : array of int, optional (default 40 log-spaced steps)
 
     Returns
     -------
     dict: ``steps`` (K,), ``W`` (K, B, V, d), ``H`` (K, B, m, d), ``loss`` (K, B).
     """
+    from .models import NTPUFM
+    from .train import fit
+
     steps = check_int("steps", steps, minimum=1)
     lr = check_positive("lr", lr)
-    params = {k: as_float_array(k, v, ndim=3).copy() for k, v in params0.items()}
     if record_steps is None:
         record_steps = np.unique(np.round(np.logspace(0, np.log10(steps), 40)).astype(int))
-    rec = set(int(s) for s in record_steps)
-    batch = {"P": P, "pi": pi}
-    out = {"steps": [], "W": [], "H": [], "loss": []}
-    for k in range(steps + 1):
-        loss, g = ufm_objective(params, batch)
-        if not np.all(np.isfinite(loss)):
-            raise FloatingPointError(f"UFM training diverged at step {k}: lower lr (now {lr})")
-        if k in rec:
-            out["steps"].append(k)
-            out["W"].append(params["W"].copy())
-            out["H"].append(params["H"].copy())
-            out["loss"].append(loss)
-        if k == steps:
-            break
-        for n in params:
-            params[n] -= lr * g[n]
-    return {n: np.asarray(v) if n == "steps" else np.stack(v) for n, v in out.items()}
+    rec = np.unique(np.asarray(record_steps, dtype=np.int64).ravel())
+    rec = rec[(rec >= 0) & (rec <= steps)]
+    if not rec.size:
+        raise ValueError(f"record_steps must contain a step in [0, {steps}]")
+    h = fit({"P": P, "pi": pi}, model=NTPUFM(d), optimizer="gd", lr=lr, steps=steps,
+            init="random", init_scale=check_positive("init_scale", init_scale), seed=seed,
+            record_every=rec, snapshots=("W", "H"), device="cpu")
+    idx = np.searchsorted(h.steps, rec)
+    if not np.all(np.isfinite(h.loss)):
+        raise FloatingPointError(f"UFM training diverged: lower lr (now {lr})")
+    return {"steps": rec, "W": h.trajectory["W"][idx], "H": h.trajectory["H"][idx],
+            "loss": h.loss[idx]}
 
 
 def collapse_ratio(E, groups):
