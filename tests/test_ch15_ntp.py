@@ -175,3 +175,209 @@ def test_ntp_solvers_batched_equal_per_trial():
     for b in range(2):
         np.testing.assert_allclose(Ws[b], SG.ntp_finite(data.H[b], data.P[b]), atol=1e-9)
         np.testing.assert_allclose(Wm[b], SG.ntp_svm(data.H[b], data.P[b]), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# The corpus (the Zen of Python) and the unconstrained-features model (book/ch15_ntp.md, second
+# half; notebook ch15b_ntp_geometry)
+# --------------------------------------------------------------------------------------------
+
+def test_corpus_is_the_zen_and_counts_are_empirical():
+    text = ntp.zen_of_python()
+    assert "Beautiful is better than ugly." in text and "Namespaces are one honking" in text
+    c = ntp.corpus(k=1, vocab_size=20, trials=2, seed=3)
+    words = ntp.tokenize(text)
+    assert c.n_words == len(words) and len(c.vocab) == 20 and c.vocab[-1] == "<other>"
+    # brute-force recount of every context's next-token distribution
+    toks = [w if w in c.vocab else "<other>" for w in words]
+    for j, ctx in enumerate(c.contexts):
+        nxt = [toks[i + 1] for i in range(len(toks) - 1) if toks[i] == ctx]
+        expect = np.array([nxt.count(v) for v in c.vocab]) / len(nxt)
+        np.testing.assert_allclose(c.data.P[0, j], expect, atol=1e-15)
+        assert c.data.pi[0, j] == pytest.approx(len(nxt) / (len(toks) - 1))
+    j = c.contexts.index("better")
+    assert c.data.P[0, j, c.vocab.index("than")] == 1.0         # "better than" 8 times of 8
+    # trial b's embeddings depend on (seed, b) only; P and pi are shared
+    c5 = ntp.corpus(k=1, vocab_size=20, trials=5, seed=3)
+    np.testing.assert_array_equal(c.data.H, c5.data.H[:2])
+    np.testing.assert_array_equal(c5.data.P[0], c5.data.P[4])
+
+
+def test_corpus_separability_and_its_failure():
+    c = ntp.corpus(k=1, vocab_size=12, trials=1, seed=0)
+    m = len(c.contexts)
+    assert c.data.H.shape[-1] == m + 4 and np.linalg.matrix_rank(c.data.H[0]) == m   # Lemma 1
+    Wm = SG.ntp_svm(c.data.H[0], c.data.P[0])
+    Ws = SG.ntp_finite(c.data.H[0], c.data.P[0])
+    assert np.isfinite(Wm).all() and np.isfinite(Ws).all()
+    # too few dimensions: not NTP-separable, and the error names the context
+    small = ntp.corpus(k=1, vocab_size=12, d=2, trials=1, seed=0)
+    with pytest.raises(A.svm.InfeasibleError, match="context"):
+        SG.ntp_svm(small.data.H[0], small.data.P[0])
+    with pytest.raises(ValueError, match="k"):
+        ntp.corpus("two words", k=2)
+    with pytest.raises(ValueError, match="text"):
+        ntp.tokenize(3)
+
+
+def _torch_ufm_loss(W, H, P, pi):
+    import torch
+    L = torch.einsum("bmd,bvd->bmv", H, W)
+    lq = torch.log_softmax(L, dim=-1)
+    return -(pi * (torch.where(P > 0, P * lq, torch.zeros_like(lq))).sum(-1)).sum(-1)
+
+
+def test_ufm_objective_matches_autograd():
+    import torch
+    P, pi, _ = ntp.pattern_synthetic(6, 7, 2, support=3, trials=3, seed=1)
+    model = A.models.NTPUFM(5)
+    batch = model.batch({"P": P, "pi": pi})
+    rng = np.random.default_rng(2)
+    params = {"W": torch.tensor(1.3 * rng.standard_normal((3, 7, 5)), requires_grad=True),
+              "H": torch.tensor(1.3 * rng.standard_normal((3, 6, 5)), requires_grad=True)}
+    loss, g, log_scale = model.objective({k: v.detach() for k, v in params.items()}, batch)
+    assert log_scale is None
+    lt = _torch_ufm_loss(params["W"], params["H"], batch["P"], batch["pi"])
+    lt.sum().backward()
+    np.testing.assert_allclose(loss.numpy(), lt.detach().numpy(), rtol=1e-12)
+    for k in ("W", "H"):
+        np.testing.assert_allclose(g[k].numpy(), params[k].grad.numpy(), rtol=1e-10, atol=1e-14)
+    # the infimum is the entropy
+    np.testing.assert_allclose(model.L_star(batch).numpy(), ntp.entropy(ntp.NTPData(np.zeros((3, 6, 1)), P, pi)),
+                               rtol=1e-12)
+    # large logits: log-sum-exp keeps it finite
+    big = {k: 300.0 * v.detach() for k, v in params.items()}
+    lb, gb, _ = model.objective(big, batch)
+    assert torch.isfinite(lb).all() and all(torch.isfinite(v).all() for v in gb.values())
+    with pytest.raises(ValueError, match="data"):
+        model.batch(P)
+    with pytest.raises(ValueError, match="pi"):
+        model.batch({"P": P, "pi": pi[:, :3]})
+    with pytest.raises(ValueError, match="d"):
+        A.models.NTPUFM(0)
+
+
+def test_ufm_fit_trial_alone_equals_batched():
+    """fit with NTPUFM: trial b alone (its own seed key) is trial b of the batch."""
+    P, pi, _ = ntp.pattern_synthetic(5, 7, 2, support=3, trials=3, seed=4)
+    full = ntp.train_ufm(P, pi, d=6, steps=300, lr=0.5, seed=9, record_steps=[0, 300])
+    h = A.train.fit({"P": P[2], "pi": pi[2]}, model=A.models.NTPUFM(6), optimizer="gd", lr=0.5,
+                    steps=300, init="random", init_scale=0.01, seed=[(9, 2)], record_every=[0, 300],
+                    snapshots=("W", "H"), device="cpu")
+    for k in ("W", "H"):
+        np.testing.assert_allclose(h.trajectory[k][-1, 0], full[k][-1, 2], rtol=1e-12, atol=1e-15)
+    # and the fit update is plain GD: one hand-written numpy step from the recorded init
+    one = ntp.train_ufm(P, pi, d=6, steps=1, lr=0.5, seed=9, record_steps=[0, 1])
+    W0, H0 = one["W"][0], one["H"][0]
+    L = np.einsum("bmd,bvd->bmv", H0, W0)
+    q = np.exp(L - L.max(-1, keepdims=True))
+    q /= q.sum(-1, keepdims=True)
+    R = pi[..., None] * (q - P)
+    np.testing.assert_allclose(one["W"][1], W0 - 0.5 * np.einsum("bmv,bmd->bvd", R, H0), rtol=1e-12, atol=1e-16)
+    np.testing.assert_allclose(one["H"][1], H0 - 0.5 * np.einsum("bmv,bvd->bmd", R, W0), rtol=1e-12, atol=1e-16)
+
+
+def test_logit_finite_and_projection():
+    P, pi, _ = ntp.pattern_synthetic(8, 9, 3, support=4, trials=2, seed=5)
+    Ls = ntp.logit_finite(P)
+    sup = P > 0
+    for b in range(2):
+        for j in range(8):
+            S = np.flatnonzero(sup[b, j])
+            for z in S:
+                for zz in S:
+                    assert Ls[b, j, z] - Ls[b, j, zz] == pytest.approx(np.log(P[b, j, z] / P[b, j, zz]), abs=1e-12)
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((2, 2, 8, 9))
+    PX = ntp.logit_project_F(X, P)
+    np.testing.assert_allclose(ntp.logit_project_F(PX, P), PX, atol=1e-12)        # idempotent
+    np.testing.assert_allclose(ntp.logit_project_F(Ls, P), Ls, atol=1e-12)          # L* in F_L
+    # self-adjoint: <P X, Y> = <X, P Y>
+    np.testing.assert_allclose((PX * Y).sum((1, 2)), (X * ntp.logit_project_F(Y, P)).sum((1, 2)), rtol=1e-12)
+    # softmax invariance: adding a constant to a row does not move P_F L
+    np.testing.assert_allclose(ntp.logit_project_F(X + rng.standard_normal((2, 8, 1)), P), PX, atol=1e-12)
+
+
+def test_lem_ufm_finite_part_bound():
+    """lem-ufm-finite: |P_F L - L*| <= 2 log(1 + delta/(p_min - delta)), delta = sqrt(KL/2)."""
+    from scipy.special import log_softmax
+    P, pi, _ = ntp.pattern_synthetic(10, 8, 3, support=3, trials=1, seed=7)
+    P = P[0]
+    Ls, Lm = ntp.logit_finite(P), ntp.logit_svm(P, "fro")
+    rng = np.random.default_rng(3)
+    n_finite, worst = 0, 0.0
+    for trial in range(300):
+        gamma, noise = rng.uniform(0, 30), 10 ** rng.uniform(-4, 1)
+        L = Ls + gamma * Lm + noise * rng.standard_normal(P.shape) + rng.standard_normal((10, 1))
+        lq = log_softmax(L, axis=-1)
+        kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1)) - lq), 0).sum(-1)
+        bnd = ntp.finite_part_bound(kl, P)
+        err = np.abs(ntp.logit_project_F(L, P) - Ls).max(-1)
+        assert np.all(err <= bnd + 1e-12)
+        ok = np.isfinite(bnd)
+        n_finite += ok.sum()
+        worst = max(worst, float((err[ok] / bnd[ok]).max(initial=0)))
+    assert n_finite > 500            # the bound is informative on most rows
+    assert worst > 0.05              # and not vacuous: some rows come within a factor 20 of it
+    with pytest.raises(ValueError, match="gap_j"):
+        ntp.finite_part_bound(-np.ones(10), P)
+
+
+@pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
+def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
+    import cvxpy as cp
+    P, pi, g = ntp.pattern_synthetic(9, 10, 3, support=3, trials=2, seed=2, pattern_seed=4)
+    sup = P[0] > 0
+    # Frobenius: closed form equals the QP's solution
+    X = cp.Variable((9, 10))
+    cons = []
+    for j in range(9):
+        S, O = np.flatnonzero(sup[j]), np.flatnonzero(~sup[j])
+        cons += [X[j, S[1:]] == X[j, S[0]], X[j, S[0]] - X[j, O] >= 1]
+    cp.Problem(cp.Minimize(cp.sum_squares(X)), cons).solve(solver="CLARABEL")
+    np.testing.assert_allclose(ntp.logit_svm(P[0], "fro"), X.value, atol=1e-6)
+    # nuclear: the symmetrized minimizer (lem-ufm-symmetric)
+    Ln = ntp.logit_svm(P, "nuc")
+    np.testing.assert_allclose(Ln[0], Ln[1], atol=1e-6)          # depends only on the pattern
+    for k in range(3):
+        np.testing.assert_allclose(Ln[0][g == k], np.broadcast_to(Ln[0][g == k][0], (3, 10)), atol=1e-12)
+    assert np.linalg.matrix_rank(Ln[0], tol=1e-6 * np.abs(Ln[0]).max()) <= 3
+    marg = min((Ln[0, j, sup[j]].min() - Ln[0, j, ~sup[j]].max()) for j in range(9))
+    assert marg == pytest.approx(1.0, abs=1e-9)
+    cp.Problem(cp.Minimize(cp.normNuc(X)), cons).solve(solver="CLARABEL")
+    nuc = lambda M: np.linalg.svd(M, compute_uv=False).sum()
+    assert nuc(Ln[0]) <= nuc(X.value) * (1 + 1e-5)                # still a minimizer
+    assert nuc(Ln[0]) <= nuc(ntp.logit_svm(P[0], "fro")) * (1 + 1e-6)
+    with pytest.raises(ValueError, match="norm"):
+        ntp.logit_svm(P[0], "l1")
+
+
+def test_collapse_ratio_and_patterns():
+    g = np.array([0, 1, 0, 1])
+    E = np.array([[1.0, 0], [0, 1.0], [1.0, 0], [0, 1.0]])
+    assert ntp.collapse_ratio(E, g) == 0.0
+    E2 = E + np.array([[0, 0.1], [0.1, 0], [0, -0.1], [-0.1, 0]])
+    assert 0 < ntp.collapse_ratio(E2, g) < 0.5
+    with pytest.raises(ValueError, match="groups"):
+        ntp.collapse_ratio(E, np.array([0, 1, 2]))
+    P, _, labels = ntp.pattern_synthetic(7, 9, 3, trials=3, seed=0)
+    assert np.array_equal(ntp.support_patterns(P[1]), labels)
+    assert np.array_equal(P[0] > 0, P[2] > 0) and not np.allclose(P[0], P[2])
+    with pytest.raises(ValueError, match="n_patterns"):
+        ntp.pattern_synthetic(3, 9, 4)
+
+
+def test_ufm_training_reaches_the_finite_part():
+    """GD on the UFM: the loss decreases to the entropy, P_F L_t -> L* within the proved bound,
+    and the orthogonal part keeps only the support pattern (observed at this size)."""
+    from attnsvm.experiments import ntp as X
+    P, pi, g = ntp.pattern_synthetic(6, 8, 2, support=3, trials=3, seed=0)
+    run = ntp.train_ufm(P, pi, d=10, steps=20000, lr=0.25, init_scale=1e-2, seed=0,
+                        record_steps=[100, 2000, 20000])
+    geo = X.ufm_geometry(P, pi, g, run)
+    assert np.all(np.diff(geo["gap"], axis=0) < 0)
+    assert np.all(geo["bound_ok"])
+    assert np.all(geo["relerr"][-1] < geo["relerr"][0]) and np.all(geo["relerr"][-1] < 0.1)
+    assert np.all(geo["collapse"][-1] < geo["collapse"][0])
+    with pytest.raises(ValueError, match="lr"):
+        ntp.train_ufm(P, pi, d=10, steps=1, lr=0.0)

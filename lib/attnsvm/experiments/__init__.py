@@ -17,12 +17,13 @@ module             chapters  what
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``realdata``       12        offline loaders of image and text data sets
 ``geometry``       13-14     optimizer geometry: margins in other norms, Att-SVMs, their rates
+``ntp``            15        linear NTP limits per step rule; the logit geometry of the NTP UFM
 =================  ========  =====================================================================
 """
 import importlib
 
 _MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
-            "realdata", "geometry")
+            "realdata", "geometry", "ntp")
 
 __all__ = list(_MODULES)
 

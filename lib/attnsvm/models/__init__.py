@@ -65,7 +65,8 @@ Any other model trains through :func:`attnsvm.train.fit` by passing the model *o
   the true gradient of parameter ``j`` being :math:`e^{\sigma_j}` ``grads[j]``;
 * optional ``L_star(batch) -> (B,)``, the infimum (for ``polyak_star`` and ``History.excess``).
 
-Implemented: :class:`NTPLinear` (linear next-token prediction, :mod:`attnsvm.ntp`) and
+Implemented: :class:`NTPLinear` (linear next-token prediction, :mod:`attnsvm.ntp`),
+:class:`NTPUFM` (the NTP unconstrained-features model: context and word embeddings trained) and
 :class:`MarginObjective` (a margin model and a loss on a ready batch of tensors).
 
 
@@ -73,15 +74,17 @@ The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parame
 ``W``, ``K Q^T``, the prompt ``p``), :mod:`~attnsvm.models.heads` (the linear and the MLP head),
 :mod:`~attnsvm.models.attention` (:class:`AttentionClassifier`, composing one of each) and
 :mod:`~attnsvm.models.linear` (:class:`LinearClassifier`), :mod:`~attnsvm.models.objective`
-(the objective interface) and :mod:`~attnsvm.models.ntp_linear` (:class:`NTPLinear`).
+(the objective interface), :mod:`~attnsvm.models.ntp_linear` (:class:`NTPLinear`) and
+:mod:`~attnsvm.models.ntp_ufm` (:class:`NTPUFM`).
 """
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
 from .ntp_linear import NTPLinear
+from .ntp_ufm import NTPUFM
 from .objective import MarginObjective, ObjectiveModel, is_objective_model
 from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
-           "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear",
+           "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear", "NTPUFM",
            "is_objective_model"]
