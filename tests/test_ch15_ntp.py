@@ -345,7 +345,8 @@ def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
     marg = min((Ln[0, j, sup[j]].min() - Ln[0, j, ~sup[j]].max()) for j in range(9))
     assert marg == pytest.approx(1.0, abs=1e-9)
     cp.Problem(cp.Minimize(cp.normNuc(X)), cons).solve(solver="CLARABEL")
-    nuc = lambda M: np.linalg.svd(M, compute_uv=False).sum()
+    def nuc(M):
+        return np.linalg.svd(M, compute_uv=False).sum()
     assert nuc(Ln[0]) <= nuc(X.value) * (1 + 1e-5)                # still a minimizer
     assert nuc(Ln[0]) <= nuc(ntp.logit_svm(P[0], "fro")) * (1 + 1e-6)
     with pytest.raises(ValueError, match="norm"):
