@@ -16,11 +16,12 @@ module             chapters  what
 ``joint``          11        joint training of W and the head
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``realdata``       12        offline loaders of image and text data sets
+``ntpattn``        16        next-token prediction with self-attention: priority graph, graph SVM
 =================  ========  =====================================================================
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata", "ntpattn")
 
 __all__ = list(_MODULES)
 

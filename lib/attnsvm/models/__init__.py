@@ -52,12 +52,15 @@ The losses live in :mod:`attnsvm.losses`.
 The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parameterized:
 ``W``, ``K Q^T``, the prompt ``p``), :mod:`~attnsvm.models.heads` (the linear and the MLP head),
 :mod:`~attnsvm.models.attention` (:class:`AttentionClassifier`, composing one of each) and
-:mod:`~attnsvm.models.linear` (:class:`LinearClassifier`).
+:mod:`~attnsvm.models.linear` (:class:`LinearClassifier`) and
+:mod:`~attnsvm.models.ntp_attention` (:class:`SelfAttentionNTP`, next-token prediction with one
+self-attention layer).
 """
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
+from .ntp_attention import SelfAttentionNTP, ntp_attention_objective
 from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
-           "LinearHead", "MLPHead"]
+           "LinearHead", "MLPHead", "SelfAttentionNTP", "ntp_attention_objective"]
