@@ -21,7 +21,8 @@ module             chapters  what
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets", "realdata", "ntpattn")
+_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint",
+            "nets", "realdata", "ntpattn")
 
 __all__ = list(_MODULES)
 
