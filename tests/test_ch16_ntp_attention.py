@@ -13,8 +13,16 @@ import torch
 
 from attnsvm import ntp, svm
 from attnsvm.data import NTPSeqData, ntp_sequences
+from attnsvm.devices import cpu_threads
 from attnsvm.experiments.ntpattn import ntp_attention_experiment, smoothness_bound
 from attnsvm.models import SelfAttentionNTP, ntp_attention_objective
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one torch thread (several threads contend on a shared CPU)."""
+    with cpu_threads("cpu", 1):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -181,20 +189,42 @@ def test_prop_singletons_reduce_to_att_svm():
 def test_objective_gradient_autograd(data):
     model = SelfAttentionNTP()
     batch = model.batch(data)
-    params = model.init_params(data.d, [np.random.default_rng(b) for b in range(3)],
+    params = model.init_params(batch, [np.random.default_rng(b) for b in range(3)],
                                init="random", init_scale=1.0)
     W = params["W"].clone().requires_grad_(True)
     loss, g, _ = model.objective({"W": W}, batch)
     loss.sum().backward()
     torch.testing.assert_close(W.grad, g["W"], rtol=1e-10, atol=1e-12)
     # masked (L_O) gradient too
-    bO = model.batch(data, mask=ntp.top_component(data))
+    model_O = SelfAttentionNTP(mask=ntp.top_component(data))
+    bO = model_O.batch(data)
     W2 = params["W"].clone().requires_grad_(True)
-    loss, g, _ = model.objective({"W": W2}, bO)
+    loss, g, _ = model_O.objective({"W": W2}, bO)
     loss.sum().backward()
     torch.testing.assert_close(W2.grad, g["W"], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="mask"):
-        model.batch(data, mask=np.zeros(data.tokens.shape, dtype=bool))
+        SelfAttentionNTP(mask=np.zeros(data.tokens.shape, dtype=bool)).batch(data)
+    with pytest.raises(ValueError, match="data"):
+        model.batch(np.zeros((3, 4)))
+
+
+def test_fit_trains_the_model(data):
+    """fit on SelfAttentionNTP: GD equals a hand-written loop, and trial b alone equals trial b
+    in the batch."""
+    from attnsvm.train import fit
+    model = SelfAttentionNTP()
+    W0 = np.random.default_rng(0).standard_normal((3, data.d, data.d)) * 0.1
+    h = fit(data, model=model, optimizer="gd", lr=0.7, steps=50, init=W0, snapshots=True,
+            record_every=[10], device="cpu")
+    batch = model.batch(data)
+    W = torch.as_tensor(W0)
+    for _ in range(50):
+        W = W - 0.7 * model.objective({"W": W}, batch)[1]["W"]
+    np.testing.assert_allclose(h.snapshots[-1], W.numpy(), rtol=1e-12, atol=1e-14)
+    one = fit(data.trial(2), model=model, optimizer="ngd", lr=0.3, steps=30, init=W0[2],
+              device="cpu")
+    allb = fit(data, model=model, optimizer="ngd", lr=0.3, steps=30, init=W0, device="cpu")
+    np.testing.assert_allclose(one.params["W"][0], allb.params["W"][2], rtol=1e-12, atol=1e-14)
 
 
 def test_lem_convex_smooth(data):

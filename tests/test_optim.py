@@ -75,7 +75,8 @@ def test_unknown_rule():
         update("lbfgs", [torch.ones(2)], lr=0.1)
     with pytest.raises(ValueError, match="optimizer"):
         init_state("lbfgs", [])
-    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign"}
+    assert set(RULES) == {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign",
+                          "sd", "md", "prgd"}
 
 
 # ---------------------------------------------------------------- wrappers = engine
@@ -138,3 +139,75 @@ def test_polyak_wrapper_needs_loss():
         Polyak([p]).step()
     with pytest.raises(ValueError, match="lr"):
         NGD([p], lr=-1.0)
+
+
+# ---------------------------------------------------------------- the registry (Part IV rules)
+def test_steepest_rules_per_trial_and_schedule():
+    from attnsvm.optim import dual_norm, steepest_direction
+    g = _rand(3, 4, 2, seed=7)
+    g[1] *= 1e8
+    for norm in (1, 2, 3.0, "inf", "spectral"):
+        out = update("sd", [g], lr=0.1, norm=norm, batch_ndim=1)[0]
+        d = steepest_direction(g, norm)
+        torch.testing.assert_close(out, -0.1 * d)
+        # <g, d> equals the dual norm, trial by trial (the big trial does not leak)
+        torch.testing.assert_close((g * d).sum((1, 2)), dual_norm(g, norm), rtol=1e-12, atol=0)
+    U, S, Vh = torch.linalg.svd(g, full_matrices=False)
+    torch.testing.assert_close(update("sd", [g], lr=0.1, norm="spectral", batch_ndim=1)[0],
+                               -0.1 * U @ Vh)
+    st = init_state("gd", [g], decay=0.5)
+    for t in range(3):                    # eta_t = lr (t+1)^(-1/2)
+        out = update("gd", [g], st, lr=0.2, decay=0.5, batch_ndim=1)[0]
+        torch.testing.assert_close(out, -0.2 * (t + 1) ** -0.5 * g)
+
+
+def test_mirror_descent_keeps_its_dual_iterate():
+    from attnsvm.optim import mirror_map
+    w = _rand(2, 5, seed=8)
+    g = _rand(2, 5, seed=9)
+    st = init_state("md", [w], p=3.0)
+    w1 = w + update("md", [g], st, lr=0.1, p=3.0, batch_ndim=1, params=[w])[0]
+    torch.testing.assert_close(mirror_map(w1, 3.0), mirror_map(w, 3.0) - 0.1 * g)
+    torch.testing.assert_close(st["theta"][0], mirror_map(w, 3.0) - 0.1 * g)
+    with pytest.raises(ValueError, match="params"):
+        update("md", [g], st, lr=0.1, p=3.0, batch_ndim=1)
+
+
+def test_adam_without_eps_is_exact_at_any_log_scale():
+    g = [_rand(3, 4, seed=10)]
+    sig0 = torch.zeros(3, dtype=torch.float64)
+    tiny = torch.full((3,), -900.0, dtype=torch.float64)     # true gradient e^-900 g: underflows
+    s0, s1 = init_state("adam", g, eps=0.0), init_state("adam", g, eps=0.0)
+    for k in range(4):
+        gk = [g[0] * (k + 1)]
+        a = update("adam", gk, s0, lr=0.1, eps=0.0, decay=0.5, log_scale=sig0, batch_ndim=1)
+        # the same true gradients times e^-900, split differently into g~ and sigma each step
+        b = update("adam", [gk[0] * math.exp(k)], s1, lr=0.1, eps=0.0, decay=0.5,
+                   log_scale=tiny - k, batch_ndim=1)
+        torch.testing.assert_close(a[0], b[0], rtol=1e-12, atol=0)
+    assert a[0].abs().min() > 0          # a real step (the naive e^sigma g would be 0/0)
+
+
+def test_prgd_rescales_at_each_phase_start():
+    w = _rand(2, 3, seed=11)
+    g = _rand(2, 3, seed=12)
+    st = init_state("prgd", [w], period=2, growth=3.0, R0=2.0)
+    for t in range(5):
+        new = w + update("prgd", [g], st, lr=0.1, period=2, growth=3.0, R0=2.0, batch_ndim=1,
+                         params=[w])[0]
+        Rk = 2.0 * 3.0 ** (t // 2)
+        base = Rk * w / w.norm(dim=1, keepdim=True) if t % 2 == 0 else w
+        torch.testing.assert_close(new, base - 0.1 * Rk ** 0.5 * g / g.norm(dim=1, keepdim=True))
+        w = new
+
+
+def test_make_rule_validates_options():
+    from attnsvm.optim import make_rule
+    with pytest.raises(ValueError, match=r"\['norm'\]"):
+        make_rule("gd", norm=2)
+    with pytest.raises(ValueError, match="p must"):
+        make_rule("md")
+    with pytest.raises(ValueError, match="norm"):
+        make_rule("sd", norm=0.5)
+    with pytest.raises(ValueError, match="betas"):
+        make_rule("adam", betas=(0.9, 1.0))

@@ -217,3 +217,226 @@ def test_snapshots_of_named_parameters_and_explicit_record_steps():
         fit(data, model="W", steps=2, snapshots=("K",))
     with pytest.raises(ValueError, match="record_every"):
         fit(data, model="W", steps=5, record_every=[3, 2])
+
+
+# ---------------------------------------------------------------- Part IV rules in fit
+def _ref_linear(rule, X, y, w, steps, lr, decay=0.0, norm=2, p=None, normalize=False,
+                period=100, growth=2.0, R0=1.0, step_power=0.5, betas=(0.9, 0.999), eps=1e-8):
+    """Hand-written one-trial reference (numpy) of the rules on the exponential loss of a linear
+    classifier, L(w) = mean exp(-y_i w.x_i)."""
+    w = np.array(w, dtype=float)
+    theta = np.sign(w) * np.abs(w) ** (p - 1) if rule == "md" else None
+    m = v = np.zeros_like(w)
+    for t in range(steps):
+        g = -(y * np.exp(-y * (X @ w))) @ X / len(y)
+        eta = lr * (t + 1) ** (-decay)
+        if rule == "gd":
+            w = w - eta * g
+        elif rule == "sd":
+            if norm == "inf":
+                d = np.sign(g)
+            elif norm == 1:
+                k = np.argmax(np.abs(g))
+                d = np.zeros_like(g)
+                d[k] = np.sign(g[k])
+            else:
+                q = norm / (norm - 1)
+                d = np.sign(g) * np.abs(g) ** (q - 1) / np.sum(np.abs(g) ** q) ** ((q - 1) / q)
+            w = w - eta * d
+        elif rule == "md":
+            q = p / (p - 1)
+            step = g / np.sum(np.abs(g) ** q) ** (1 / q) if normalize else g
+            theta = theta - eta * step
+            w = np.sign(theta) * np.abs(theta) ** (1 / (p - 1))
+        elif rule == "prgd":
+            Rk = R0 * growth ** (t // period)
+            if t % period == 0:
+                w = Rk * w / np.linalg.norm(w)
+            w = w - eta * Rk ** step_power * g / np.linalg.norm(g)
+        elif rule == "adam":
+            b1, b2 = betas
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            w = w - eta * (m / (1 - b1 ** (t + 1))) / (np.sqrt(v / (1 - b2 ** (t + 1))) + eps)
+    return w
+
+
+PART4 = [
+    dict(optimizer="gd", lr=0.3, decay=0.5),
+    dict(optimizer="sd", norm="inf", lr=0.05),
+    dict(optimizer="sd", norm=1, lr=0.1),
+    dict(optimizer="sd", norm=3.0, lr=0.1, decay=0.3),
+    dict(optimizer="md", p=3.0, lr=0.2),
+    dict(optimizer="md", p=1.75, lr=0.1, normalize=True, decay=0.2),
+    dict(optimizer="prgd", lr=0.1, period=7, growth=1.5, R0=2.0),
+    dict(optimizer="adam", lr=0.05, eps=0.0, decay=0.5),
+    dict(optimizer="adam", lr=0.05, eps=1e-3, betas=(0.8, 0.99)),
+]
+
+
+@pytest.mark.parametrize("kw", PART4, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_part4_rules_equal_hand_reference_and_batched(kw):
+    """fit with each Part IV rule = a hand-written numpy loop (one trial), and trial b alone =
+    trial b in the batch."""
+    data = separable_data(3, n=8, d=4, seed=4)
+    w0 = np.random.default_rng(0).standard_normal((3, 4)) * 0.3
+    steps = 30
+    h = fit(data, model="linear", loss="exponential", init=w0, steps=steps, record_every=steps,
+            device="cpu", progress=False, **kw)
+    opts = {k: v for k, v in kw.items() if k != "optimizer"}
+    for b in range(3):
+        want = _ref_linear(kw["optimizer"], data.X[b], data.y[b], w0[b], steps, **opts)
+        np.testing.assert_allclose(h.w[b], want, rtol=1e-9, atol=1e-12)
+        one = fit(data.trial(b), model="linear", loss="exponential", init=w0[b], steps=steps,
+                  record_every=steps, device="cpu", progress=False, seed=[(0, b)], **kw)
+        np.testing.assert_allclose(one.w[0], h.w[b], rtol=1e-12, atol=1e-14)
+
+
+def test_part4_rules_on_attention_batched_and_spectral():
+    data = unit_data(3, n=5, T=4, d=3, seed=2)
+    W0 = np.random.default_rng(1).standard_normal((3, 3, 3)) * 0.2
+    for kw in (dict(optimizer="sd", norm="spectral", lr=0.05), dict(optimizer="md", p=3.0, lr=0.3),
+               dict(optimizer="prgd", period=5, lr=0.1)):
+        hb = fit(data, init=W0, steps=20, record_every=5, device="cpu", snapshots=True, **kw)
+        for b in range(3):
+            one = fit(data.trial(b), init=W0[b], steps=20, record_every=5, device="cpu",
+                      snapshots=True, seed=[(0, b)], **kw)
+            np.testing.assert_allclose(one.snapshots[:, 0], hb.snapshots[:, b], rtol=1e-10,
+                                       atol=1e-13)
+    # spectral steepest descent moves W by exactly lr in operator norm per step from W = 0
+    h = fit(data, optimizer="sd", norm="spectral", lr=0.05, steps=1, record_every=1, device="cpu")
+    np.testing.assert_allclose(np.linalg.norm(h.W, ord=2, axis=(1, 2)), 0.05, rtol=1e-12)
+
+
+def test_per_trial_lr_equals_separate_runs():
+    data = separable_data(3, n=8, d=4, seed=1)
+    lrs = np.array([0.05, 0.2, 0.7])
+    h = fit(data, model="linear", optimizer="gd", lr=lrs, steps=25, record_every=25, device="cpu")
+    for b in range(3):
+        one = fit(data.trial(b), model="linear", optimizer="gd", lr=float(lrs[b]), steps=25,
+                  record_every=25, device="cpu")
+        np.testing.assert_allclose(one.w[0], h.w[b], rtol=1e-12)
+    with pytest.raises(ValueError, match="lr"):
+        fit(data, model="linear", lr=np.array([0.1, 0.2]), steps=2)
+    with pytest.raises(ValueError, match="lr"):
+        fit(data, model="linear", lr=np.array([0.1, -0.2, 0.1]), steps=2)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(optimizer="gd", p=3.0), r"\['p'\]"),
+    (dict(optimizer="md"), "p must"),
+    (dict(optimizer="md", p=1.0), "p must"),
+    (dict(optimizer="sd", norm=0.5), "norm"),
+    (dict(optimizer="sd", norm="fro"), "norm"),
+    (dict(optimizer="prgd", period=0), "period"),
+    (dict(optimizer="prgd", growth=-1.0), "growth"),
+    (dict(optimizer="adam", eps=-1.0), "eps"),
+    (dict(optimizer="adam", decay=-0.5), "decay"),
+    (dict(optimizer="polyak", decay=0.5), "decay"),
+    (dict(optimizer="ngd", normalize=True), "normalize"),
+])
+def test_rule_options_validated(kw, match):
+    with pytest.raises(ValueError, match=match):
+        fit(separable_data(1), model="linear", steps=2, **kw)
+
+
+# ---------------------------------------------------------------- model objects (NTP)
+def _ntp_data(trials=3, seed=0):
+    from attnsvm import ntp
+    return ntp.synthetic(4, 6, 7, trials=trials, seed=seed)
+
+
+def test_ntp_linear_objective_matches_autograd_and_entropy():
+    from attnsvm import ntp
+    from attnsvm.models import NTPLinear
+    data = _ntp_data()
+    net = NTPLinear()
+    batch = net.batch(data)
+    W = torch.tensor(np.random.default_rng(3).standard_normal((3, 6, 7)), requires_grad=True)
+    loss, grads, ls = net.objective({"W": W}, batch)
+    assert ls is None
+    (auto,) = torch.autograd.grad(loss.sum(), [W])
+    np.testing.assert_allclose(grads["W"].detach().numpy(), auto.numpy(), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(loss.detach().numpy(), ntp.ce_loss(W.detach().numpy(), data), rtol=1e-12)
+    np.testing.assert_allclose(net.L_star(batch).numpy(), ntp.entropy(data), rtol=1e-12)
+    assert np.all(loss.detach().numpy() > net.L_star(batch).numpy())
+
+
+@pytest.mark.parametrize("kw", [dict(optimizer="gd", lr=0.5), dict(optimizer="ngd", lr=0.1),
+                                dict(optimizer="adam", lr=0.05, eps=0.0, decay=0.5),
+                                dict(optimizer="md", p=3.0, lr=0.3),
+                                dict(optimizer="polyak_star", lr=0.5),
+                                dict(optimizer="sd", norm="spectral", lr=0.05)],
+                         ids=lambda kw: kw["optimizer"])
+def test_ntp_linear_in_fit_batched_equals_one_and_hand_gd(kw):
+    from attnsvm import ntp
+    from attnsvm.models import NTPLinear
+    data = _ntp_data()
+    W0 = np.random.default_rng(5).standard_normal((3, 6, 7)) * 0.1
+    hb = fit(data, model=NTPLinear(), init=W0, steps=40, record_every=10, snapshots=True,
+             device="cpu", **kw)
+    assert hb.excess.shape == hb.loss.shape and np.all(hb.excess > 0)
+    np.testing.assert_allclose(hb.excess, hb.loss - ntp.entropy(data), rtol=1e-12)
+    for b in range(3):
+        one = fit(data.trial(b), model=NTPLinear(), init=W0[b], steps=40, record_every=10,
+                  snapshots=True, device="cpu", seed=[(0, b)], **kw)
+        np.testing.assert_allclose(one.snapshots[:, 0], hb.snapshots[:, b], rtol=1e-11, atol=1e-14)
+        np.testing.assert_allclose(one.loss[:, 0], hb.loss[:, b], rtol=1e-12)
+    if kw["optimizer"] == "gd":                      # hand-written numpy GD on ntp.ce_grad
+        W = W0.copy()
+        for _ in range(40):
+            W = W - 0.5 * ntp.ce_grad(W, data)
+        np.testing.assert_allclose(hb.W, W, rtol=1e-10, atol=1e-13)
+    if kw["optimizer"] == "polyak_star":             # the Polyak step with L* = H decreases L - L*
+        assert np.all(hb.excess[-1] < hb.excess[0])
+
+
+class _Quadratic:
+    r"""A model object written from the interface alone: f(x) = 1/2 ||A x - b||^2 per trial,
+    gradient returned in log-scaled form with sigma = log 2 (grads halved)."""
+
+    trainable = ("x",)
+
+    def __init__(self, log_scaled):
+        self.log_scaled = log_scaled
+
+    def batch(self, data, *, dtype, device):
+        return {k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in data.items()}
+
+    def init_params(self, batch, rngs, *, init, init_scale, dtype, device):
+        return {"x": torch.zeros(batch["A"].shape[::2], dtype=dtype, device=device)}
+
+    def objective(self, params, batch):
+        r = torch.einsum("bij,bj->bi", batch["A"], params["x"]) - batch["b"]
+        g = torch.einsum("bij,bi->bj", batch["A"], r)
+        loss = 0.5 * (r * r).sum(-1)
+        if self.log_scaled:
+            return loss, {"x": g / 2}, {"x": torch.full_like(loss, np.log(2.0))}
+        return loss, {"x": g}, None
+
+
+def test_model_object_interface_log_scales_and_validation():
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((2, 5, 3)) / 3
+    data = {"A": A, "b": rng.standard_normal((2, 5))}
+    for kw in (dict(optimizer="gd"), dict(optimizer="ngd"), dict(optimizer="adam", eps=1e-3),
+               dict(optimizer="md", p=3.0), dict(optimizer="prgd", period=4)):
+        a = fit(data, model=_Quadratic(False), steps=30, record_every=30, device="cpu", **kw)
+        b = fit(data, model=_Quadratic(True), steps=30, record_every=30, device="cpu", **kw)
+        np.testing.assert_allclose(a.params["x"], b.params["x"], rtol=1e-10, atol=1e-13)
+        assert a.excess is None and a.margin is None
+    h = fit(data, model=_Quadratic(False), optimizer="gd", lr=1.0, steps=3000, record_every=3000,
+            device="cpu")
+    want = np.stack([np.linalg.lstsq(A[b], data["b"][b], rcond=None)[0] for b in range(2)])
+    np.testing.assert_allclose(h.params["x"], want, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="loss"):
+        fit(data, model=_Quadratic(False), loss="logistic", steps=2)
+    with pytest.raises(ValueError, match="mini-batches"):
+        fit(data, model=_Quadratic(False), optimizer="sgd", steps=2)
+    with pytest.raises(ValueError, match="L_star"):
+        fit(data, model=_Quadratic(False), optimizer="polyak_star", steps=2)
+    with pytest.raises(ValueError, match="model"):
+        fit(data, model=object(), steps=2)
+    from attnsvm.models import NTPLinear
+    with pytest.raises(ValueError, match="NTPData"):
+        fit(data, model=NTPLinear(), steps=2)

@@ -29,7 +29,8 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import trial_seed
 
 __all__ = ["NTPData", "synthetic", "ce_loss", "ce_grad", "entropy", "projector_F", "train",
-           "smoothness", "priority_graph", "priority_components", "top_component"]
+           "smoothness",
+           "priority_graph", "priority_components", "top_component"]
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,10 @@ def projector_F(data, tol=1e-10):
 
 
 def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, record_steps=None):
-    r"""Train the linear NTP decoder on every trial at once (numpy, float64).
+    r"""Train the linear NTP decoder on every trial at once (float64).
+
+    A thin wrapper over :func:`attnsvm.train.fit` with the model
+    :class:`attnsvm.models.NTPLinear` (on CPU).
 
     Parameters
     ----------
@@ -167,48 +171,35 @@ def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, recor
         :math:`\|\nabla\mathrm{CE}\|_F`; ``"adam"``: Adam with bias correction.
     steps : int; lr : float or array (B,) (one step size per trial)
     W0 : array (B, V, d), optional (default zero)
-    record_steps : array of int, optional (default 50 log-spaced steps)
+    record_steps : array of int, optional (default 50 log-spaced steps; steps outside
+        ``[0, steps]`` are ignored)
 
     Returns
     -------
     dict: ``steps`` (K,), ``iterates`` (K, B, V, d), ``ce`` (K, B).
     """
+    from .models import NTPLinear
+    from .train import fit
+
     rule = check_choice("rule", rule, ("gd", "ngd", "adam"))
     steps = check_int("steps", steps, minimum=1)
     if not data.batched:
         raise ValueError("data must be batched (a leading trials axis)")
     B, m, V = data.P.shape
-    lr = np.asarray(lr, dtype=float)
-    if lr.shape not in ((), (B,)) or not np.all(np.isfinite(lr)) or np.any(lr <= 0):
+    lr_a = np.asarray(lr, dtype=float)
+    if lr_a.shape not in ((), (B,)) or not np.all(np.isfinite(lr_a)) or np.any(lr_a <= 0):
         raise ValueError(f"lr must be a positive float or an array of {B} positive floats")
-    lr = lr.reshape(lr.shape + (1, 1)) if lr.ndim else lr
     d = data.H.shape[-1]
-    W = np.zeros((B, V, d)) if W0 is None else as_float_array("W0", W0, shape=(B, V, d)).copy()
+    init = "zeros" if W0 is None else as_float_array("W0", W0, shape=(B, V, d))
     if record_steps is None:
         record_steps = np.unique(np.round(np.logspace(0, np.log10(steps), 50)).astype(int))
-    rec = set(int(s) for s in record_steps)
-    mt = np.zeros_like(W)
-    vt = np.zeros_like(W)
-    its, ces, ks = [], [], []
-    for k in range(steps + 1):
-        if k in rec:
-            ks.append(k)
-            its.append(W.copy())
-            ces.append(ce_loss(W, data))
-        if k == steps:
-            break
-        g = ce_grad(W, data)
-        if rule == "gd":
-            W = W - lr * g
-        elif rule == "ngd":
-            n = np.linalg.norm(g, axis=(-2, -1), keepdims=True)
-            W = W - lr * g / np.where(n > 0, n, 1.0)
-        else:
-            b1, b2 = betas
-            mt = b1 * mt + (1 - b1) * g
-            vt = b2 * vt + (1 - b2) * g * g
-            W = W - lr * (mt / (1 - b1 ** (k + 1))) / (np.sqrt(vt / (1 - b2 ** (k + 1))) + eps)
-    return {"steps": np.array(ks), "iterates": np.stack(its), "ce": np.stack(ces)}
+    rec = np.unique(np.asarray(record_steps, dtype=np.int64).ravel())
+    rec = rec[(rec >= 0) & (rec <= steps)]
+    h = fit(data, model=NTPLinear(), optimizer=rule, lr=float(lr_a) if lr_a.ndim == 0 else lr_a,
+            steps=steps, init=init, record_every=rec if rec.size else "log", snapshots=True,
+            device="cpu", **(dict(betas=betas, eps=eps) if rule == "adam" else {}))
+    idx = np.searchsorted(h.steps, rec)
+    return {"steps": rec, "iterates": h.snapshots[idx], "ce": h.loss[idx]}
 
 
 # ----------------------------------------------------------------------------- self-attention NTP

@@ -34,8 +34,8 @@ import torch
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
 from .losses import get_loss, log_mean_loss
-from .models import AttentionClassifier, LinearClassifier
-from .optim import init_state, update
+from .models import AttentionClassifier, LinearClassifier, is_objective_model
+from .optim import RULES, make_rule, update
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
@@ -49,6 +49,9 @@ OPTIMIZERS = {
     "polyak_star": ("polyak_star", False, 1.0),
     "adam": ("adam", False, 0.01),
     "sign": ("sign", False, 0.01),
+    "sd": ("sd", False, 0.1),
+    "md": ("md", False, 0.1),
+    "prgd": ("prgd", False, 0.1),
     "sgd": ("gd", True, 0.1),
     "sngd": ("ngd", True, 0.1),
     "sps": ("polyak", True, 1.0),
@@ -111,6 +114,8 @@ class History:
         :math:`\\arg\\max_t` of the attention scores of each sequence.
     margin : (K, B) or None
         Linear model: normalized margin :math:`\\min_i y_i w^\\top x_i / \\|w\\|`.
+    excess : (K, B) or None
+        A model object with ``L_star``: the excess loss :math:`L - L^\\star`.
     opt : (B, n) int or None
         The optimal tokens used for ``opt_mass`` at initialization.
     params : dict name -> ndarray
@@ -131,6 +136,7 @@ class History:
     opt_mass: np.ndarray | None = None
     selected: np.ndarray | None = None
     margin: np.ndarray | None = None
+    excess: np.ndarray | None = None
     opt: np.ndarray | None = None
     params: dict = field(default_factory=dict)
     snapshots: np.ndarray | None = None
@@ -157,13 +163,13 @@ class History:
         """The recorded (K, B) series ``name``: a metric field or a key of :attr:`corr`."""
         if name in self.corr:
             return self.corr[name]
-        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected"):
+        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected", "excess"):
             val = getattr(self, name)
             if val is None:
                 raise ValueError(f"{name!r} was not recorded for this model")
             return val
         raise ValueError(f"name must be a metric ('loss', 'log_loss', 'norm', 'opt_mass', "
-                         f"'margin', 'selected') or a corr key {sorted(self.corr)}, got {name!r}")
+                         f"'margin', 'selected', 'excess') or a corr key {sorted(self.corr)}, got {name!r}")
 
     def final(self, name):
         """The last record of ``name`` (one value per trial)."""
@@ -245,10 +251,13 @@ def _log_excess_logistic(a, G):
 
 
 # ----------------------------------------------------------------------------- configuration
+#: the options of the step rules (:data:`attnsvm.optim.RULES`), None = the rule's default
+RULE_OPTIONS = ("norm", "p", "normalize", "decay", "period", "growth", "R0", "step_power")
+
 _ARGS = ("model", "m", "head", "width", "train_v", "loss", "optimizer", "lr", "eta_max", "L_star",
-         "betas", "eps", "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt",
-         "record_every", "n_records", "snapshots", "seed", "device", "dtype", "progress",
-         "num_threads")
+         "betas", "eps") + RULE_OPTIONS + (
+    "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt", "record_every",
+    "n_records", "snapshots", "seed", "device", "dtype", "progress", "num_threads")
 
 
 @dataclass
@@ -262,18 +271,26 @@ class FitConfig:
     arguments ``kw``.
     """
 
-    model: str = "W"
+    model: object = "W"
     m: int | None = None
     head: str = "linear"
     width: int | None = None
     train_v: bool = False
-    loss: str = "logistic"
+    loss: str | None = None
     optimizer: str = "gd"
-    lr: float | None = None
+    lr: object = None
     eta_max: float | None = None
     L_star: float | None = None
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
+    norm: object = None
+    p: float | None = None
+    normalize: bool | None = None
+    decay: float | None = None
+    period: int | None = None
+    growth: float | None = None
+    R0: float | None = None
+    step_power: float | None = None
     steps: int = 2000
     batch_size: int | None = None
     penalty: float = 0.0
@@ -291,6 +308,10 @@ class FitConfig:
     num_threads: int | None = None
     # derived by build()
     rule: str = field(default="", repr=False)
+    rule_obj: object = field(default=None, repr=False)
+    objective: bool = field(default=False, repr=False)
+    trials: int = field(default=0, repr=False)
+    obj_batch: dict | None = field(default=None, repr=False)
     stochastic: bool = field(default=False, repr=False)
     lossobj: object = field(default=None, repr=False)
     dev: object = field(default=None, repr=False)
@@ -319,12 +340,16 @@ class FitConfig:
         return dict(dtype=self.dtype, device=self.dev)
 
     def _validate(self, data):
-        check_choice("model", self.model, ("W", "KQ", "prompt", "linear"))
+        self.objective = is_objective_model(self.model)
+        if not self.objective:
+            if not isinstance(self.model, str) or self.model not in ("W", "KQ", "prompt", "linear"):
+                raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
+                                 f"object with objective() (attnsvm.models.ObjectiveModel), "
+                                 f"got {self.model!r}")
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         optimizer = self.optimizer
         self.rule, self.stochastic, lr_default = OPTIMIZERS[optimizer]
         rule = self.rule
-        self.lr = lr_default if self.lr is None else check_positive("lr", self.lr)
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -334,23 +359,90 @@ class FitConfig:
             if rule != "polyak_star":
                 raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
             self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
+        if self.objective:
+            self._validate_objective(data)
+        else:
+            self._validate_margin(data)
+        self.lr = self._check_lr(lr_default)
+        self.steps = check_int("steps", self.steps, minimum=1)
+        opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
+        if rule == "adam":
+            opts.update(betas=self.betas, eps=self.eps)
+        self.rule_obj = make_rule(rule, **opts)       # ValueError naming a bad or foreign option
+        if self.dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
+        self.dev = resolve_device(self.device)
+        self.grid = record_grid(self.steps, self.record_every, self.n_records)
+        if self.progress is None:
+            self.progress = self.steps >= 20000 and sys.stderr.isatty()
+        if self.init_scale is not None:
+            self.init_scale = check_positive("init_scale", self.init_scale)
+        self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
+        self.refs = {} if self.refs is None else dict(self.refs)
+        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        if self.objective:
+            self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
+            if not self.obj_batch:
+                raise ValueError("the model's batch(data) returned no tensors")
+            self.trials = int(next(iter(self.obj_batch.values())).shape[0])
+            self._check_lr_trials()
+
+    def _check_lr(self, default):
+        """``lr``: a positive float, or one positive step size per trial (array (B,))."""
+        if self.lr is None:
+            return default
+        if isinstance(self.lr, (numbers.Real, np.number)) and not isinstance(self.lr, bool):
+            return check_positive("lr", self.lr)
+        a = as_float_array("lr", self.lr, ndim=1)
+        if np.any(a <= 0):
+            raise ValueError("lr must be positive (a float or one positive step size per trial)")
+        return a
+
+    def _check_lr_trials(self):
+        if isinstance(self.lr, np.ndarray) and self.lr.shape != (self.trials,):
+            raise ValueError(f"lr as an array must have one step size per trial ({self.trials}), "
+                             f"got shape {self.lr.shape}")
+
+    def lr_value(self):
+        """The step size as the rules take it: a float or a (B,) tensor."""
+        return torch.as_tensor(self.lr, **self.kw) if isinstance(self.lr, np.ndarray) else self.lr
+
+    def _validate_objective(self, data):
+        net = self.model
+        for attr in ("trainable", "batch", "init_params"):
+            if not hasattr(net, attr):
+                raise ValueError(f"model object {type(net).__name__} lacks {attr!r} (see "
+                                 f"attnsvm.models.ObjectiveModel)")
+        foreign = [k for k, v, d in (("m", self.m, None), ("head", self.head, "linear"),
+                                     ("width", self.width, None), ("train_v", self.train_v, False),
+                                     ("loss", self.loss, None), ("batch_size", self.batch_size, None),
+                                     ("opt", self.opt, None)) if v != d]
+        if self.penalty:
+            foreign.append("penalty")
+        if foreign:
+            raise ValueError(f"{foreign} do not apply to a model object (its objective defines the "
+                             f"loss; no mini-batches)")
+        if self.stochastic:
+            raise ValueError(f"optimizer={self.optimizer!r} needs mini-batches, which a model "
+                             f"object does not support")
+        if self.rule == "polyak_star" and self.L_star is None and not hasattr(net, "L_star"):
+            raise ValueError(f"optimizer='polyak_star' needs L_star= or a model with L_star(batch); "
+                             f"{type(net).__name__} has none")
+        self.net = net
+
+    def _validate_margin(self, data):
+        rule, optimizer = self.rule, self.optimizer
+        if self.loss is None:
+            self.loss = "logistic"
         if rule == "polyak_star" and self.L_star is None and (
                 self.model not in ("W", "KQ", "prompt") or self.head != "linear" or self.train_v
                 or self.loss != "logistic"):
             raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
                              "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
-        self.steps = check_int("steps", self.steps, minimum=1)
         self.lossobj = get_loss(self.loss)
         if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
             raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
                              f"{optimizer!r}) needs a nonnegative loss")
-        if rule == "adam":
-            if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-                raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-            self.eps = check_positive("eps", self.eps)
-        if self.dtype not in (torch.float64, torch.float32):
-            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
-        self.dev = resolve_device(self.device)
         if self.model == "linear":
             if not isinstance(data, LinearData):
                 raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
@@ -363,6 +455,7 @@ class FitConfig:
                                  f"got {type(data).__name__}")
             self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
                                            train_v=self.train_v)
+        self.trials = data.trials
         n = data.n
         if self.stochastic and self.batch_size is None:
             raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
@@ -372,31 +465,28 @@ class FitConfig:
                 raise ValueError(f"batch_size must be <= n = {n}, got {self.batch_size}")
             if self.batch_size == n:
                 self.batch_size = None
-        self.grid = record_grid(self.steps, self.record_every, self.n_records)
-        if self.progress is None:
-            self.progress = self.steps >= 20000 and sys.stderr.isatty()
         if self.init is None:
             self.init = "random" if self.model == "KQ" else "zeros"
-        if self.init_scale is not None:
-            self.init_scale = check_positive("init_scale", self.init_scale)
-        self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
-        self.refs = {} if self.refs is None else dict(self.refs)
         if self.opt is not None and self.model == "linear":
             raise ValueError("opt does not apply to model='linear'")
-        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        self._check_lr_trials()
 
     def as_dict(self, trials):
         """The resolved arguments, as recorded in :attr:`History.config`."""
-        return dict(model=self.model, m=self.m, head=self.head, width=self.width,
-                    train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=self.lr,
+        opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
+        lr = self.lr.tolist() if isinstance(self.lr, np.ndarray) else self.lr
+        model = self.model if isinstance(self.model, str) else type(self.model).__name__
+        init = self.init if isinstance(self.init, str) or self.init is None else "array"
+        return dict(model=model, m=self.m, head=self.head, width=self.width,
+                    train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=lr,
                     eta_max=self.eta_max, steps=self.steps, batch_size=self.batch_size,
-                    penalty=self.penalty,
-                    init=self.init if isinstance(self.init, str) else "array",
-                    init_scale=self.init_scale, seed=self.seed, device=str(self.dev),
-                    dtype=str(self.dtype), trials=trials)
+                    penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
+                    device=str(self.dev), dtype=str(self.dtype), trials=trials, **opts)
 
 
 def _main_name(model):
+    if not isinstance(model, str):
+        return getattr(model, "main", model.trainable[0])
     return {"W": "W", "KQ": "W", "prompt": "p", "linear": "w"}[model]
 
 
@@ -527,9 +617,8 @@ class _FiniteGuard:
                                      f"try a smaller lr", trial=b, step=k)
         self.first = upto
 
-    def check_final(self, net, params, full, steps):
-        """Check the final iterate itself."""
-        u, _ = net.forward(params, full)
+    def check_final(self, u, steps):
+        """Check the final iterate itself (``u``: its margins (B,n), or losses (B,1))."""
         torch.sum(u, -1, out=self.buf[0])
         self.first = steps
         self.check(steps + 1)
@@ -544,10 +633,12 @@ class _Step:
     def __init__(self, cfg, net, full, params, keys32, n):
         self.cfg, self.net, self.full = cfg, net, full
         self.trainable = net.trainable
-        self.state = init_state(cfg.rule, [params[k] for k in self.trainable])
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.lr = cfg.lr_value()
         self.keys32, self.n = keys32, n
         self.ar_n = torch.arange(n, device=cfg.dev)
-        self.want_log_loss = cfg.rule in ("polyak", "polyak_star")
+        self.want_log_loss = self.rule.needs_log_loss
         self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
         self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
 
@@ -573,9 +664,10 @@ class _Step:
                                              batch["G"] * batch["y"][..., None])
                         if cfg.L_star is None else
                         torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
-        deltas = update(cfg.rule, [grads[name] for name in trainable], self.state, lr=cfg.lr,
+        deltas = update(self.rule, [grads[name] for name in trainable], self.state, lr=self.lr,
                         log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
-                        eta_max=cfg.eta_max, betas=cfg.betas, eps=cfg.eps, batch_ndim=1)
+                        eta_max=cfg.eta_max, batch_ndim=1,
+                        params=[params[name] for name in trainable])
         for name, dl in zip(trainable, deltas):
             params[name] = params[name] + dl
         return u
@@ -615,20 +707,25 @@ def _tensors(cfg, data):
 
 
 # ----------------------------------------------------------------------------- fit
-def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss="logistic",
-        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8, steps=2000,
-        batch_size=None, penalty=0.0, init=None, init_scale=None, refs=None, opt=None, record_every="log",
+def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss=None,
+        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8,
+        norm=None, p=None, normalize=None, decay=None, period=None, growth=None, R0=None,
+        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None, refs=None, opt=None, record_every="log",
         n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
         progress=None, num_threads=None):
     r"""Train ``B`` independent trials of a model at once and record their trajectories.
 
     Parameters
     ----------
-    data : AttnData or LinearData
+    data : AttnData, LinearData, or what a model object takes
         With or without a leading trials axis (without it, ``B = 1``).
-    model : {"W", "KQ", "prompt", "linear"}
+    model : {"W", "KQ", "prompt", "linear"} or a model object
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
-        linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`).
+        linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
+        its own objective (the interface of :mod:`attnsvm.models.objective`, e.g.
+        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.ntp.NTPData`): its ``batch(data)``
+        reads ``data``; ``m``, ``head``, ``width``, ``train_v``, ``loss``, ``batch_size``,
+        ``penalty`` and ``opt`` do not apply; ``init`` defaults to the model's choice.
     m : int, optional
         Inner dimension of K, Q (default d).
     head : {"linear", "mlp"}
@@ -636,13 +733,14 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
         :math:`c^\top\mathrm{relu}(Uh)` of hidden size ``width`` (default 2d).
     train_v : bool
         Train the head jointly with the attention (``v``, or ``U`` and ``c``).
-    loss : {"logistic", "exponential", "correlation"}
-    optimizer : {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sgd", "sngd", "sps"}
+    loss : {"logistic", "exponential", "correlation"}, optional
+        Default "logistic" (margin models only).
+    optimizer : {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md", "prgd", "sgd", "sngd", "sps"}
         Step rule (:mod:`attnsvm.optim`); "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on
         mini-batches and need ``batch_size``; every other rule also accepts ``batch_size``.
-    lr : float, optional
-        Step size :math:`\eta` (> 0). Default 0.1 (gd, ngd, ngd_param, sgd, sngd), 1.0 (the
-        Polyak multiplier: polyak, sps), 0.01 (adam, sign).
+    lr : float or array (B,), optional
+        Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
+        prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
     eta_max : float, optional
         Cap on the Polyak step size (polyak, polyak_star, sps only).
     L_star : float, optional
@@ -653,7 +751,21 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
         :math:`L - L^\star` evaluated exactly from the attention weights (no cancellation).
         A float uses :math:`L - L^\star` as computed, which loses all accuracy once
         :math:`L - L^\star \lesssim 10^{-16} L` (the step is then 0 where it is not positive).
-    betas, eps : Adam's constants.
+    betas, eps : Adam's constants (``eps=0``: Adam without its stability constant, exact in the
+        log-scaled form).
+    norm : 2, "inf", 1, real p >= 1 or "spectral"
+        ``sd`` only: the norm of steepest descent (default 2).
+    p : float > 1
+        ``md`` only (required): the potential :math:`\frac1p\|w\|_p^p` of mirror descent.
+    normalize : bool
+        ``md`` only: divide the gradient by its dual norm :math:`\|g\|_{p/(p-1)}`.
+    decay : float >= 0
+        The step schedule :math:`\eta_t = \eta\,(t+1)^{-\mathrm{decay}}` (every rule but the
+        Polyak ones; default 0).
+    period, growth, R0, step_power
+        ``prgd`` only: phase length (100), radius growth factor (2), first radius (1) and step
+        exponent (1/2) of progressive rescaling (:mod:`attnsvm.optim`).
+        An option given to a rule that does not take it raises ValueError naming it.
     steps : int
         Number of updates (>= 1).
     batch_size : int, optional
@@ -709,7 +821,8 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     cfg = FitConfig.build(
         data, model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
         optimizer=optimizer, lr=lr, eta_max=eta_max, L_star=L_star, betas=betas, eps=eps,
-        steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
+        norm=norm, p=p, normalize=normalize, decay=decay, period=period, growth=growth, R0=R0,
+        step_power=step_power, steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
         refs=refs, opt=opt, record_every=record_every, n_records=n_records, snapshots=snapshots,
         seed=seed, device=device, dtype=dtype, progress=progress, num_threads=num_threads)
     return run(cfg, data)
@@ -717,24 +830,35 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
 
 def run(cfg, data):
     """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
-    net, steps, dev = cfg.net, cfg.steps, cfg.dev
+    if cfg.objective:
+        return _run_objective(cfg)
+    net, dev = cfg.net, cfg.dev
     B, d, n = data.trials, data.d, data.n
     full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
     record = _Recorder(cfg, net, full, B, ref_t, opt_t)
-    guard = _FiniteGuard(B, cfg.kw)
     step = _Step(cfg, net, full, params, keys32, n)
+    Tn = data.T if cfg.model != "linear" else 1
+    small = B * n * Tn * max(Tn, d) < 2 ** 18
+    _loop(cfg, B, params, record, step, lambda: net.forward(params, full)[0], small)
+    return record.history(params, B)
 
+
+def _loop(cfg, B, params, record, step, final_u, small):
+    """The step loop shared by both kinds of model: records on the grid, the finite guard, the
+    progress bar and the thread setting (``small``: 1 CPU thread unless ``num_threads``)."""
+    steps, dev = cfg.steps, cfg.dev
+    guard = _FiniteGuard(B, cfg.kw)
     is_rec = np.zeros(steps + 1, dtype=bool)
     is_rec[cfg.grid] = True
     pbar = None
     if cfg.progress:
         from tqdm.auto import tqdm
-        pbar = tqdm(total=steps, desc=f"fit {cfg.model}/{cfg.optimizer} B={B}", leave=False)
+        name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
+        pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
     tick = max(1, steps // 200)
     old_threads = torch.get_num_threads()
-    Tn = data.T if cfg.model != "linear" else 1
     num_threads = cfg.num_threads
-    if num_threads is None and dev.type == "cpu" and B * n * Tn * max(Tn, d) < 2 ** 18:
+    if num_threads is None and dev.type == "cpu" and small:
         num_threads = 1          # tiny tensors: intra-op threading is pure overhead
     try:
         if num_threads is not None and dev.type == "cpu":
@@ -749,9 +873,108 @@ def run(cfg, data):
                         record(params)
                 if pbar is not None and (k + 1) % tick == 0:
                     pbar.update(tick)
-            guard.check_final(net, params, full, steps)
+            guard.check_final(final_u(), steps)
     finally:
         torch.set_num_threads(old_threads)
         if pbar is not None:
             pbar.close()
+
+
+# ----------------------------------------------------------------------------- model objects
+def _evaluate(net, params, batch):
+    """``net.objective`` as ``(loss (B,), grads, log_scale dict or None, log_loss (B,))``."""
+    out = net.objective(params, batch)
+    if not isinstance(out, tuple) or len(out) not in (3, 4):
+        raise ValueError(f"{type(net).__name__}.objective must return (loss, grads, log_scale"
+                         f"[, log_loss]), got {type(out).__name__}")
+    loss, grads, ls = out[:3]
+    log_loss = out[3] if len(out) == 4 and out[3] is not None else torch.log(loss)
+    return loss, grads, ls, log_loss
+
+
+class _ObjectiveStep:
+    """One update of every trial of a model object: its objective, the loss (or excess loss)
+    the Polyak rules need, and the rule's increment."""
+
+    def __init__(self, cfg, net, batch, params):
+        self.cfg, self.net, self.batch = cfg, net, batch
+        self.trainable = tuple(net.trainable)
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.lr = cfg.lr_value()
+        self.L_star = None
+        if cfg.rule == "polyak_star":
+            self.L_star = (net.L_star(batch) if cfg.L_star is None
+                           else torch.full((cfg.trials,), cfg.L_star, **cfg.kw))
+
+    def __call__(self, params, k):
+        loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
+        if self.L_star is not None:
+            log_loss = torch.log(torch.clamp(loss - self.L_star, min=0.0))
+        names = self.trainable
+        deltas = update(self.rule, [grads[n] for n in names], self.state, lr=self.lr,
+                        log_scale=[None if ls is None else ls[n] for n in names],
+                        log_loss=log_loss, eta_max=self.cfg.eta_max, batch_ndim=1,
+                        params=[params[n] for n in names])
+        for n, dl in zip(names, deltas):
+            params[n] = params[n] + dl
+        return loss.unsqueeze(-1)
+
+
+class _ObjectiveRecorder:
+    r"""Records of a model object: its loss and log-loss, the excess :math:`L - L^\star` (when
+    the model has ``L_star``), the norm and correlations of the main parameter, snapshots."""
+
+    def __init__(self, cfg, net, batch, ref_t):
+        self.cfg, self.net, self.batch, self.ref_t = cfg, net, batch, ref_t
+        self.main = _main_name(net)
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
+        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
+        self.rec = {"loss": [], "log_loss": [], "norm": [], "excess": []}
+        self.corr = {name: [] for name in ref_t}
+        self.snap = {name: [] for name in cfg.snapshots}
+
+    def __call__(self, params):
+        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
+        self.rec["loss"].append(loss)
+        self.rec["log_loss"].append(log_loss)
+        if self.L_star is not None:
+            self.rec["excess"].append(loss - self.L_star)
+        M = params[self.main]
+        nrm = M.flatten(1).norm(dim=1)
+        self.rec["norm"].append(nrm)
+        for name, R in self.ref_t.items():
+            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        for name in self.snap:
+            self.snap[name].append(params[name].clone())
+
+    def history(self, params, B):
+        def stack(lst):
+            return torch.stack(lst).cpu().numpy() if lst else None
+
+        traj = {name: stack(v) for name, v in self.snap.items()}
+        return History(
+            steps=self.cfg.grid, loss=stack(self.rec["loss"]), log_loss=stack(self.rec["log_loss"]),
+            norm=stack(self.rec["norm"]), corr={n: stack(v) for n, v in self.corr.items()},
+            excess=stack(self.rec["excess"]),
+            params={k: p.cpu().numpy() for k, p in params.items()},
+            snapshots=traj.get(self.main), trajectory=traj, config=self.cfg.as_dict(B))
+
+
+def _run_objective(cfg):
+    """:func:`run` for a model object (the objective interface of :mod:`attnsvm.models`)."""
+    net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
+    rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
+    params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale, **cfg.kw))
+    missing = [k for k in net.trainable if k not in params]
+    if missing:
+        raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
+    main = _main_name(net)
+    shape = tuple(params[main].shape[1:])
+    ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
+    record = _ObjectiveRecorder(cfg, net, batch, ref_t)
+    step = _ObjectiveStep(cfg, net, batch, params)
+    small = sum(v.numel() for v in batch.values()) < 2 ** 18
+    _loop(cfg, B, params, record, step,
+          lambda: _evaluate(net, params, batch)[0].unsqueeze(-1), small)
     return record.history(params, B)

@@ -27,8 +27,9 @@ from .. import data as _data
 from .. import metrics as _metrics
 from .. import ntp as _ntp
 from .. import svm as _svm
-from ..devices import cpu_threads, resolve_device
-from ..models import SelfAttentionNTP, ntp_attention_objective
+from .. import train as _train
+from ..devices import cpu_threads
+from ..models import SelfAttentionNTP
 from ..train import record_grid
 
 __all__ = ["NTPAttentionRun", "ntp_attention_experiment", "smoothness_bound"]
@@ -102,37 +103,28 @@ class NTPAttentionRun:
         return out
 
 
-def _descend(model, params, batch, *, rule, lr, steps, record, on_record):
-    """GD / NGD on the model's own objective (the engine's dispatch for models with their own
-    objective replaces this loop)."""
-    W = params["W"]
-    for k in range(steps + 1):
-        if k in record:
-            on_record(k, W)
-        if k == steps:
-            break
-        _, g, _ = model.objective({"W": W}, batch)
-        g = g["W"]
-        if rule == "ngd":
-            n = g.flatten(1).norm(dim=1).clamp_min(1e-300)[:, None, None]
-            g = g / n
-        W = W - lr * g
-    return W
-
-
 def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
                              embedding="orthonormal", trials=8, steps=20000, lr=None,
                              lr_ngd=0.2, init_scale=0.01, n_records=40, seed=0,
                              device="auto"):
-    r"""Train one self-attention layer by next-token prediction with GD (step ``lr``, default
+    r"""Train one self-attention layer by next-token prediction (:func:`attnsvm.train.fit` on
+    :class:`attnsvm.models.SelfAttentionNTP`, all trials at once) with GD (step ``lr``, default
     :math:`1/L` with :math:`L` of :func:`smoothness_bound`) and NGD (step ``lr_ngd``), each for
-    ``steps`` steps, from :math:`W_0 \sim N(0, \mathrm{init\_scale}^2)`
-    entrywise, on ``trials`` data sets of :func:`attnsvm.data.ntp_sequences`.
+    ``steps`` steps, from :math:`W_0 \sim N(0, \mathrm{init\_scale}^2)` entrywise (fit's
+    per-trial initialization streams), on ``trials`` data sets of
+    :func:`attnsvm.data.ntp_sequences`.
 
     Returns
     -------
     NTPAttentionRun
     """
+    with cpu_threads("cpu", 1):         # tiny tensors on the CPU: one thread (fit sets its own)
+        return _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ngd,
+                           init_scale, n_records, seed, device)
+
+
+def _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ngd, init_scale,
+                n_records, seed, device):
     data = _data.ntp_sequences(n, K, T, d, queries=queries, levels=levels, embedding=embedding,
                                trials=trials, seed=seed)
     B, dim = data.trials, data.d
@@ -142,47 +134,30 @@ def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
     bases = [_svm.graph_subspace(data.trial(b)) for b in range(B)]
     Lsm = smoothness_bound(data)
     lr_gd = 1.0 / Lsm if lr is None else np.full(B, float(lr))
-    dev = resolve_device(device)
-    model = SelfAttentionNTP()
-    batch = model.batch(data, device=dev)
-    batch_O = model.batch(data, mask=mask, device="cpu")
-    L_inf = model.objective({"W": torch.as_tensor(W_fin)}, batch_O)[0].numpy()
+    model_O = SelfAttentionNTP(mask=mask)
+    L_inf = model_O.objective({"W": torch.as_tensor(W_fin)}, model_O.batch(data))[0].numpy()
+    model = SelfAttentionNTP(floor=L_inf)
+    cpu_batch = model.batch(data)
     fin_norm = np.linalg.norm(W_fin, axis=(-2, -1))
-    svm_flat = W_svm.reshape(B, -1)
-    rngs = [_data.stream(seed, "init", b) for b in range(B)]
-    curves = {}
-    plan = {"gd": torch.as_tensor(lr_gd, device=dev)[:, None, None], "ngd": float(lr_ngd)}
     grid = record_grid(steps, "log", n_records)
-    record = set(int(k) for k in grid)
-    with cpu_threads(dev):
-        for rule, step in plan.items():
-            rec = {k: [] for k in ("corr_perp", "corr_full", "relerr", "mass", "gap", "norm")}
-
-            def on_record(k, W):
-                Wn = W.detach().cpu().numpy()
-                flat = Wn.reshape(B, -1)
-                pf = np.stack([Q @ (Q.T @ w) for Q, w in zip(bases, flat)])
-                pp = flat - pf
-                rec["corr_perp"].append(_metrics.corr(pp, svm_flat, elem_ndim=1))
-                rec["corr_full"].append(_metrics.corr(flat, svm_flat, elem_ndim=1))
-                with np.errstate(all="ignore"):
-                    rec["relerr"].append(np.where(
-                        fin_norm > 0, np.linalg.norm(pf - W_fin.reshape(B, -1), axis=1)
-                        / np.where(fin_norm > 0, fin_norm, 1.0), np.nan))
-                loss, _, A = [x.detach().cpu().numpy() for x in
-                              ntp_attention_objective(W, batch["X"], batch["Z"], batch["ypos"])]
-                rec["mass"].append((A * mask).sum(-1).min(-1))
-                rec["gap"].append(loss - L_inf)
-                rec["norm"].append(np.linalg.norm(flat, axis=1))
-
-            params = model.init_params(dim, rngs, init="random", init_scale=init_scale,
-                                       device=dev)
-            _descend(model, params, batch, rule=rule, lr=step, steps=steps, record=record,
-                     on_record=on_record)
-            curves[rule] = {k: np.stack(v) for k, v in rec.items()}
-    return NTPAttentionRun(data, mask, W_svm, W_fin, L_inf, grid, curves,
+    curves = {}
+    for rule, step in (("gd", lr_gd), ("ngd", float(lr_ngd))):
+        h = _train.fit(data, model=model, optimizer=rule, lr=step, steps=steps, init="random",
+                       init_scale=init_scale, refs={"svm": W_svm}, snapshots=True,
+                       record_every=grid[1:-1], seed=seed, device=device)
+        Wt = h.snapshots                                             # (R, B, d, d)
+        flat = Wt.reshape(Wt.shape[:2] + (-1,))
+        pf = np.stack([flat[:, b] @ Q @ Q.T for b, Q in enumerate(bases)], axis=1)
+        with np.errstate(all="ignore"):
+            relerr = np.where(fin_norm > 0, np.linalg.norm(pf - W_fin.reshape(B, -1), axis=-1)
+                              / np.where(fin_norm > 0, fin_norm, 1.0), np.nan)
+        A = np.stack([model.attention({"W": torch.as_tensor(w)}, cpu_batch).numpy() for w in Wt])
+        curves[rule] = {"corr_perp": _metrics.corr(flat - pf, W_svm.reshape(B, -1), elem_ndim=1),
+                        "corr_full": h.corr["svm"], "relerr": relerr,
+                        "mass": (A * mask).sum(-1).min(-1), "gap": h.excess, "norm": h.norm}
+        steps_rec = h.steps
+    return NTPAttentionRun(data, mask, W_svm, W_fin, L_inf, steps_rec, curves,
                            config=dict(n=n, K=K, T=T, d=dim, queries=queries, levels=levels,
                                        embedding=embedding, trials=trials, steps=steps,
                                        lr=lr_gd, lr_ngd=lr_ngd, init_scale=init_scale, seed=seed,
                                        dim_F=np.array([Q.shape[1] for Q in bases])))
-

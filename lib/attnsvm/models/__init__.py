@@ -49,10 +49,31 @@ The MLP head uses autograd.
 The losses live in :mod:`attnsvm.losses`.
 
 
+Models with their own objective
+-------------------------------
+Any other model trains through :func:`attnsvm.train.fit` by passing the model *object*
+(``fit(data, model=net, optimizer=..., ...)``), on this interface (details in
+:mod:`attnsvm.models.objective`; base class :class:`ObjectiveModel`):
+
+* ``trainable`` (tuple of names), optional ``param_names`` and ``main`` (the recorded
+  parameter, default ``trainable[0]``);
+* ``batch(data, *, dtype, device) -> dict`` of tensors with a leading trials axis ``B``
+  (validates ``data``);
+* ``init_params(batch, rngs, *, init, init_scale, dtype, device) -> dict`` of parameters with
+  the trials axis (trial ``b`` draws only from ``rngs[b]``);
+* ``objective(params, batch) -> (loss (B,), grads dict, log_scale or None[, log_loss (B,)])``,
+  the true gradient of parameter ``j`` being :math:`e^{\sigma_j}` ``grads[j]``;
+* optional ``L_star(batch) -> (B,)``, the infimum (for ``polyak_star`` and ``History.excess``).
+
+Implemented: :class:`NTPLinear` (linear next-token prediction, :mod:`attnsvm.ntp`) and
+:class:`MarginObjective` (a margin model and a loss on a ready batch of tensors).
+
+
 The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parameterized:
 ``W``, ``K Q^T``, the prompt ``p``), :mod:`~attnsvm.models.heads` (the linear and the MLP head),
 :mod:`~attnsvm.models.attention` (:class:`AttentionClassifier`, composing one of each) and
-:mod:`~attnsvm.models.linear` (:class:`LinearClassifier`) and
+:mod:`~attnsvm.models.linear` (:class:`LinearClassifier`), :mod:`~attnsvm.models.objective`
+(the objective interface), :mod:`~attnsvm.models.ntp_linear` (:class:`NTPLinear`) and
 :mod:`~attnsvm.models.ntp_attention` (:class:`SelfAttentionNTP`, next-token prediction with one
 self-attention layer).
 """
@@ -60,7 +81,10 @@ from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
 from .ntp_attention import SelfAttentionNTP, ntp_attention_objective
+from .ntp_linear import NTPLinear
+from .objective import MarginObjective, ObjectiveModel, is_objective_model
 from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
-           "LinearHead", "MLPHead", "SelfAttentionNTP", "ntp_attention_objective"]
+           "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear",
+           "is_objective_model", "SelfAttentionNTP", "ntp_attention_objective"]

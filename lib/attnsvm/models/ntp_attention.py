@@ -26,8 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._checks import check_choice, check_positive
-from ._init import _broadcast_init, _stack
+from .objective import ObjectiveModel
 
 __all__ = ["SelfAttentionNTP", "ntp_attention_objective"]
 
@@ -58,48 +57,62 @@ def ntp_attention_objective(W, X, Z, ypos, mask=None):
     return loss, grad, s
 
 
-class SelfAttentionNTP:
-    r"""One self-attention layer trained by next-token prediction (log-loss), batched over trials.
+class SelfAttentionNTP(ObjectiveModel):
+    r"""One self-attention layer trained by next-token prediction (log-loss), batched over trials,
+    on the objective interface of :func:`attnsvm.train.fit` (:class:`ObjectiveModel`).
 
-    Parameters: ``W`` (B, d, d). Data batch (:meth:`batch`): ``X`` (B,n,T,d), ``Z`` (B,n,d),
-    ``ypos`` (B,n) and optionally ``mask`` (B,n,T). See the module docstring for the loss.
+    Parameters
+    ----------
+    mask : array of bool (n, T) or (B, n, T), optional
+        Restrict the softmax of sequence :math:`i` to the tokens ``mask[i]`` (each must contain
+        the next token): the loss :math:`L_O` of Chapter 16.
+    floor : array (B,), optional
+        The infimum of the objective (e.g. :math:`L_O(W^*)`); when given, the model has
+        ``L_star`` and :func:`attnsvm.train.fit` records the excess loss.
+
+    Notes
+    -----
+    Parameters: ``W`` (B, d, d). Data: :class:`~attnsvm.data.NTPSeqData` (batched or one
+    trial); the batch holds ``X`` (B,n,T,d), ``Z`` (B,n,d), ``ypos`` (B,n) and optionally
+    ``mask`` (B,n,T). See the module docstring for the loss and its gradient.
     """
 
-    param_names = ("W",)
     trainable = ("W",)
 
-    def init_params(self, d, rngs, *, init="zeros", init_scale=0.01, dtype=torch.float64,
-                    device="cpu"):
-        """``W`` for ``len(rngs)`` trials: zeros, i.i.d. :math:`N(0, \\mathrm{init\\_scale}^2)`
-        (trial ``b`` draws only from ``rngs[b]``) or a given array ((d,d) or (B,d,d))."""
-        B = len(rngs)
-        kw = dict(dtype=dtype, device=device)
-        if isinstance(init, str):
-            check_choice("init", init, ("zeros", "random"))
-            if init == "zeros":
-                return {"W": torch.zeros((B, d, d), **kw)}
-            scale = check_positive("init_scale", init_scale)
-            return {"W": torch.as_tensor(_stack([r.standard_normal((d, d)) * scale for r in rngs]),
-                                         **kw)}
-        return {"W": _broadcast_init("W", init, B, (d, d), kw)}
+    def __init__(self, mask=None, floor=None):
+        self.mask = None if mask is None else np.asarray(mask)
+        if self.mask is not None and self.mask.dtype != bool:
+            raise ValueError(f"mask must be a boolean array, got dtype {self.mask.dtype}")
+        if floor is not None:
+            f = np.atleast_1d(np.asarray(floor, dtype=float))
+            if f.ndim != 1 or not np.all(np.isfinite(f)):
+                raise ValueError("floor must be a finite array of shape (B,)")
+            self.floor = f
+            self.L_star = self._L_star
 
-    @staticmethod
-    def batch(data, *, mask=None, dtype=torch.float64, device="cpu"):
-        """The tensors of a batched :class:`~attnsvm.data.NTPSeqData` (and an optional mask)."""
+    def batch(self, data, *, dtype=torch.float64, device="cpu"):
+        """The tensors of :class:`~attnsvm.data.NTPSeqData` (a trials axis is added if absent)."""
         from ..data import NTPSeqData
-        if not isinstance(data, NTPSeqData) or not data.batched:
-            raise ValueError("data must be a batched attnsvm.data.NTPSeqData")
+        if not isinstance(data, NTPSeqData):
+            raise ValueError(f"data must be attnsvm.data.NTPSeqData for SelfAttentionNTP, got "
+                             f"{type(data).__name__}")
+        lead = (lambda a: a) if data.batched else (lambda a: a[None])
         kw = dict(dtype=dtype, device=device)
-        out = {"X": torch.as_tensor(data.X, **kw), "Z": torch.as_tensor(data.Z, **kw),
-               "ypos": torch.as_tensor(data.ypos, device=device)}
-        if mask is not None:
-            m = np.asarray(mask)
-            if m.dtype != bool or m.shape != data.tokens.shape:
-                raise ValueError(f"mask must be boolean of shape {data.tokens.shape}")
-            if not np.all(np.take_along_axis(m, data.ypos[..., None], -1)):
+        ypos = lead(data.ypos)
+        out = {"X": torch.as_tensor(lead(data.X), **kw), "Z": torch.as_tensor(lead(data.Z), **kw),
+               "ypos": torch.as_tensor(ypos, device=device)}
+        if self.mask is not None:
+            m = self.mask if self.mask.ndim == 3 else self.mask[None]
+            if m.shape != ypos.shape + (data.T,):
+                raise ValueError(f"mask must have shape {ypos.shape + (data.T,)}, got {m.shape}")
+            if not np.all(np.take_along_axis(m, ypos[..., None], -1)):
                 raise ValueError("mask must contain the next token of every sequence")
             out["mask"] = torch.as_tensor(m, device=device)
         return out
+
+    def param_shapes(self, batch):
+        d = batch["X"].shape[-1]
+        return {"W": (d, d)}
 
     def objective(self, params, batch):
         """``(loss (B,), {"W": grad}, None)``."""
@@ -111,3 +124,9 @@ class SelfAttentionNTP:
         """The attention weights :math:`\\mathrm{softmax}(a_i)`, (B, n, T)."""
         return ntp_attention_objective(params["W"], batch["X"], batch["Z"], batch["ypos"],
                                        batch.get("mask"))[2]
+
+    def _L_star(self, batch):
+        X = batch["X"]
+        if len(self.floor) != X.shape[0]:
+            raise ValueError(f"floor has {len(self.floor)} entries for {X.shape[0]} trials")
+        return torch.as_tensor(self.floor, dtype=X.dtype, device=X.device)

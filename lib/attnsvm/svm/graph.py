@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import InfeasibleError, _constraints, _Problem, per_trial
+from ._common import InfeasibleError, SolverError, _constraints, _Problem, per_trial
 from .attsvm import _solve
 
 __all__ = ["graph_svm", "graph_finite", "graph_subspace"]
@@ -142,8 +142,8 @@ def graph_finite(data, *, gtol=1e-12):
     if data.batched:
         return np.stack([graph_finite(data.trial(b), gtol=gtol) for b in range(data.trials)])
     import torch
-    from scipy.optimize import minimize
 
+    from ..devices import cpu_threads
     from ..models.ntp_attention import ntp_attention_objective
     from ..ntp import top_component
 
@@ -161,9 +161,16 @@ def graph_finite(data, *, gtol=1e-12):
         loss, grad, _ = ntp_attention_objective(W, X, Z, ypos, mask)
         return float(loss[0]), Q.T @ grad[0].numpy().ravel()
 
-    res = minimize(fg, np.zeros(Q.shape[1]), jac=True, method="BFGS",
-                   options=dict(gtol=gtol, maxiter=20000))
-    c = res.x
+    with cpu_threads("cpu", 1):              # tiny tensors: one thread
+        c = _minimize_F(fg, Q.shape[1], gtol)
+    return (Q @ c).reshape(d, d)
+
+
+def _minimize_F(fg, r, gtol):
+    from scipy.optimize import minimize
+
+    c = minimize(fg, np.zeros(r), jac=True, method="BFGS",
+                 options=dict(gtol=gtol, maxiter=20000)).x
     for _ in range(5):                     # Newton polish with a finite-difference Hessian
         g = fg(c)[1]
         if np.linalg.norm(g) <= gtol:
@@ -174,6 +181,5 @@ def graph_finite(data, *, gtol=1e-12):
         c = c - np.linalg.solve(0.5 * (Hm + Hm.T), g)
     g = fg(c)[1]
     if not np.linalg.norm(g) <= 1e-8:
-        from ._common import SolverError
         raise SolverError(f"graph_finite did not converge (gradient norm {np.linalg.norm(g):.2e})")
-    return (Q @ c).reshape(d, d)
+    return c
