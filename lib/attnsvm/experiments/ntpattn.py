@@ -76,8 +76,11 @@ class NTPAttentionRun:
         correlations with :math:`W^G_{mm}` of :math:`P_\perp W` and :math:`W`), ``relerr_<rule>``,
         ``mass_<rule>`` (final smallest mass on :math:`O_i`), ``gap_<rule>`` (final excess loss),
         ``norm_<rule>`` (final norm), ``gap_monotone_<rule>`` (1 if the excess loss decreases
-        between consecutive records in every trial) and ``corr_gain_<rule>`` (median increase of
-        ``corr_perp`` over the last decade of recorded steps). Data: ``frac_multi`` (fraction of
+        between consecutive records in every trial), ``corr_gain_<rule>`` (median increase of
+        ``corr_perp`` over the last decade of recorded steps), ``relerr_ratio_<rule>`` (median
+        ratio of ``relerr`` at the end to ``relerr`` a decade earlier) and ``late_decrease_<rule>``
+        (1 if the medians of :math:`1 - ` ``corr_perp``, ``relerr``, :math:`1 - ` ``mass`` and
+        ``gap`` are all lower at the end than a decade earlier). Data: ``frac_multi`` (fraction of
         sequences whose top component holds at least two of their tokens), ``frac_full``
         (fraction whose tokens all lie in it), ``dim_F`` (median dimension of :math:`F`).
         """
@@ -96,6 +99,12 @@ class NTPAttentionRun:
             out[f"gap_monotone_{rule}"] = int(bool(np.all(np.diff(g, axis=0) <= 0)))
             out[f"corr_gain_{rule}"] = float(_nanmedian(c["corr_perp"][-1]
                                                         - c["corr_perp"][first_late]))
+            with np.errstate(all="ignore"):
+                out[f"relerr_ratio_{rule}"] = float(_nanmedian(c["relerr"][-1]
+                                                               / c["relerr"][first_late]))
+            curves = (1 - c["corr_perp"], c["relerr"], 1 - c["mass"], c["gap"])
+            out[f"late_decrease_{rule}"] = int(all(
+                _nanmedian(x[-1]) < _nanmedian(x[first_late]) for x in curves))
         sizes = self.mask.sum(-1)
         out["frac_multi"] = float(np.mean(sizes >= 2))
         out["frac_full"] = float(np.mean(sizes == self.mask.shape[-1]))
