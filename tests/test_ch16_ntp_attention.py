@@ -336,3 +336,16 @@ def test_experiment_small():
     # the trial b of a batch is the trial drawn alone
     D1 = ntp_sequences(20, 6, 4, trials=1, seed=0)
     np.testing.assert_array_equal(D1.tokens[0], r.data.tokens[0])
+
+
+@pytest.mark.slow
+def test_quick_profile_numbers():
+    """The notebook's quick-profile run: the chapter's checked claims hold on the driver's
+    summary (the same numbers the notebook glues)."""
+    s = ntp_attention_experiment(device="cpu").summary()
+    assert s["frac_multi"] > 0 and s["dim_F"] > 0
+    assert s["corr_gd"] >= 0.97 and s["corr_gd"] > s["corr_full_gd"] and s["corr_gain_gd"] > 0
+    assert s["relerr_gd"] <= 0.05 and s["mass_gd"] >= 0.99 and s["gap_monotone_gd"] == 1
+    assert s["late_decrease_gd"] == 1
+    assert s["corr_ngd"] > s["corr_gd"] and s["relerr_ngd"] > s["relerr_gd"]
+    assert s["relerr_ratio_ngd"] > 0.5
