@@ -426,8 +426,7 @@ class AdamRule(Rule):
         for j, (g, sc) in enumerate(zip(grads, ctx.log_scale)):
             m, v = state["m"][j], state["v"][j]
             if sc is not None and s_old[j] is not None:   # old moments to the new scale e^sc
-                r = _bc(torch.exp(s_old[j] - sc), g)
-                r = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
+                r = _bc(torch.exp(s_old[j] - sc), g)             # log-scales are finite
                 m = b1 * m * r + (1 - b1) * g
                 v = b2 * v * r * r + (1 - b2) * g * g
             else:

@@ -10,27 +10,12 @@ the one engine, :func:`attnsvm.train.fit` (the model wrapped as an
 (:func:`steepest_direction`, :func:`dual_norm`, :func:`mirror_map`) live in
 :mod:`attnsvm.optim` and are re-exported here.
 
-Rules (:math:`g = \nabla L(w_t)`, :math:`\eta_t = \eta\,(t+1)^{-a}` with ``decay`` :math:`a`):
-
-* ``"gd"``: :math:`w_{t+1} = w_t - \eta_t g`.
-* ``"sd"``: normalized steepest descent w.r.t. the norm ``norm``:
-  :math:`w_{t+1} = w_t - \eta_t\, d_t`, :math:`d_t = \arg\max_{\|d\|\le1}\langle g, d\rangle`
-  (:func:`steepest_direction`): ``norm=2`` is normalized GD, ``inf`` sign descent, ``1``
-  (greedy) coordinate descent, ``"spectral"`` (matrices) :math:`d = UV^\top` from the SVD.
-* ``"md"``: mirror descent with potential :math:`\psi(w) = \frac1p\|w\|_p^p` (entrywise,
-  :math:`\nabla\psi(w) = \mathrm{sign}(w)|w|^{p-1}`, ``p > 1``):
-  :math:`\nabla\psi(w_{t+1}) = \nabla\psi(w_t) - \eta_t g`; with ``normalize=True`` the
-  gradient is divided by its dual norm :math:`\|g\|_{p/(p-1)}`.
-* ``"prgd"``: progressive norm rescaling (our variant, documented here): phase ``k`` starts at
-  step :math:`k P` (``period`` :math:`P`) by rescaling :math:`w \leftarrow R_k w/\|w\|_2`,
-  :math:`R_k = R_0 c^k` (``R0``, ``growth`` :math:`c`), and takes :math:`P` normalized
-  gradient steps of length :math:`\eta_t R_k^{\beta}` (``step_power`` :math:`\beta`, default
-  1/2) from there. The schedule of Wang, Min and Wu could not be read; :math:`\beta = 1/2` is
-  our choice (with :math:`\beta = 0` the angular steps :math:`\eta/R_k` vanish too fast, with
-  :math:`\beta = 1` they do not shrink and the margin oscillates).
-* ``"adam"``: Adam with bias correction, :math:`\Delta = -\eta_t \hat m/(\sqrt{\hat v}+\epsilon)`;
-  ``eps=0`` is Adam without its stability constant. The moments are held in the log-scaled
-  form of the gradients (:math:`m = e^{s}\tilde m`), so ``eps=0`` is exact at any loss.
+Rules: ``"gd"``, ``"sd"`` (normalized steepest descent in ``norm``: 2, inf, 1, a real p or
+``"spectral"``), ``"md"`` (mirror descent with :math:`\psi = \frac1p\|w\|_p^p`, optionally
+normalized by the dual norm), ``"prgd"`` (progressive norm rescaling, the book's variant) and
+``"adam"`` (``eps=0``: no stability constant, exact in log-scaled form), all with the schedule
+:math:`\eta_t = \eta\,(t+1)^{-a}` (``decay`` :math:`a`); their definitions are in
+:mod:`attnsvm.optim`.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
 from .losses import get_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import RULES, make_rule, update
+from .optim import Context, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
@@ -635,7 +635,7 @@ class _Step:
         self.trainable = net.trainable
         self.rule = cfg.rule_obj
         self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.lr = cfg.lr_value()
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
         self.keys32, self.n = keys32, n
         self.ar_n = torch.arange(n, device=cfg.dev)
         self.want_log_loss = self.rule.needs_log_loss
@@ -664,10 +664,10 @@ class _Step:
                                              batch["G"] * batch["y"][..., None])
                         if cfg.L_star is None else
                         torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
-        deltas = update(self.rule, [grads[name] for name in trainable], self.state, lr=self.lr,
-                        log_scale=[sigma[name] for name in trainable], log_loss=log_loss,
-                        eta_max=cfg.eta_max, batch_ndim=1,
-                        params=[params[name] for name in trainable])
+        ctx = self.ctx
+        ctx.log_scale = [sigma[name] for name in trainable]
+        ctx.log_loss, ctx.params = log_loss, [params[name] for name in trainable]
+        deltas = self.rule.update([grads[name] for name in trainable], self.state, ctx)
         for name, dl in zip(trainable, deltas):
             params[name] = params[name] + dl
         return u
@@ -710,7 +710,8 @@ def _tensors(cfg, data):
 def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss=None,
         optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8,
         norm=None, p=None, normalize=None, decay=None, period=None, growth=None, R0=None,
-        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None, refs=None, opt=None, record_every="log",
+        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None,
+        refs=None, opt=None, record_every="log",
         n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
         progress=None, num_threads=None):
     r"""Train ``B`` independent trials of a model at once and record their trajectories.
@@ -735,9 +736,11 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
         Train the head jointly with the attention (``v``, or ``U`` and ``c``).
     loss : {"logistic", "exponential", "correlation"}, optional
         Default "logistic" (margin models only).
-    optimizer : {"gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md", "prgd", "sgd", "sngd", "sps"}
-        Step rule (:mod:`attnsvm.optim`); "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on
-        mini-batches and need ``batch_size``; every other rule also accepts ``batch_size``.
+    optimizer : str
+        One of "gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md",
+        "prgd", "sgd", "sngd", "sps" (:data:`OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
+        "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on mini-batches and need ``batch_size``;
+        every other rule also accepts ``batch_size`` (margin models only).
     lr : float or array (B,), optional
         Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
         prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
@@ -832,7 +835,7 @@ def run(cfg, data):
     """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
     if cfg.objective:
         return _run_objective(cfg)
-    net, dev = cfg.net, cfg.dev
+    net = cfg.net
     B, d, n = data.trials, data.d, data.n
     full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
     record = _Recorder(cfg, net, full, B, ref_t, opt_t)
@@ -901,24 +904,32 @@ class _ObjectiveStep:
         self.trainable = tuple(net.trainable)
         self.rule = cfg.rule_obj
         self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.lr = cfg.lr_value()
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.fast = not self.rule.needs_log_loss and callable(getattr(net, "gradient", None))
         self.L_star = None
         if cfg.rule == "polyak_star":
             self.L_star = (net.L_star(batch) if cfg.L_star is None
                            else torch.full((cfg.trials,), cfg.L_star, **cfg.kw))
 
     def __call__(self, params, k):
-        loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
+        if self.fast:                     # the rule needs no loss: the model's gradient alone
+            grads, ls = self.net.gradient(params, self.batch)
+            log_loss = None
+            first = self.trainable[0]     # finite iff the step is (a log-scale is NaN/inf with u)
+            check = grads[first].flatten(1).sum(1) if ls is None else ls[first]
+        else:
+            loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
+            check = loss
         if self.L_star is not None:
             log_loss = torch.log(torch.clamp(loss - self.L_star, min=0.0))
         names = self.trainable
-        deltas = update(self.rule, [grads[n] for n in names], self.state, lr=self.lr,
-                        log_scale=[None if ls is None else ls[n] for n in names],
-                        log_loss=log_loss, eta_max=self.cfg.eta_max, batch_ndim=1,
-                        params=[params[n] for n in names])
+        ctx = self.ctx
+        ctx.log_scale = [None if ls is None else ls[n] for n in names]
+        ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
+        deltas = self.rule.update([grads[n] for n in names], self.state, ctx)
         for n, dl in zip(names, deltas):
             params[n] = params[n] + dl
-        return loss.unsqueeze(-1)
+        return check.unsqueeze(-1)
 
 
 class _ObjectiveRecorder:

@@ -28,29 +28,30 @@ class NTPLinear(ObjectiveModel):
     trainable = ("W",)
 
     def batch(self, data, *, dtype=torch.float64, device="cpu"):
+        """``H`` (B,m,d), ``P`` (B,m,V), ``pi`` (B,m) and ``piP`` :math:`= \\pi_j p_j` (B,m,V)."""
         from ..ntp import NTPData
         if not isinstance(data, NTPData):
             raise ValueError(f"data must be attnsvm.ntp.NTPData for NTPLinear, got {type(data).__name__}")
         lead = (lambda a: a) if data.batched else (lambda a: a[None])
         kw = dict(dtype=dtype, device=device)
-        return {"H": torch.as_tensor(lead(data.H), **kw), "P": torch.as_tensor(lead(data.P), **kw),
-                "pi": torch.as_tensor(lead(data.pi), **kw)}
+        out = {"H": torch.as_tensor(lead(data.H), **kw), "P": torch.as_tensor(lead(data.P), **kw),
+               "pi": torch.as_tensor(lead(data.pi), **kw)}
+        out["piP"] = out["pi"].unsqueeze(-1) * out["P"]
+        return out
 
     def param_shapes(self, batch):
         return {"W": (batch["P"].shape[-1], batch["H"].shape[-1])}
 
     def log_probs(self, params, batch):
         r""":math:`\log\mathrm{softmax}(W h_j)` (B,m,V)."""
-        logits = torch.einsum("bvd,bmd->bmv", params["W"], batch["H"])
-        return torch.log_softmax(logits, dim=-1)
+        return torch.log_softmax(batch["H"] @ params["W"].transpose(-1, -2), dim=-1)
 
     def objective(self, params, batch):
-        lq = self.log_probs(params, batch)
-        P, pi = batch["P"], batch["pi"]
-        ce = -(pi * torch.where(P > 0, P * lq, 0.0).sum(-1)).sum(-1)
-        R = pi.unsqueeze(-1) * (torch.exp(lq) - P)                   # (B,m,V)
-        grad = torch.einsum("bmv,bmd->bvd", R, batch["H"])
-        return ce, {"W": grad}, None
+        lq = self.log_probs(params, batch)            # finite: p_jz log q_jz = 0 where p_jz = 0
+        piP = batch["piP"]
+        ce = -(piP * lq).sum((-2, -1))
+        R = batch["pi"].unsqueeze(-1) * torch.exp(lq) - piP        # pi_j (q_j - p_j), (B,m,V)
+        return ce, {"W": R.transpose(-1, -2) @ batch["H"]}, None
 
     def L_star(self, batch):
         P, pi = batch["P"], batch["pi"]

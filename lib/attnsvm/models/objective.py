@@ -24,6 +24,10 @@ A model object ``net`` passed as ``fit(data, model=net, ...)`` provides
     ``grads[j]`` (the log-scaled form of :mod:`attnsvm.optim`, for losses that underflow);
     optional ``log_loss`` (B,): :math:`\log L` when ``loss`` may underflow (default
     ``log(loss)``). Trials must not interact.
+``gradient(params, batch) -> (grads, log_scale)``, optional
+    A faster path without the loss: when present, :func:`~attnsvm.train.fit` calls it instead
+    of ``objective`` on the steps whose rule does not need the loss (all but the Polyak rules);
+    it must return what ``objective`` returns in those two places.
 ``L_star(batch) -> Tensor (B,)``, optional
     The infimum of the objective; ``optimizer="polyak_star"`` uses :math:`L - L^\star` and the
     History records ``excess`` :math:`= L - L^\star`.
@@ -155,3 +159,7 @@ class MarginObjective(ObjectiveModel):
     def objective(self, params, batch):
         u, grads, scales = self.net.grad(params, batch, self.lossobj)
         return (self.lossobj.value(u).mean(-1), grads, scales, log_mean_loss(self.lossobj, u))
+
+    def gradient(self, params, batch):
+        _, grads, scales = self.net.grad(params, batch, self.lossobj)
+        return grads, scales
