@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from attnsvm.data import (AttnData, LinearData, orthogonal, overparameterized, prompt_2d,
+from attnsvm.data import (AttnData, LinearData, NTPSeqData, orthogonal, overparameterized, prompt_2d,
                           random_unit, score_gap, separable, trial_seed)
 from attnsvm import data as _data_module
 from attnsvm.svm import att_svm, linear_svm, p_svm
@@ -173,6 +173,7 @@ CONTRACT_ARGS = {
     "prescribed_scores": dict(n=4, T=5, d=6, distinct=True),
     "planted_token": dict(n=4, T=5, d=6),
     "planted_prompt": dict(n=4, T=5, d=3),
+    "ntp_sequences": dict(n=5, K=6, T=3),
 }
 
 
@@ -183,6 +184,8 @@ def _arrays(out):
     for p in parts:
         if isinstance(p, (AttnData, LinearData)):
             arrays += [getattr(p, f) for f in ("X", "y", "Z", "v", "w_star") if hasattr(p, f)]
+        elif isinstance(p, NTPSeqData):
+            arrays += [p.E, p.tokens, p.y]
         else:
             arrays.append(np.asarray(p))
     return arrays

@@ -25,6 +25,8 @@ whatever ``B`` is, and ``gen(..., seed=trial_seed(s, b))`` reproduces it unbatch
 * :func:`prescribed_scores`: exact token scores (one optimal token, equal or distinct others).
 * :func:`planted_token`: Gaussian tokens with one planted label-carrying token per sequence.
 * :func:`planted_prompt`: a relevant token, a distractor and background (prompt attention).
+* :func:`ntp_sequences`: sequences of distinct vocabulary tokens with a next-token label drawn
+  from a hidden priority order (next-token prediction with self-attention, :class:`NTPSeqData`).
 
 Every generator is registered in :data:`GENERATORS` (a test checks the seeding contract above
 for each registered generator, and that every public generator is registered).
@@ -45,9 +47,10 @@ import numpy as np
 
 from ._checks import as_float_array, check_int, check_positive
 
-__all__ = ["AttnData", "LinearData", "trial_seed", "STREAMS", "Stream", "stream", "stream_seed",
+__all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Stream", "stream", "stream_seed",
            "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
-           "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt"]
+           "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt",
+           "ntp_sequences"]
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,113 @@ class LinearData:
         idx = _trial_index("idx", idx, self.trials)
         return LinearData(self.X[idx], self.y[idx],
                           None if self.w_star is None else self.w_star[idx])
+
+
+@dataclass(frozen=True)
+class NTPSeqData:
+    r"""Next-token prediction with self-attention: sequences of distinct vocabulary tokens.
+
+    Attributes
+    ----------
+    E : ndarray, shape (K, d) or (B, K, d)
+        The embeddings :math:`e_k` of the ``K`` vocabulary tokens (rows).
+    tokens : ndarray of int, shape (n, T) or (B, n, T)
+        Token ids :math:`x_{i1}, \dots, x_{iT}` of each sequence, distinct within a sequence; the
+        last one, :math:`q_i = x_{iT}`, is the query.
+    y : ndarray of int, shape (n,) or (B, n)
+        The next token :math:`y_i` of each sequence; it occurs in the sequence.
+
+    The derived arrays are ``X = E[tokens]`` (n, T, d), the queries ``Z = X[:, -1]`` (n, d) and
+    ``ypos`` (n,), the position of :math:`y_i` in its sequence.
+    """
+
+    E: np.ndarray
+    tokens: np.ndarray
+    y: np.ndarray
+
+    def __post_init__(self):
+        E = as_float_array("E", self.E, min_ndim=2, max_ndim=3)
+        batched = E.ndim == 3
+        lead = E.shape[:1] if batched else ()
+        K = E.shape[-2]
+        tok = _int_array("tokens", self.tokens, ndim=len(lead) + 2)
+        if tok.shape[:len(lead)] != lead:
+            raise ValueError(f"tokens must have the trials axis of E {lead}, got {tok.shape}")
+        n, T = tok.shape[-2:]
+        if n == 0 or T < 2:
+            raise ValueError(f"tokens must hold n >= 1 sequences of T >= 2 tokens, got {tok.shape}")
+        if tok.min() < 0 or tok.max() >= K:
+            raise ValueError(f"tokens must be ids in [0, {K}) (K = E.shape[-2])")
+        srt = np.sort(tok, axis=-1)
+        if np.any(srt[..., 1:] == srt[..., :-1]):
+            raise ValueError("tokens must be distinct within each sequence")
+        y = _int_array("y", self.y, ndim=tok.ndim - 1)
+        if y.shape != tok.shape[:-1]:
+            raise ValueError(f"y must have shape {tok.shape[:-1]}, got {y.shape}")
+        inside = tok == y[..., None]
+        if not np.all(inside.any(-1)):
+            bad = np.argwhere(~inside.any(-1))[0].tolist()
+            raise ValueError(f"y must occur in its sequence: y{bad} does not")
+        object.__setattr__(self, "E", E)
+        object.__setattr__(self, "tokens", tok)
+        object.__setattr__(self, "y", y)
+
+    @property
+    def batched(self) -> bool:
+        return self.E.ndim == 3
+
+    @property
+    def trials(self) -> int:
+        return self.E.shape[0] if self.batched else 1
+
+    @property
+    def K(self) -> int:
+        return self.E.shape[-2]
+
+    @property
+    def n(self) -> int:
+        return self.tokens.shape[-2]
+
+    @property
+    def T(self) -> int:
+        return self.tokens.shape[-1]
+
+    @property
+    def d(self) -> int:
+        return self.E.shape[-1]
+
+    @property
+    def X(self) -> np.ndarray:
+        """Token embeddings :math:`x_{it} = e_{x_{it}}`, shape (n, T, d) or (B, n, T, d)."""
+        if self.batched:
+            return np.take_along_axis(self.E[:, None], self.tokens[..., None], axis=2)
+        return self.E[self.tokens]
+
+    @property
+    def Z(self) -> np.ndarray:
+        """Queries :math:`z_i = e_{q_i}` (the last token), shape (n, d) or (B, n, d)."""
+        return self.X[..., -1, :]
+
+    @property
+    def ypos(self) -> np.ndarray:
+        """Position of :math:`y_i` in sequence :math:`i`, shape (n,) or (B, n)."""
+        return np.argmax(self.tokens == self.y[..., None], axis=-1)
+
+    def trial(self, b: int) -> "NTPSeqData":
+        if not self.batched:
+            raise ValueError("trial(b) needs batched data (a leading trials axis)")
+        if not 0 <= b < self.trials:
+            raise ValueError(f"b must be in [0, {self.trials}), got {b}")
+        return NTPSeqData(self.E[b], self.tokens[b], self.y[b])
+
+
+def _int_array(name, x, *, ndim):
+    a = np.asarray(x)
+    if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {a.shape}")
+    return a.astype(np.int64)
 
 
 def _trial_index(name, idx, B):
@@ -747,3 +857,69 @@ def planted_prompt(n, T, d, *, gap=0.5, noise=0.1, trials=None, seed=0):
         planted = np.argmax(perm == 0, axis=1).astype(np.int64)
         return X, y, np.broadcast_to(a, (n, d)).copy(), bvec.copy(), planted
     return _generate(one, trials, seed, extra=1)
+
+
+@_generator
+def ntp_sequences(n, K, T, d=None, *, queries=2, levels=3, embedding="orthonormal", trials=None,
+                  seed=0):
+    r"""Sequences for next-token prediction with one self-attention layer (Chapter 16).
+
+    A hidden priority :math:`\ell_q(k) \in \{0, \dots, \mathrm{levels}-1\}` is drawn
+    uniformly for every query token :math:`q` and token :math:`k`. Each sequence draws its last
+    token (the query) uniformly from the first ``queries`` tokens of the vocabulary and
+    :math:`T - 1` further distinct tokens uniformly from the rest; its next token :math:`y_i` is
+    drawn uniformly among the tokens of the sequence of highest priority :math:`\ell_{q_i}`
+    (ties between equal priorities create cycles in the token-priority graph).
+
+    Parameters
+    ----------
+    n, K, T : int
+        Sequences, vocabulary size (``K >= T``), tokens per sequence (``T >= 2``).
+    d : int, optional
+        Embedding dimension (default ``K``).
+    queries : int in [1, K]
+        Number of distinct query tokens.
+    levels : int >= 1
+        Number of priority levels.
+    embedding : {"orthonormal", "gaussian"}
+        ``"orthonormal"``: :math:`e_k` orthonormal (needs ``d >= K``), the rows of a random
+        orthogonal matrix; ``"gaussian"``: :math:`e_k \sim N(0, I_d/d)`.
+    trials, seed : as in :func:`random_unit`
+
+    Returns
+    -------
+    data : NTPSeqData
+    """
+    n = check_int("n", n, minimum=1)
+    K = check_int("K", K, minimum=2)
+    T = check_int("T", T, minimum=2)
+    if T > K:
+        raise ValueError(f"T must be at most K = {K} (tokens are distinct), got {T}")
+    d = K if d is None else check_int("d", d, minimum=1)
+    queries = check_int("queries", queries, minimum=1)
+    if queries > K:
+        raise ValueError(f"queries must be at most K = {K}, got {queries}")
+    levels = check_int("levels", levels, minimum=1)
+    if embedding not in ("orthonormal", "gaussian"):
+        raise ValueError(f"embedding must be 'orthonormal' or 'gaussian', got {embedding!r}")
+    if embedding == "orthonormal" and d < K:
+        raise ValueError(f"embedding='orthonormal' needs d >= K = {K}, got d = {d}")
+
+    def one(rng):
+        if embedding == "orthonormal":
+            Q, _ = np.linalg.qr(rng.standard_normal((d, K)))
+            E = Q.T.copy()
+        else:
+            E = rng.standard_normal((K, d)) / np.sqrt(d)
+        prio = rng.integers(0, levels, size=(K, K))
+        tokens = np.empty((n, T), dtype=np.int64)
+        y = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            q = int(rng.integers(0, queries))
+            rest = np.delete(np.arange(K), q)
+            tokens[i, :-1] = rng.choice(rest, size=T - 1, replace=False)
+            tokens[i, -1] = q
+            p = prio[q, tokens[i]]
+            y[i] = tokens[i, rng.choice(np.flatnonzero(p == p.max()))]
+        return E, tokens, y
+    return _generate(one, trials, seed, cls=NTPSeqData)

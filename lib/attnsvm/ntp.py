@@ -41,7 +41,8 @@ from .data import trial_seed
 __all__ = ["NTPData", "synthetic", "ce_loss", "ce_grad", "entropy", "projector_F", "train",
            "smoothness", "zen_of_python", "tokenize", "Corpus", "corpus", "pattern_synthetic",
            "support_patterns", "logit_project_F", "logit_finite", "logit_svm", "train_ufm",
-           "finite_part_bound", "collapse_ratio"]
+           "finite_part_bound", "collapse_ratio",
+           "priority_graph", "priority_components", "top_component"]
 
 
 @dataclass(frozen=True)
@@ -553,3 +554,87 @@ def collapse_ratio(E, groups):
     En = E / np.linalg.norm(E, axis=(-2, -1), keepdims=True)
     D = np.linalg.norm(En[..., :, None, :] - En[..., None, :, :], axis=-1)
     return D[..., same].mean(-1) / D[..., diff].mean(-1)
+
+
+# ----------------------------------------------------------------------------- self-attention NTP
+
+def _seq_arrays(data):
+    from .data import NTPSeqData
+    if not isinstance(data, NTPSeqData):
+        raise ValueError(f"data must be an attnsvm.data.NTPSeqData, got {type(data).__name__}")
+    if data.batched:
+        raise ValueError("data must be one trial (use data.trial(b))")
+    return data.tokens, data.y, data.K
+
+
+def priority_graph(data):
+    r"""The token-priority graphs of NTP data with self-attention, one per query token.
+
+    For every sequence :math:`i` with query (last token) :math:`q_i` and next token
+    :math:`y_i`, the graph :math:`G_{q_i}` gets an edge :math:`y_i \to k` for every other token
+    :math:`k` of the sequence (:math:`y_i` has priority over :math:`k`).
+
+    Parameters
+    ----------
+    data : attnsvm.data.NTPSeqData (one trial)
+
+    Returns
+    -------
+    A : ndarray of bool, shape (K, K, K)
+        ``A[q, a, b]``: the edge :math:`a \to b` of :math:`G_q`.
+    """
+    tokens, y, K = _seq_arrays(data)
+    A = np.zeros((K, K, K), dtype=bool)
+    q = tokens[:, -1]
+    for i in range(tokens.shape[0]):
+        A[q[i], y[i], tokens[i]] = True
+        A[q[i], y[i], y[i]] = False
+    return A
+
+
+def priority_components(A):
+    r"""Strongly connected components of each token-priority graph.
+
+    Parameters
+    ----------
+    A : ndarray of bool, shape (Q, K, K) (from :func:`priority_graph`)
+
+    Returns
+    -------
+    comp : ndarray of int, shape (Q, K)
+        ``comp[q, k]``: the component of token :math:`k` in :math:`G_q` (ids per graph);
+        tokens :math:`a, b` share a component iff each is reachable from the other.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    A = np.asarray(A)
+    if A.dtype != bool or A.ndim != 3 or A.shape[1] != A.shape[2]:
+        raise ValueError(f"A must be a boolean array of shape (Q, K, K), got {A.dtype} {A.shape}")
+    return np.stack([connected_components(csr_matrix(a), directed=True, connection="strong")[1]
+                     for a in A]).astype(np.int64)
+
+
+def top_component(data):
+    r"""For each sequence, the tokens of the highest-priority component present in it.
+
+    Every token of sequence :math:`i` is reachable from :math:`y_i` in :math:`G_{q_i}` (by one
+    edge), so the component :math:`C(y_i)` of :math:`y_i` precedes the components of all the
+    other tokens of the sequence; the selected set is
+    :math:`O_i = \{t : x_{it} \in C(y_i)\}`.
+
+    Parameters
+    ----------
+    data : attnsvm.data.NTPSeqData (one trial, or batched: one answer per trial)
+
+    Returns
+    -------
+    mask : ndarray of bool, shape (n, T) or (B, n, T): ``mask[i, t]`` iff :math:`t \in O_i`.
+    """
+    if getattr(data, "batched", False):
+        return np.stack([top_component(data.trial(b)) for b in range(data.trials)])
+    tokens, y, _ = _seq_arrays(data)
+    comp = priority_components(priority_graph(data))
+    q = tokens[:, -1]
+    cs = comp[q[:, None], tokens]                      # (n, T) component of each token
+    return cs == comp[q, y][:, None]

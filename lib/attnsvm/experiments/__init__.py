@@ -18,12 +18,13 @@ module             chapters  what
 ``realdata``       12        offline loaders of image and text data sets
 ``geometry``       13-14     optimizer geometry: margins in other norms, Att-SVMs, their rates
 ``ntp``            15        linear NTP limits per step rule; the logit geometry of the NTP UFM
+``ntpattn``        16        next-token prediction with self-attention: priority graph, graph SVM
 =================  ========  =====================================================================
 """
 import importlib
 
 _MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
-            "realdata", "geometry", "ntp")
+            "realdata", "geometry", "ntp", "ntpattn")
 
 __all__ = list(_MODULES)
 

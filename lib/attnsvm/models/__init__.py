@@ -75,11 +75,14 @@ The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parame
 :mod:`~attnsvm.models.attention` (:class:`AttentionClassifier`, composing one of each) and
 :mod:`~attnsvm.models.linear` (:class:`LinearClassifier`), :mod:`~attnsvm.models.objective`
 (the objective interface), :mod:`~attnsvm.models.ntp_linear` (:class:`NTPLinear`) and
-:mod:`~attnsvm.models.ntp_ufm` (:class:`NTPUFM`).
+:mod:`~attnsvm.models.ntp_ufm` (:class:`NTPUFM`) and
+:mod:`~attnsvm.models.ntp_attention` (:class:`SelfAttentionNTP`, next-token prediction with one
+self-attention layer).
 """
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
+from .ntp_attention import SelfAttentionNTP, ntp_attention_objective
 from .ntp_linear import NTPLinear
 from .ntp_ufm import NTPUFM
 from .objective import MarginObjective, ObjectiveModel, is_objective_model
@@ -87,4 +90,4 @@ from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
            "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear", "NTPUFM",
-           "is_objective_model"]
+           "is_objective_model", "SelfAttentionNTP", "ntp_attention_objective"]

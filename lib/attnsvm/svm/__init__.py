@@ -60,6 +60,7 @@ Layout
 ------
 ``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm`, :func:`linear_svm`,
               :func:`head_svm`) and the choice of solver path
+``graph``     the priority-graph Att-SVM of next-token prediction and its finite part
 ``local``     support tokens, local optimality, cones, numerical rank
 ``_ipm``      the dense interior point (Frobenius norm)
 ``_cvx``      the cvxpy path (nuclear and l_p norms; fallback)
@@ -68,6 +69,7 @@ Layout
 from ._common import CLARABEL_OPTIONS, InfeasibleError, SolverError
 from ._ipm import choose_formulation
 from .attsvm import att_svm, att_svm_batch, head_svm, linear_svm, p_svm
+from .graph import graph_finite, graph_subspace, graph_svm
 from .local import in_cone, is_locally_optimal, rank, support_tokens
 
 __all__ = [
@@ -80,6 +82,9 @@ __all__ = [
     "p_svm",
     "linear_svm",
     "head_svm",
+    "graph_svm",
+    "graph_finite",
+    "graph_subspace",
     "support_tokens",
     "is_locally_optimal",
     "in_cone",

@@ -1,0 +1,351 @@
+"""Part IV, "Next-token prediction with self-attention": every statement of the chapter, checked.
+
+Labels refer to book/ch16_ntp_attention.md. The formalization (model, loss, graph SVM, finite
+part) is the book's own; Li et al. (2024) is cited at the level of its abstract only.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from attnsvm import ntp, svm
+from attnsvm.data import NTPSeqData, ntp_sequences
+from attnsvm.devices import cpu_threads
+from attnsvm.experiments.ntpattn import ntp_attention_experiment, smoothness_bound
+from attnsvm.models import SelfAttentionNTP, ntp_attention_objective
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one torch thread (several threads contend on a shared CPU)."""
+    with cpu_threads("cpu", 1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ntp_sequences(30, 7, 4, queries=2, levels=3, trials=3, seed=5)
+
+
+def _loss(D, W, mask=None):
+    """L(W) (or L_O with the mask) of one trial, via the model's objective."""
+    m = None if mask is None else torch.as_tensor(mask[None])
+    out = ntp_attention_objective(torch.as_tensor(np.asarray(W)[None]), torch.as_tensor(D.X[None]),
+                                  torch.as_tensor(D.Z[None]), torch.as_tensor(D.ypos[None]), m)
+    return float(out[0][0])
+
+
+def _closure(A):
+    """Reachability (reflexive, transitive) of each graph, by boolean matrix powers."""
+    R = A | np.eye(A.shape[-1], dtype=bool)
+    for _ in range(A.shape[-1]):
+        R = R | (R.astype(int) @ R.astype(int) > 0)
+    return R
+
+
+# ----------------------------------------------------------------------------- data and graph
+
+def test_data_validation():
+    E = np.eye(4)
+    with pytest.raises(ValueError, match="tokens"):
+        NTPSeqData(E, np.array([[0, 0, 1]]), np.array([0]))           # repeated token
+    with pytest.raises(ValueError, match="y"):
+        NTPSeqData(E, np.array([[0, 2, 1]]), np.array([3]))           # label not in sequence
+    with pytest.raises(ValueError, match="tokens"):
+        NTPSeqData(E, np.array([[0, 5, 1]]), np.array([0]))           # id out of range
+    with pytest.raises(ValueError, match="d >= K"):
+        ntp_sequences(5, 6, 3, d=4)
+    with pytest.raises(ValueError, match="T"):
+        ntp_sequences(5, 3, 4)
+    with pytest.raises(ValueError, match="data"):
+        svm.graph_svm(np.eye(3))
+
+
+def test_graph_hand_example():
+    # query 3; sequences (0,1,3)->0, (1,0,3)->1, (0,2,3)->0: edges 0->1, 1->0, 0->2, 0->3, 1->3
+    D = NTPSeqData(np.eye(4), np.array([[0, 1, 3], [1, 0, 3], [0, 2, 3]]), np.array([0, 1, 0]))
+    A = ntp.priority_graph(D)
+    assert A[3].sum() == 5 and A[3, 0, 1] and A[3, 1, 0] and A[3, 0, 2] and not A[3, 2, 0]
+    comp = ntp.priority_components(A)[3]
+    assert comp[0] == comp[1] and len({comp[0], comp[2], comp[3]}) == 3
+    np.testing.assert_array_equal(ntp.top_component(D),
+                                  [[True, True, False], [True, True, False], [True, False, False]])
+
+
+def test_lem_top_component(data):
+    """lem-ntpattn-top: every token of sequence i is reachable from y_i; O_i are the tokens that
+    reach y_i back (brute-force transitive closure against scipy's components)."""
+    M = ntp.top_component(data)
+    for b in range(data.trials):
+        D = data.trial(b)
+        R = _closure(ntp.priority_graph(D))
+        for i in range(D.n):
+            q, yi = D.tokens[i, -1], D.y[i]
+            assert R[q, yi, D.tokens[i]].all()
+            np.testing.assert_array_equal(M[b, i], R[q, D.tokens[i], yi])
+    assert (M.sum(-1) >= 2).any(), "the fixture should have non-trivial components"
+
+
+# ----------------------------------------------------------------------------- graph SVM
+
+def _edge_svm(D):
+    """The per-edge form of prop-ntpattn-edges, solved independently with cvxpy."""
+    import cvxpy as cp
+    A = ntp.priority_graph(D)
+    comp = ntp.priority_components(A)
+    W = cp.Variable((D.d, D.d))
+    cons = []
+    for q, a, b in zip(*np.nonzero(A)):
+        g = (D.E[a] - D.E[b]) @ W @ D.E[q]
+        cons.append(g == 0 if comp[q, a] == comp[q, b] else g >= 1)
+    cp.Problem(cp.Minimize(cp.sum_squares(W)), cons).solve(solver="CLARABEL")
+    return W.value
+
+
+def test_graph_svm_constraints_and_edge_form(data):
+    W = svm.graph_svm(data)
+    M = ntp.top_component(data)
+    for b in range(data.trials):
+        D = data.trial(b)
+        s = np.einsum("ntd,de,ne->nt", D.X, W[b], D.Z)
+        margins, eqs = [], []
+        for i in range(D.n):
+            O, out = s[i, M[b, i]], s[i, ~M[b, i]]
+            eqs.append(np.ptp(O))
+            if out.size:
+                margins.append(O.min() - out.max())
+        assert max(eqs) < 1e-7
+        assert min(margins) >= 1 - 1e-9 and min(margins) < 1 + 1e-6        # active constraint
+        # prop-ntpattn-edges: the same problem as the per-edge form (same unique minimizer)
+        np.testing.assert_allclose(W[b], _edge_svm(D), atol=1e-5)
+
+
+def test_prop_feasible_independent_embeddings():
+    """prop-ntpattn-feasible: with linearly independent embeddings the level construction is
+    feasible, and the graph SVM's norm does not exceed it."""
+    for emb, d in (("orthonormal", 9), ("gaussian", 12)):
+        data = ntp_sequences(40, 9, 5, d=d, queries=3, levels=2, embedding=emb, trials=2, seed=3)
+        Wsvm = svm.graph_svm(data)
+        for b in range(data.trials):
+            D = data.trial(b)
+            A = ntp.priority_graph(D)
+            comp = ntp.priority_components(A)
+            U = np.zeros((D.K, D.K))                     # U[k, q] = level of k in G_q
+            for q in range(D.K):
+                R = _closure(A[q])
+                # level = longest path in the condensation, by fixed-point iteration
+                lev = np.zeros(D.K)
+                for _ in range(D.K):
+                    for a, c in zip(*np.nonzero(A[q])):
+                        if comp[q, a] != comp[q, c]:
+                            lev[a] = max(lev[a], lev[c] + 1)
+                    for a, c in itertools.product(range(D.K), repeat=2):
+                        if R[a, c] and R[c, a]:
+                            lev[a] = lev[c] = max(lev[a], lev[c])
+                U[:, q] = lev
+            Ep = np.linalg.pinv(D.E.T)                   # (K, d): Ep @ E.T = I
+            W = Ep.T @ U @ Ep
+            np.testing.assert_allclose(D.E @ W @ D.E.T, U, atol=1e-9)
+            M = ntp.top_component(D)
+            s = np.einsum("ntd,de,ne->nt", D.X, W, D.Z)
+            for i in range(D.n):
+                assert np.ptp(s[i, M[i]]) < 1e-9
+                if (~M[i]).any():
+                    assert s[i, M[i]].min() - s[i, ~M[i]].max() >= 1 - 1e-9
+            assert np.linalg.norm(Wsvm[b]) <= np.linalg.norm(W) + 1e-9
+
+
+def test_infeasible_names_the_sequence():
+    # d = 1: sequence 0 needs (e_0 - e_1) w e_3 >= 1, sequence 1 needs (e_2 - e_0) w e_3 >= 1
+    E = np.array([[0.0], [1.0], [1.0], [2.0]])
+    D = NTPSeqData(E, np.array([[0, 1, 3], [2, 0, 3]]), np.array([0, 2]))
+    svm.graph_svm(NTPSeqData(E, D.tokens[:1], D.y[:1]))         # alone: feasible
+    with pytest.raises(svm.InfeasibleError, match="sequence 1"):
+        svm.graph_svm(D)
+    batched = NTPSeqData(np.stack([E, E]), np.stack([D.tokens] * 2), np.stack([D.y] * 2))
+    with pytest.raises(svm.InfeasibleError, match="trial 0"):
+        svm.graph_svm(batched)
+
+
+def test_prop_singletons_reduce_to_att_svm():
+    """prop-ntpattn-singleton: distinct priorities give singleton components, and the graph SVM
+    is the Att-SVM of Part II with the next tokens selected."""
+    data = ntp_sequences(25, 8, 4, queries=2, levels=10 ** 6, trials=2, seed=1)
+    M = ntp.top_component(data)
+    assert np.all(M.sum(-1) == 1)
+    W = svm.graph_svm(data)
+    for b in range(data.trials):
+        D = data.trial(b)
+        np.testing.assert_allclose(W[b], svm.att_svm(D.X, D.Z, D.ypos), atol=1e-7)
+        assert svm.graph_subspace(D).shape[1] == 0
+    np.testing.assert_array_equal(svm.graph_finite(data), 0.0)
+
+
+# ----------------------------------------------------------------------------- the loss
+
+def test_objective_gradient_autograd(data):
+    model = SelfAttentionNTP()
+    batch = model.batch(data)
+    params = model.init_params(batch, [np.random.default_rng(b) for b in range(3)],
+                               init="random", init_scale=1.0)
+    W = params["W"].clone().requires_grad_(True)
+    loss, g, _ = model.objective({"W": W}, batch)
+    loss.sum().backward()
+    torch.testing.assert_close(W.grad, g["W"], rtol=1e-10, atol=1e-12)
+    # masked (L_O) gradient too
+    model_O = SelfAttentionNTP(mask=ntp.top_component(data))
+    bO = model_O.batch(data)
+    W2 = params["W"].clone().requires_grad_(True)
+    loss, g, _ = model_O.objective({"W": W2}, bO)
+    loss.sum().backward()
+    torch.testing.assert_close(W2.grad, g["W"], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="mask"):
+        SelfAttentionNTP(mask=np.zeros(data.tokens.shape, dtype=bool)).batch(data)
+    with pytest.raises(ValueError, match="data"):
+        model.batch(np.zeros((3, 4)))
+
+
+def test_fit_trains_the_model(data):
+    """fit on SelfAttentionNTP: GD equals a hand-written loop, and trial b alone equals trial b
+    in the batch."""
+    from attnsvm.train import fit
+    model = SelfAttentionNTP()
+    W0 = np.random.default_rng(0).standard_normal((3, data.d, data.d)) * 0.1
+    h = fit(data, model=model, optimizer="gd", lr=0.7, steps=50, init=W0, snapshots=True,
+            record_every=[10], device="cpu")
+    batch = model.batch(data)
+    W = torch.as_tensor(W0)
+    for _ in range(50):
+        W = W - 0.7 * model.objective({"W": W}, batch)[1]["W"]
+    np.testing.assert_allclose(h.snapshots[-1], W.numpy(), rtol=1e-12, atol=1e-14)
+    one = fit(data.trial(2), model=model, optimizer="ngd", lr=0.3, steps=30, init=W0[2],
+              device="cpu")
+    allb = fit(data, model=model, optimizer="ngd", lr=0.3, steps=30, init=W0, device="cpu")
+    np.testing.assert_allclose(one.params["W"][0], allb.params["W"][2], rtol=1e-12, atol=1e-14)
+
+
+def test_lem_convex_smooth(data):
+    """lem-ntpattn-smooth: second differences along random unit directions lie in [0, L]."""
+    L = smoothness_bound(data)
+    rng = np.random.default_rng(2)
+    for b in range(data.trials):
+        D = data.trial(b)
+        for _ in range(30):
+            W = rng.standard_normal((D.d, D.d)) * rng.uniform(0, 4)
+            U = rng.standard_normal((D.d, D.d))
+            U /= np.linalg.norm(U)
+            h = 1e-3
+            sd = (_loss(D, W + h * U) - 2 * _loss(D, W) + _loss(D, W - h * U)) / h ** 2
+            assert -1e-6 <= sd <= L[b] + 1e-6
+    # the constant is attained: one sequence of two tokens, at W = 0, along (x_a - x_b) z^T
+    D = NTPSeqData(np.eye(3), np.array([[0, 1]]), np.array([0]))
+    U = np.outer(D.E[0] - D.E[1], D.E[1])
+    U /= np.linalg.norm(U)
+    h = 1e-4
+    sd = (_loss(D, h * U) - 2 * _loss(D, 0 * U) + _loss(D, -h * U)) / h ** 2
+    np.testing.assert_allclose(sd, smoothness_bound(D), rtol=1e-6)
+
+
+def test_lem_finite_part(data):
+    """lem-ntpattn-finite: W_svm is orthogonal to F; L_O depends on P_F W only; W* lies in F and
+    minimizes L_O there (local perturbations in F increase it)."""
+    Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
+    M = ntp.top_component(data)
+    rng = np.random.default_rng(4)
+    for b in range(data.trials):
+        D = data.trial(b)
+        Q = svm.graph_subspace(D)
+        assert Q.shape[1] > 0
+        assert np.abs(Q.T @ Wsvm[b].ravel()).max() < 1e-7 * np.linalg.norm(Wsvm[b])
+        np.testing.assert_allclose(Q @ (Q.T @ Wfin[b].ravel()), Wfin[b].ravel(), atol=1e-12)
+        L0 = _loss(D, Wfin[b], M[b])
+        for _ in range(10):
+            P = rng.standard_normal(D.d * D.d)
+            P -= Q @ (Q.T @ P)                              # in F-perp: L_O unchanged
+            assert abs(_loss(D, Wfin[b] + 3 * P.reshape(D.d, D.d), M[b]) - L0) < 1e-12
+            V = (Q @ rng.standard_normal(Q.shape[1])).reshape(D.d, D.d)
+            V *= 1e-3 / np.linalg.norm(V)
+            assert _loss(D, Wfin[b] + V, M[b]) > L0 and _loss(D, Wfin[b] - V, M[b]) > L0
+
+
+def test_prop_infimum(data):
+    """prop-ntpattn-inf: L(W) > L_O(W*) everywhere, and L(W* + R W_svm) - L_O(W*) decreases to 0
+    within the stated bound."""
+    Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
+    M = ntp.top_component(data)
+    rng = np.random.default_rng(5)
+    for b in range(data.trials):
+        D = data.trial(b)
+        Linf = _loss(D, Wfin[b], M[b])
+        for _ in range(20):
+            W = rng.standard_normal((D.d, D.d)) * rng.uniform(0, 30)
+            assert _loss(D, W) > Linf
+        s_fin = np.einsum("ntd,de,ne->nt", D.X, Wfin[b], D.Z)
+        gaps = []
+        for R in (1.0, 2.0, 4.0, 8.0, 16.0):
+            gap = _loss(D, Wfin[b] + R * Wsvm[b]) - Linf
+            bound = 0.0
+            for i in range(D.n):
+                top = s_fin[i, M[b, i]].max()
+                bound += np.exp(s_fin[i, ~M[b, i]] - top - R).sum() / D.n
+            assert 0 < gap <= bound * (1 + 1e-9)
+            gaps.append(gap)
+        assert np.all(np.diff(gaps) < 0) and gaps[-1] < 1e-5
+
+
+def test_cor_gd(data):
+    """cor-ntpattn-gd: GD with step 1/L has a nonincreasing loss, the rate
+    L(W_t) - L(U) <= ||W_0 - U||^2 / (2 eta t) for any U, and a growing norm."""
+    Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
+    model = SelfAttentionNTP()
+    batch = model.batch(data)
+    eta = 1.0 / smoothness_bound(data)
+    W = torch.zeros((data.trials, data.d, data.d), dtype=torch.float64)
+    losses, norms = [], []
+    t_max = 2000
+    for t in range(t_max + 1):
+        loss, g, _ = model.objective({"W": W}, batch)
+        losses.append(loss.numpy().copy())
+        norms.append(W.flatten(1).norm(dim=1).numpy().copy())
+        W = W - torch.as_tensor(eta)[:, None, None] * g["W"]
+    losses, norms = np.array(losses), np.array(norms)
+    assert np.all(np.diff(losses, axis=0) <= 1e-15)
+    assert np.all(norms[-1] > 1.2 * norms[t_max // 10])     # logarithmic growth
+    for b in range(data.trials):
+        D = data.trial(b)
+        for R in (2.0, 5.0, 10.0):
+            U = Wfin[b] + R * Wsvm[b]
+            assert losses[t_max, b] - _loss(D, U) <= np.sum(U ** 2) / (2 * eta[b] * t_max)
+
+
+# ----------------------------------------------------------------------------- the experiment
+
+def test_experiment_small():
+    r = ntp_attention_experiment(n=20, K=6, T=4, trials=2, steps=300, n_records=10, device="cpu")
+    s = r.summary()
+    assert set(r.curves) == {"gd", "ngd"}
+    for rule in ("gd", "ngd"):
+        assert r.curves[rule]["corr_perp"].shape == (len(r.steps), 2)
+        assert np.all(r.curves[rule]["gap"] > 0)
+        assert 0 < s[f"mass_{rule}"] <= 1
+    assert s["gap_monotone_gd"] == 1
+    assert s["corr_gd"] > 0.8                    # already aligned after 300 steps at this size
+    # the trial b of a batch is the trial drawn alone
+    D1 = ntp_sequences(20, 6, 4, trials=1, seed=0)
+    np.testing.assert_array_equal(D1.tokens[0], r.data.tokens[0])
+
+
+@pytest.mark.slow
+def test_quick_profile_numbers():
+    """The notebook's quick-profile run: the chapter's checked claims hold on the driver's
+    summary (the same numbers the notebook glues)."""
+    s = ntp_attention_experiment(device="cpu").summary()
+    assert s["frac_multi"] > 0 and s["dim_F"] > 0
+    assert s["corr_gd"] >= 0.97 and s["corr_gd"] > s["corr_full_gd"] and s["corr_gain_gd"] > 0
+    assert s["relerr_gd"] <= 0.05 and s["mass_gd"] >= 0.99 and s["gap_monotone_gd"] == 1
+    assert s["late_decrease_gd"] == 1
+    assert s["corr_ngd"] > s["corr_gd"] and s["relerr_ngd"] > s["relerr_gd"]
+    assert s["relerr_ratio_ngd"] > 0.5
