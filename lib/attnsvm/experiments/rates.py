@@ -52,7 +52,7 @@ _LOGISTIC = get_loss("logistic")
 
 # ----------------------------------------------------------------------------- data
 def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
-               spread=0.8, seed=0):
+               spread=0.8, queries="uniform", seed=0):
     r"""Seeded attention instances with prescribed token scores (cross-attention queries):
     :func:`attnsvm.data.prescribed_scores` batched with ``trials`` trials (trial ``b`` does not
     depend on ``trials``). The token scores are exactly :math:`\gamma^\star` (``gamma_opt``)
@@ -60,7 +60,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     ``distinct=True``, distinct values in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
     ``gamma_opt`` and ``gamma_other`` are numbers or per-sequence arrays (n,) (heterogeneous
-    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
+    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`). ``queries="orthogonal"`` draws
+    orthonormal queries (needs ``d >= n``): then :math:`\langle A_{it}, A_{js}\rangle = 0` for
+    :math:`i \ne j`, the cross-sequence condition (Cx) of the global-convergence theorem
+    (:func:`cross_gram_min`).
 
     Returns
     -------
@@ -69,7 +72,7 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     """
     trials = check_int("trials", trials, minimum=1)
     return prescribed_scores(n, T, d, gamma_opt=gamma_opt, gamma_other=gamma_other,
-                             distinct=distinct, spread=spread, trials=trials,
+                             distinct=distinct, spread=spread, queries=queries, trials=trials,
                              seed=Stream(seed, "scores"))
 
 
