@@ -617,8 +617,10 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     (``gamma_opt``) and, for the other tokens, :math:`\gamma^\circ` (``gamma_other``, the
     equal-score model, ``distinct=False``) or, with ``distinct=True``, values drawn uniformly in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
-    With ``queries="orthogonal"`` the same Gaussian query draws are orthonormalized
-    (Gram-Schmidt in sequence order, :math:`\langle z_i, z_j\rangle = \delta_{ij}`), so that
+    With ``queries="orthogonal"`` the queries are distinct coordinate axes with random signs
+    (exactly orthonormal, :math:`\langle z_i, z_j\rangle = \delta_{ij}`; the law of the
+    problem is invariant under a common rotation of tokens, head and queries, so this is a
+    uniformly rotated orthonormal frame up to that rotation), so that
     :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
     x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle = 0` for :math:`i \ne j`
     (the cross-sequence condition of the book's global-convergence theorem); every other draw is
@@ -634,7 +636,8 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     distinct : bool
     spread : float in (0, 1)
     queries : {"uniform", "orthogonal"}
-        Uniform unit queries (default), or orthonormal ones.
+        Uniform unit queries (default), or orthonormal ones (drawn after all other arrays, so
+        the tokens, head, labels and optimal positions are those of ``"uniform"``).
     trials, seed : as in :func:`random_unit`
 
     Returns
@@ -674,9 +677,9 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
         np.put_along_axis(c, opt[:, None], g_opt[:, None], axis=-1)
         X = G + (y[:, None] * c)[..., None] * v
         Z = rng.standard_normal((n, d))
-        if queries == "orthogonal":
-            Q, R = np.linalg.qr(Z.T)                       # Gram-Schmidt of z_1, ..., z_n
-            Z = (Q * np.sign(np.diag(R))).T
+        if queries == "orthogonal":                        # signed distinct coordinate axes
+            Z = np.zeros((n, d))
+            Z[np.arange(n), rng.permutation(d)[:n]] = _signs(rng, n)
         Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
         return X, y, Z, v, opt.astype(np.int64)
     return _generate(one, trials, seed, extra=1)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import metrics, svm, tokens, train
+from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
 from ..data import AttnData, Stream, prescribed_scores, stream
 from ..losses import get_loss
@@ -42,7 +42,8 @@ __all__ = [
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds",
+    "gd_inverse_excess_holds", "cross_gram_min", "log_q", "global_constants", "every_step",
+    "q_monotone", "first_in_region", "global_run",
 ]
 
 
@@ -151,7 +152,9 @@ def constants(data, opt, W_mm):
     ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
     ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
     ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
-    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem).
+    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem);
+    ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
+    global theorem and the sparsity corollaries).
     """
     U, Z = features(data, opt)
     g, gs, mask, _ = _scores(data, opt)
@@ -168,7 +171,8 @@ def constants(data, opt, W_mm):
     return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
                 b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
                 eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
-                eta_ngd=np.minimum(np.log(2) / RA, mu / H))
+                eta_ngd=np.minimum(np.log(2) / RA, mu / H), bD_plus=(bp * Delta).max(-1),
+                bD_minus=(bm * Delta).min(-1))
 
 
 # ----------------------------------------------------------------------------- exact metrics
@@ -548,3 +552,164 @@ def gd_inverse_excess_holds(t, excess, t0, eta, consts):
         hi = 1 / excess[k0, b] + 3 * eta * consts["R_A"][b] ** 2 / consts["lam"][b] ** 2 * dt
         return np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)))
     return _holds_from_t0(t, excess, t0, check)
+
+
+# ----------------------------------------------------------------------------- global, under (Cx)
+def cross_gram_min(data, opt):
+    r"""The smallest cross-sequence inner product
+    :math:`\min_{i\ne j,\ t\ne\mathrm{opt}_i,\ s\ne\mathrm{opt}_j}\langle A_{it}, A_{js}\rangle`
+    per trial, shape (B,): the cross-sequence condition (Cx) of the global theorem holds iff it is
+    :math:`\ge 0`. ``+inf`` when ``n = 1`` (the condition is then empty). Uses
+    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
+    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
+    """
+    U, Z = features(data, opt)
+    _, _, mask, _ = _scores(data, opt)
+    n = U.shape[1]
+    G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]
+    valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
+             & ~np.eye(n, dtype=bool)[None, :, None, :, None])
+    return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))
+
+
+def log_q(data, opt, W):
+    r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
+    (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
+    return _log_q(data, opt, np.asarray(W, dtype=float))
+
+
+def global_constants(data, opt, W_mm, W0):
+    r"""The constants of the global theorem (book: ``thm-global-region``) per trial: the dict of
+    :func:`constants` plus ``E0`` :math:`E(W_0)`, ``s0`` :math:`\min_i s_i(W_0)`, ``s0_lower``
+    (:func:`attnsvm.bounds.s0_lower`), ``mu0`` :math:`\gamma_A\min(s_0, 2/3)`,
+    ``eta_gd_noloss``, ``eta_ngd_noloss`` (:func:`attnsvm.bounds.noloss_steps`), ``eta_ngd_global``,
+    ``eta_gd_global`` (the largest steps of the theorem, :func:`attnsvm.bounds.global_steps`) and
+    ``cross_min`` (:func:`cross_gram_min`). All (B,) arrays."""
+    c = constants(data, opt, W_mm)
+    W0 = np.asarray(W0, dtype=float)
+    n, T = data.X.shape[-3], data.X.shape[-2]
+    E0 = excess_loss(data, opt, W0)
+    s0 = np.exp(-np.logaddexp(0.0, log_q(data, opt, W0).max(-1)))
+    mu0 = bounds.global_mu0(c["gamma_A"], s0)
+    eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
+    eta_ngd, eta_gd = bounds.global_steps(mu0, c["H"], E0, eta_gd_noloss=eta_gd0, lam=c["lam"],
+                                          R_A=c["R_A"])
+    return dict(c, E0=E0, s0=s0, mu0=mu0,
+                s0_lower=bounds.s0_lower(c["R_A"], T, np.linalg.norm(W0, axis=(-2, -1))),
+                eta_gd_noloss=eta_gd0, eta_ngd_noloss=eta_ngd0, eta_ngd_global=eta_ngd,
+                eta_gd_global=eta_gd, cross_min=cross_gram_min(data, opt))
+
+
+def every_step(data, opt, *, optimizer, lr, steps, init, chunk=500, device="auto"):
+    r"""Run a stateless optimizer (``"gd"`` or ``"ngd"``) for ``steps`` steps on all trials and
+    return :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at *every*
+    step, plus the final ``W`` (B, d, d). The run is cut into batched ``attnsvm.train.fit`` calls
+    of ``chunk`` steps (exact for these rules, which keep no state), so memory stays
+    :math:`O(\mathrm{chunk}\cdot Bd^2)`."""
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd' (stateless rules), got {optimizer!r}")
+    steps = check_int("steps", steps, minimum=1)
+    chunk = check_int("chunk", chunk, minimum=1)
+    W = np.asarray(init, dtype=float)
+    lq, ex = [log_q(data, opt, W)[None]], [excess_loss(data, opt, W)[None]]
+    done = 0
+    while done < steps:
+        k = min(chunk, steps - done)
+        h = train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=k, init=W,
+                      snapshots=True, record_every=1, device=device)
+        S = h.snapshots[1:]
+        lq.append(log_q(data, opt, S))
+        ex.append(excess_loss(data, opt, S))
+        W = h.W
+        done += k
+    return np.concatenate(lq), np.concatenate(ex), W
+
+
+def q_monotone(log_q_steps, excess, *, excess_floor=1e-10, tol=1e-9):
+    r"""Whether every :math:`q_i` is nonincreasing at every step (book:
+    ``lem-no-attention-loss``), per trial.
+
+    A step :math:`t\to t+1` is checked while :math:`E(W_t) \ge` ``excess_floor``: below it the
+    float64 gradient has lost its relative accuracy (its optimal-token coefficient
+    :math:`\gamma_{i\mathrm{opt}_i} - u_i = \Delta_i(1 - s_i)` is a difference of numbers of
+    order one), and the computed step no longer follows the exact one.
+
+    Parameters
+    ----------
+    log_q_steps : (K, B, n) from :func:`every_step`
+    excess : (K, B)
+
+    Returns
+    -------
+    holds : (B,) bool, ``log q_i(W_{t+1}) <= log q_i(W_t) + tol`` at every checked step
+    checked : (B,) int, number of checked steps
+    max_increase : (B,) the largest :math:`\log q_i(W_{t+1}) - \log q_i(W_t)` over checked steps
+    """
+    log_q_steps, excess = np.asarray(log_q_steps, dtype=float), np.asarray(excess, dtype=float)
+    if log_q_steps.ndim != 3 or excess.shape != log_q_steps.shape[:2]:
+        raise ValueError(f"log_q_steps must be (K, B, n) and excess (K, B), got "
+                         f"{log_q_steps.shape} and {excess.shape}")
+    inc = np.diff(log_q_steps, axis=0).max(-1)                  # (K-1, B)
+    use = excess[:-1] >= excess_floor
+    worst = np.where(use, inc, -np.inf).max(0)
+    return worst <= tol, use.sum(0), worst
+
+
+def first_in_region(excess, eps0):
+    r"""Per trial, the first step :math:`t` with :math:`E(W_{t'})\le\varepsilon_0` for every later
+    step :math:`t'` of an every-step record ``excess`` (K, B) (:func:`every_step`); NaN where the
+    run ends outside the region."""
+    return first_step(np.arange(np.asarray(excess).shape[0]), np.asarray(excess) <= eps0)
+
+
+def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500, device="auto"):
+    r"""One GD or NGD run from ``W0`` on all trials, checked against the global theorem (book:
+    ``lem-no-attention-loss``, ``thm-global-region``, ``cor-sparsity-global``) at every step.
+
+    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
+    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`global_constants`), valid for every trial;
+    a number runs that step, and the bounds are then evaluated only where it is within the
+    theorem's step of the trial.
+
+    Returns
+    -------
+    dict with ``eta`` (float), ``consts`` (:func:`global_constants`), ``proved`` (B,) bool (the
+    step is within the theorem's), ``noloss`` (B,) bool (the step is within
+    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
+    ``W`` (B, d, d) final, ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
+    not ``proved``),
+    ``first`` (B,) the observed first step in the region (:func:`first_in_region`),
+    ``mono``, ``mono_checked``, ``mono_worst`` (:func:`q_monotone`), ``excess_holds`` and
+    ``mass_holds`` (steps + 1, B) bool: :math:`E(W_t)` below the theorem's bound and
+    :math:`\max_i(1-s_i(W_t))` below the corollary's (False where not ``proved``).
+    """
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    g = global_constants(data, opt, W_mm, W0)
+    thm = g[f"eta_{optimizer}_global"]
+    if isinstance(lr, str):
+        if lr != "theorem":
+            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
+        eta = float(thm.min())
+    else:
+        eta = float(lr)
+        if not eta > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+    proved = eta <= thm * (1 + 1e-12)
+    noloss = eta <= g[f"eta_{optimizer}_noloss"]
+    lq, ex, W = every_step(data, opt, optimizer=optimizer, lr=eta, steps=steps, init=W0,
+                           chunk=chunk, device=device)
+    t = np.arange(ex.shape[0])
+    mono, checked, worst = q_monotone(lq, ex)
+    n = lq.shape[-1]
+    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
+    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
+    with np.errstate(divide="ignore"):
+        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
+        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
+                      + 1e-9)
+    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
+                                                        optimizer=optimizer), np.nan),
+                first=first_in_region(ex, g["eps0"]), mono=mono, mono_checked=checked,
+                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
