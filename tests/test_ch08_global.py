@@ -165,3 +165,141 @@ def test_global_experiment_groups_and_ngd_guaranteed_progress():
     # proved: NGD's projection on W_mm grows at least eta * kappa per step
     assert exp.ngd_progress >= 1.0
     assert set(exp.final("ngd")) == set(rates.GLOBAL_GROUPS)
+
+
+# ----------------------------------------------------------------------------- global, under (Cx)
+@pytest.fixture(scope="module", params=list(SCORES))
+def cx_inst(request):
+    """Orthogonal-query equal-score instances (the cross-sequence condition holds)."""
+    data, opt = rates.score_data(4, 4, 6, trials=3, seed=5, queries="orthogonal",
+                                 **SCORES[request.param])
+    return data, opt, rates.svm_batch(data, opt)
+
+
+def _brute_cross_min(data, opt):
+    U, Z = rates.features(data, opt)
+    out = np.full(data.trials, np.inf)
+    for b in range(data.trials):
+        for i in range(data.n):
+            for j in range(data.n):
+                for t in range(data.T):
+                    for s in range(data.T):
+                        if i != j and t != opt[b, i] and s != opt[b, j]:
+                            ip = np.sum(np.outer(U[b, i, t], Z[b, i]) * np.outer(U[b, j, s], Z[b, j]))
+                            out[b] = min(out[b], ip)
+    return out
+
+
+def test_orthogonal_queries_and_cross_gram():
+    u, opt_u = rates.score_data(4, 3, 5, trials=3, seed=7)
+    o, opt_o = rates.score_data(4, 3, 5, trials=3, seed=7, queries="orthogonal")
+    # only the queries change, and they are exactly orthonormal
+    for name in ("X", "y", "v"):
+        np.testing.assert_array_equal(getattr(u, name), getattr(o, name))
+    np.testing.assert_array_equal(opt_u, opt_o)
+    np.testing.assert_array_equal(np.einsum("bid,bjd->bij", o.Z, o.Z), np.broadcast_to(np.eye(4), (3, 4, 4)))
+    # the checker against a brute-force loop: (Cx) holds with orthogonal queries, fails with uniform ones
+    np.testing.assert_allclose(rates.cross_gram_min(u, opt_u), _brute_cross_min(u, opt_u), rtol=1e-12)
+    assert np.all(rates.cross_gram_min(u, opt_u) < 0)
+    assert np.all(rates.cross_gram_min(o, opt_o) >= 0)
+    one, opt1 = rates.score_data(1, 4, 3, trials=2, seed=0)
+    assert np.all(np.isinf(rates.cross_gram_min(one, opt1)))          # n = 1: (Cx) is empty
+    with pytest.raises(ValueError, match="d >= n"):
+        rates.score_data(5, 3, 4, queries="orthogonal")
+    with pytest.raises(ValueError, match="queries"):
+        rates.score_data(3, 3, 4, queries="sphere")
+
+
+def _starts(data, opt, W_mm, R):
+    """A random start of norm R and an adversarial one, R W_mm^alpha/|W_mm^alpha|."""
+    return {"random": rates.random_inits(data.d, data.trials, radius=R, seed=3),
+            "adversarial": _adversarial_start(data, opt, R)}
+
+
+def test_no_attention_loss_every_step(cx_inst):
+    """lem-no-attention-loss: every q_i is nonincreasing at every step of GD at eta_GD and of NGD
+    at eta_NGD (the largest steps of the lemma), from random and adversarial starts of norm 3
+    and 12 (the latter saturated on a wrong token)."""
+    data, opt, W_mm = cx_inst
+    c = rates.constants(data, opt, W_mm)
+    eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
+    for R in (3.0, 12.0):
+        for W0 in _starts(data, opt, W_mm, R).values():
+            for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
+                lq, ex, _ = rates.every_step(data, opt, optimizer=name, lr=eta, steps=400,
+                                             init=W0, device="cpu")
+                ok, checked, worst = rates.q_monotone(lq, ex)
+                assert np.all(checked >= 100) and np.all(ok), (name, R, worst)
+                s = np.exp(-np.logaddexp(0, lq))
+                assert np.all(s.min(-1) >= A.bounds.s0_lower(c["R_A"], data.T, R) * (1 - 1e-12))
+
+
+def test_no_attention_loss_can_fail():
+    """The lemma's two hypotheses are not vacuous. (i) Without (Cx) (uniform queries), one GD
+    step at a hundredth of eta_GD raises some q_i. (ii) With (Cx) (n = 1), a step 100 times
+    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it."""
+    data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
+    assert np.all(rates.cross_gram_min(data, opt) < 0)
+    c = rates.constants(data, opt, rates.svm_batch(data, opt))
+    eta_gd, _ = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
+    W = 3.0 * np.random.default_rng(0).standard_normal((8, 4, 4))
+    W1 = W - (0.01 * eta_gd)[:, None, None] * rates.grad(data, W)
+    rise = (rates.log_q(data, opt, W1) - rates.log_q(data, opt, W)).max(-1)
+    assert rise.max() > 1e-5
+    # (ii) one sequence, tokens whose lifted features have a negative inner product
+    data, opt = rates.score_data(1, 3, 4, trials=4, seed=1, queries="orthogonal", gamma_opt=0.1)
+    c = rates.constants(data, opt, rates.svm_batch(data, opt))
+    eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], 1)
+    U, Z = rates.features(data, opt)
+    b = 2
+    Af = np.stack([np.outer(U[b, 0, t], Z[b, 0]).ravel() for t in range(3) if t != opt[b, 0]])
+    assert Af[0] @ Af[1] < 0
+    W = np.broadcast_to((np.linalg.pinv(Af) @ np.array([0.0, 8.0])).reshape(4, 4), (4, 4, 4))
+    G = rates.grad(data, W)
+    Gn = G / np.linalg.norm(G, axis=(1, 2), keepdims=True)
+    lq = rates.log_q(data, opt, W)[b, 0]
+    for f, sign in ((1.0, -1), (100.0, 1)):
+        for step in (eta_gd[:, None, None] * G, eta_ngd[:, None, None] * Gn):
+            change = rates.log_q(data, opt, W - f * step)[b, 0] - lq
+            assert sign * change > 0.1
+
+
+def test_global_theorem_ngd_and_gd(cx_inst):
+    """thm-global-region and cor-sparsity-global at the theorem's steps, at every step from t = 0,
+    from random and adversarial starts: no q_i increases, E(W_t) and max_i(1 - s_i(W_t)) stay
+    below the bounds, and the region is reached, no later than t_reach (on the equal-score
+    instances; the heterogeneous ones have a much smaller theorem step, and there the run checks
+    the bounds for 2000 steps and that t_reach lies beyond them wherever the region is not
+    reached yet)."""
+    data, opt, W_mm = cx_inst
+    equal = np.allclose(rates.constants(data, opt, W_mm)["Delta_min"], 1.0)
+    for W0 in _starts(data, opt, W_mm, 1.5).values():
+        g = rates.global_constants(data, opt, W_mm, W0)
+        # the NGD step condition implies the lemma's and log 2 / R_A
+        assert np.all(g["eta_ngd_global"] <= g["eta_ngd_noloss"])
+        assert np.all(g["eta_ngd_global"] <= np.log(2) / g["R_A"])
+        assert np.all(g["s0"] >= g["s0_lower"])
+        for name in ("ngd", "gd"):
+            steps = 6000 if equal else 2000
+            r = rates.global_run(data, opt, W_mm, W0, optimizer=name, steps=steps, device="cpu")
+            assert np.all(r["proved"]) and np.all(r["mono"])
+            assert np.all(r["excess_holds"]) and np.all(r["mass_holds"])
+            if equal:
+                assert np.all(np.isfinite(r["first"])), (name, r["first"])
+            reached = np.isfinite(r["first"])
+            assert np.all(r["first"][reached] <= r["t_reach"][reached])
+            assert np.all(r["t_reach"][~reached] > steps)
+            if name == "gd":
+                assert np.all(np.diff(r["excess"], axis=0) <= 0)      # E nonincreasing
+
+
+def test_global_bounds_reject_bad_input():
+    with pytest.raises(ValueError, match="s0"):
+        A.bounds.global_mu0(1.0, 1.5)
+    with pytest.raises(ValueError, match="optimizer"):
+        A.bounds.t_reach(1.0, 0.1, 0.1, 0.1, optimizer="adam")
+    with pytest.raises(ValueError, match="eta"):
+        A.bounds.global_excess_bound([0, 1], 1.0, -0.1, 0.1, optimizer="ngd")
+    with pytest.raises(ValueError, match="optimizer"):
+        rates.global_run(*rates.score_data(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
+                         optimizer="adam", steps=1)
