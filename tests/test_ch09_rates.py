@@ -381,3 +381,35 @@ def test_ngd_direction_corollary(inst):
         A.bounds.ngd_direction_bound([eta], 2 * c["eps0"], n0, **kw)
     with pytest.raises(ValueError, match="etas"):
         A.bounds.ngd_direction_bound([-eta], E0, n0, **kw)
+
+
+def test_curvature_outside_region(inst):
+    """lem-att-curvature holds at every W, not only on E <= eps0: finite-difference second
+    derivatives at points W' within log 2 / R_A of W, for W far outside the region (random
+    points of norm up to 6, a start saturated on a wrong token), stay below (2/3) H E(W); and
+    the constant is not loose by more than a factor 1e4 somewhere (so a wrong E(W) factor,
+    e.g. the E of a point in the region, would fail)."""
+    data, opt, W_mm, c, _ = inst
+    rng = np.random.default_rng(7)
+    alpha = opt.copy()
+    alpha[:, 0] = (alpha[:, 0] + 1) % data.T
+    Wa = rates.svm_batch(data, alpha)
+    starts = [k * rng.standard_normal(W_mm.shape) for k in (0.0, 0.5, 2.0, 6.0)]
+    starts.append(4 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True))
+    h, ratios, outside = 1e-3, [], 0
+    for W in starts:
+        E = rates.excess_loss(data, opt, W)
+        outside += int(np.sum(E > c["eps0"]))
+        for _ in range(4):
+            off = rng.standard_normal(W.shape)
+            off *= ((0.99 * np.log(2) / c["R_A"] * rng.uniform())[:, None, None]
+                    / np.linalg.norm(off, axis=(-2, -1), keepdims=True))
+            M = rng.standard_normal(W.shape)
+            M /= np.linalg.norm(M, axis=(-2, -1), keepdims=True)
+            W1 = W + off
+            d2 = (rates.excess_loss(data, opt, W1 + h * M) - 2 * rates.excess_loss(data, opt, W1)
+                  + rates.excess_loss(data, opt, W1 - h * M)) / h ** 2
+            assert np.all(np.abs(d2) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
+            ratios.append(np.abs(d2) / (c["H"] * E))
+    assert outside >= 10                                  # most points are outside the region
+    assert np.max(ratios) > 1e-4

@@ -124,3 +124,35 @@ def test_gd_slope_minus_one():
     h = rates.run(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60, device="cpu")["gd"]
     m = rates.trajectory_metrics(data, opt, W_mm, h)
     assert abs(np.median(rates.slopes(m["t"], m["mass"])) + 1) < 0.15
+
+
+def test_sparsity_from_t0_under_cx():
+    """cor-sparsity-global: with orthogonal queries (the cross-sequence condition), at the steps
+    of thm-global-region, max_i(1 - s_i(W_t)) <= n E_0 (1 - eta mu0/2)^t / min_i b^-_i Delta_i
+    (NGD) and <= (n / min_i b^-_i Delta_i)(1/E_0 + eta mu0^2 t/2)^{-1} (GD) at every step from
+    t = 0, from a random start and from one saturated on a wrong token; the mass is computed
+    here from the iterates' attention, independently of the run's own check."""
+    data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, queries="orthogonal")
+    W_mm = rates.svm_batch(data, opt)
+    alpha = opt.copy()
+    alpha[:, 0] = (alpha[:, 0] + 1) % data.T
+    Wa = rates.svm_batch(data, alpha)
+    bmD, _ = _bounds(data, opt, None)
+    for W0 in (rates.random_inits(6, 3, radius=1.0, seed=1),
+               1.5 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)):
+        g = rates.global_constants(data, opt, W_mm, W0)
+        np.testing.assert_allclose(g["bD_minus"], bmD.min(-1), rtol=1e-12)
+        for name in ("ngd", "gd"):
+            r = rates.global_run(data, opt, W_mm, W0, optimizer=name, steps=1500, device="cpu")
+            t = np.arange(1501)[:, None]
+            if name == "ngd":
+                E_bound = g["E0"] * (1 - r["eta"] * g["mu0"] / 2) ** t
+            else:
+                E_bound = 1 / (1 / g["E0"] + r["eta"] * g["mu0"] ** 2 * t / 2)
+            mass_bound = data.n * E_bound / bmD.min(-1)
+            s = A.metrics.softmax(np.einsum("bntd,bde,bne->bnt", data.X, W0, data.Z))
+            assert np.all(1 - np.take_along_axis(s, opt[..., None], -1)[..., 0] <= mass_bound[0][:, None])
+            mass = np.exp(-np.logaddexp(0, -r["log_q"])).max(-1)       # max_i q_i / (1 + q_i)
+            assert np.all(mass <= mass_bound * (1 + 1e-9))
+            assert np.all(r["mass_holds"])
+            assert np.all(np.diff(mass_bound, axis=0) < 0)                 # and it decays
