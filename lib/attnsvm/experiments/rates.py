@@ -43,7 +43,7 @@ __all__ = [
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
     "gd_inverse_excess_holds", "cross_gram_min", "log_q", "global_constants", "every_step",
-    "q_monotone", "first_in_region", "global_run",
+    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
 ]
 
 
@@ -713,3 +713,97 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500
                                                         optimizer=optimizer), np.nan),
                 first=first_in_region(ex, g["eps0"]), mono=mono, mono_checked=checked,
                 mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
+
+
+def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd, lr_ngd,
+                         short_steps=None, seed=0, chunk=500, device="auto"):
+    r"""The global theorem on orthogonal-query equal-score instances (the cross-sequence
+    condition (Cx) holds), every run checked at every step (:func:`global_run`).
+
+    Starts: ``"random"`` (norm ``radius``, :func:`random_inits`) and ``"adversarial"``
+    (:math:`R_{\mathrm{adv}}W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`, ``alpha`` swapping sequence 0's
+    optimal token for the next one), each run by GD and NGD at the theorem's steps
+    (``"theorem"``) and at the given steps ``lr_gd``, ``lr_ngd`` (``"default"``); and ``"large"``
+    (:math:`R_{\mathrm{big}}W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`, saturated on a wrong token), run
+    at the lemma's steps :math:`\min(\mathrm{lr\_gd}, \eta_{\mathrm{GD}})` and
+    :math:`\eta_{\mathrm{NGD}}` (``"noloss"``, the smallest over the trials). The theorem runs
+    take ``steps`` steps, the others ``short_steps`` (default ``steps // 10``).
+
+    Returns
+    -------
+    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
+    cross_min : (trials,) :func:`cross_gram_min`
+    """
+    data, opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
+    W_mm = svm_batch(data, opt)
+    alpha = opt.copy()
+    alpha[:, 0] = (alpha[:, 0] + 1) % T
+    Wa = svm_batch(data, alpha)
+    Wa = Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
+    c = constants(data, opt, W_mm)
+    eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
+    starts = {"random": random_inits(d, trials, radius=radius, seed=seed), "adversarial": R_adv * Wa}
+    short = max(steps // 10, 1) if short_steps is None else short_steps
+    runs = {}
+    for sname, W0 in starts.items():
+        for name, lr in (("ngd", lr_ngd), ("gd", lr_gd)):
+            for kind, step, k in (("theorem", "theorem", steps), ("default", lr, short)):
+                runs[sname, name, kind] = global_run(data, opt, W_mm, W0, optimizer=name, lr=step,
+                                                     steps=k, chunk=chunk, device=device)
+    for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
+        runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
+                                                   lr=step, steps=short, chunk=chunk, device=device)
+    return runs, cross_gram_min(data, opt)
+
+
+def global_cx_summary(runs):
+    r"""The numbers of the global-theorem experiment (:func:`global_cx_experiment`), as a flat
+    dict of floats and ints (medians and extremes over trials):
+
+    ``eta_{opt}_{start}`` the theorem's step, ``treach_{opt}_{start}`` the largest bound
+    :math:`t_{\mathrm{reach}}`, ``first_{opt}_{start}`` the largest observed first step in the
+    region, ``bound_over_first_{opt}_{start}`` the smallest ratio of the two, for the theorem
+    runs (opt ``ngd``/``gd``, start ``random``/``adversarial``); ``reached`` whether every
+    theorem run reached the region within its bound (bool); ``excess_frac`` and ``mass_frac``
+    the fractions of (trial, step) pairs of the theorem runs where the from-0 bounds hold;
+    ``mono_proved`` whether every :math:`q_i` is nonincreasing at every checked step of every run
+    covered by the lemma (theorem runs and the ``"noloss"`` runs; bool), ``mono_pairs`` the
+    number of (trial, step) pairs checked there; ``default_mono`` and ``default_trials`` the
+    number of (run, trial) pairs of the default-step runs with monotone :math:`q_i`, and their
+    total; ``default_first_{opt}`` the largest first step in the region at the default step
+    (NaN-free: trials that never reach count as the run length); ``large_reached_{opt}`` the
+    number of large-norm trials that reach the region and ``large_trials``.
+    """
+    out, reached, ex, ms, mono, pairs = {}, True, [], [], True, 0
+    dmono = dtot = 0
+    for (start, name, kind), r in runs.items():
+        if kind == "theorem":
+            key = f"{name}_{start}"
+            out[f"eta_{key}"] = r["eta"]
+            out[f"treach_{key}"] = float(np.max(r["t_reach"]))
+            fin = np.isfinite(r["first"])
+            out[f"first_{key}"] = float(np.max(np.where(fin, r["first"], r["excess"].shape[0])))
+            out[f"bound_over_first_{key}"] = float(np.min(r["t_reach"] / np.maximum(
+                np.where(fin, r["first"], np.inf), 1)))
+            reached &= bool(np.all(fin) and np.all(r["first"] <= r["t_reach"]))
+            ex.append(r["excess_holds"])
+            ms.append(r["mass_holds"])
+        if kind in ("theorem", "noloss"):
+            ok = bool(np.all(r["noloss"])) if kind == "noloss" else bool(np.all(r["proved"]))
+            if not ok:
+                raise ValueError(f"run {(start, name, kind)} is not covered by the lemma")
+            mono &= bool(np.all(r["mono"]))
+            pairs += int(np.sum(r["mono_checked"]))
+        if kind == "default":
+            dmono += int(np.sum(r["mono"]))
+            dtot += r["mono"].size
+            fin = np.isfinite(r["first"])
+            first = float(np.max(np.where(fin, r["first"], r["excess"].shape[0])))
+            out[f"default_first_{name}"] = max(out.get(f"default_first_{name}", 0.0), first)
+        if kind == "noloss":
+            out[f"large_reached_{name}"] = int(np.sum(np.isfinite(r["first"])))
+            out["large_trials"] = int(r["first"].size)
+    out.update(reached=reached, excess_frac=float(np.mean(np.concatenate(ex, axis=1))),
+               mass_frac=float(np.mean(np.concatenate(ms, axis=1))), mono_proved=mono,
+               mono_pairs=pairs, default_mono=dmono, default_trials=dtot)
+    return out
