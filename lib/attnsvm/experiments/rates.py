@@ -771,7 +771,8 @@ def global_cx_summary(runs):
     number of (trial, step) pairs checked there; ``default_mono`` and ``default_trials`` the
     number of (run, trial) pairs of the default-step runs with monotone :math:`q_i`, and their
     total; ``default_first_{opt}`` the largest first step in the region at the default step
-    (NaN-free: trials that never reach count as the run length); ``large_reached_{opt}`` the
+    (NaN-free: trials that never reach count as the run length); ``default_noloss_{opt}``
+    whether the default step is within the lemma's in every trial (bool); ``large_reached_{opt}`` the
     number of large-norm trials that reach the region and ``large_trials``.
     """
     out, reached, ex, ms, mono, pairs = {}, True, [], [], True, 0
@@ -800,6 +801,8 @@ def global_cx_summary(runs):
             fin = np.isfinite(r["first"])
             first = float(np.max(np.where(fin, r["first"], r["excess"].shape[0])))
             out[f"default_first_{name}"] = max(out.get(f"default_first_{name}", 0.0), first)
+            out[f"default_noloss_{name}"] = (out.get(f"default_noloss_{name}", True)
+                                             and bool(np.all(r["noloss"])))
         if kind == "noloss":
             out[f"large_reached_{name}"] = int(np.sum(np.isfinite(r["first"])))
             out["large_trials"] = int(r["first"].size)
