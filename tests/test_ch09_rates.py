@@ -396,20 +396,14 @@ def test_curvature_outside_region(inst):
     Wa = rates.svm_batch(data, alpha)
     starts = [k * rng.standard_normal(W_mm.shape) for k in (0.0, 0.5, 2.0, 6.0)]
     starts.append(4 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True))
-    h, ratios, outside = 1e-3, [], 0
-    for W in starts:
-        E = rates.excess_loss(data, opt, W)
-        outside += int(np.sum(E > c["eps0"]))
-        for _ in range(4):
-            off = rng.standard_normal(W.shape)
-            off *= ((0.99 * np.log(2) / c["R_A"] * rng.uniform())[:, None, None]
-                    / np.linalg.norm(off, axis=(-2, -1), keepdims=True))
-            M = rng.standard_normal(W.shape)
-            M /= np.linalg.norm(M, axis=(-2, -1), keepdims=True)
-            W1 = W + off
-            d2 = (rates.excess_loss(data, opt, W1 + h * M) - 2 * rates.excess_loss(data, opt, W1)
-                  + rates.excess_loss(data, opt, W1 - h * M)) / h ** 2
-            assert np.all(np.abs(d2) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
-            ratios.append(np.abs(d2) / (c["H"] * E))
-    assert outside >= 10                                  # most points are outside the region
-    assert np.max(ratios) > 1e-4
+    W = np.repeat(np.stack(starts), 4, axis=0)                         # (S, B, d, d), 4 draws each
+    E = rates.excess_loss(data, opt, W)                                 # (S, B)
+    unit = lambda a: a / np.linalg.norm(a, axis=(-2, -1), keepdims=True)
+    radius = 0.99 * np.log(2) / c["R_A"] * rng.uniform(size=E.shape)   # |W' - W| <= log 2 / R_A
+    W1 = W + radius[..., None, None] * unit(rng.standard_normal(W.shape))
+    M, h = unit(rng.standard_normal(W.shape)), 1e-3
+    d2 = (rates.excess_loss(data, opt, W1 + h * M) + rates.excess_loss(data, opt, W1 - h * M)
+          - 2 * rates.excess_loss(data, opt, W1)) / h ** 2
+    assert np.all(np.abs(d2) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
+    assert np.sum(E > c["eps0"]) >= 10                                 # most points are outside the region
+    assert np.max(np.abs(d2) / (c["H"] * E)) > 1e-4
