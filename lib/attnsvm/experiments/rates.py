@@ -23,7 +23,11 @@ This module holds
 * experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
   optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
   :func:`exp_rate`, :func:`sensitivity`;
-* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`.
+* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
+* global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
+  :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
+  :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
+  :func:`global_cx_experiment`, :func:`global_cx_summary`.
 
 All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
