@@ -495,6 +495,12 @@ def test_direction_bound_from_t0(inst):
                                                      eta=eta, **one)
             np.testing.assert_allclose(r["bound"][k0:, b], expect, rtol=1e-12)
             assert np.all(np.isnan(r["bound"][:k0, b])) and r["first"][b] == expect[0]
+            if name == "gd":                                          # the sharp form D/||W_t||
+                sharp = A.bounds.gd_direction_bound(t[k0:] - t0[b], M["excess"][k0, b], M["norm"][k0, b],
+                                                    eta=eta, norm=M["norm"][k0:, b], **one)
+                rs = rates.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta, measured_norm=True)
+                np.testing.assert_allclose(rs["bound"][k0:, b], sharp, rtol=1e-12)
+                assert rs["fraction"] == 1.0 and np.all(sharp <= expect * (1 + 1e-12))
         bad = dict(M, one_minus_corr=np.where(np.isnan(r["bound"]), 0.0, r["bound"]) + 1e-6)
         assert rates.direction_bound_from_t0(t, t0, bad, c, optimizer=name, eta=eta)["fraction"] == 0.0
     with pytest.raises(ValueError, match="optimizer"):

@@ -597,7 +597,8 @@ def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_
             full = bounds.ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
             vals = np.take_along_axis(full, k.astype(int), axis=0)
         else:
-            norm = np.asarray(metrics["norm"], dtype=float)[:, ok] if measured_norm else None
+            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
+                    if measured_norm else None)                  # records before t0 do not count
             vals = bounds.gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
         bound[:, ok] = np.where(later[:, ok], vals, np.nan)
     omc = np.asarray(metrics["one_minus_corr"], dtype=float)
