@@ -13,13 +13,19 @@ notebooks evaluate them here).
   ``thm-global-region``, ``cor-sparsity-global``): :func:`noloss_steps`, :func:`s0_lower`,
   :func:`global_mu0`, :func:`global_steps`, :func:`t_reach`, :func:`global_excess_bound`,
   :func:`mass_from_excess`.
+* :func:`gd_error_constant` and :func:`gd_direction_bound`: GD's logarithmic upper bound on
+  :math:`1 - \mathrm{corr}(W_t, W_{mm})` from the first step :math:`t_0` at which the hypotheses
+  of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
+  capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["direction_from_margin", "ngd_direction_bound", "noloss_steps", "s0_lower", "global_mu0",
-           "global_steps", "t_reach", "global_excess_bound", "mass_from_excess"]
+__all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
+           "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
+           "global_excess_bound", "mass_from_excess"]
+
 
 
 def direction_from_margin(m_min, norm, gamma_A):
@@ -95,6 +101,97 @@ def ngd_direction_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H):
     num = (norm_t0 - np.log(2 * eps0 / E_t0) / gamma_A + 2 * E_t0 / (3 * eps0 * mu) * (1 - P)
            + H / (2 * gamma_A) * S2)
     return num / (norm_t0 + S1)
+
+
+def _gd_args(E_t0, eta, eps0, H):
+    E_t0, eps0, H = (np.asarray(a, dtype=float) for a in (E_t0, eps0, H))
+    eta = np.asarray(eta, dtype=float)
+    if np.any(eta <= 0):
+        raise ValueError("eta must be positive")
+    if np.any(E_t0 <= 0) or np.any(E_t0 > eps0):
+        raise ValueError("E_t0 must lie in (0, eps0] (the hypothesis of the bound)")
+    if np.any(eta * E_t0 * H > 1 + 1e-12):
+        raise ValueError("eta * E_t0 must be at most 1/H (the step condition of the bound)")
+    return E_t0, eta, eps0, H
+
+
+def gd_error_constant(E_t0, *, eta, eps0, H):
+    r"""The summed error of GD's directional bound (book: ``thm-gd-direction``),
+
+    .. math::
+
+        C = \Big(\frac{1}{\varepsilon_0} + \frac{3\eta H}{2}\Big)E(W_{t_0}) \le \frac52,
+
+    which bounds :math:`\log E_t - \log E_{t_0} + \gamma_A\sum_{s<t}\|W_{s+1} - W_s\|_F` for
+    every :math:`t \ge t_0`.
+
+    Parameters
+    ----------
+    E_t0 : array_like, :math:`E(W_{t_0})` in :math:`(0, \varepsilon_0]`
+    eta : array_like, the step (> 0), with :math:`\eta E(W_{t_0}) \le 1/H`
+    eps0, H : array_like, the constants of the chapter (``attnsvm.experiments.rates.constants``)
+    """
+    E_t0, eta, eps0, H = _gd_args(E_t0, eta, eps0, H)
+    return (1 / eps0 + 1.5 * eta * H) * E_t0
+
+
+def gd_direction_bound(steps, E_t0, norm_t0, *, eta, mu, eps0, gamma_A, H, norm=None):
+    r"""GD's logarithmic directional bound (book: ``thm-gd-direction``): in the equal-score
+    model, if at :math:`t_0` the hypotheses of the GD rate theorem hold
+    (:math:`E_0 = E(W_{t_0}) \le \varepsilon_0` and :math:`\eta E_0 \le \min(1/H,
+    \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; only :math:`E_0 \le \varepsilon_0` and
+    :math:`\eta E_0 H \le 1` are checked here, ``attnsvm.experiments.rates.gd_step_condition``
+    checks them all), then for :math:`t \ge t_0`
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le \frac{D}{\|W_t\|_F}
+        \le \frac{\gamma_A D}{\log\big(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t - t_0)\big)},
+        \qquad D = \|W_{t_0}\|_F - \frac{\log(2\varepsilon_0/E_0)}{\gamma_A} + \frac{C}{\gamma_A} \ge 0,
+
+    with :math:`C` of :func:`gd_error_constant`: :math:`O(1/\log t)`. The same holds for the
+    capped Polyak step from the step at which it is capped, with :math:`\eta = \eta_{\max}`.
+
+    Parameters
+    ----------
+    steps : array_like, shape (K,) or (K, B)
+        :math:`t - t_0 \ge 0`.
+    E_t0, norm_t0 : array_like, shape () or (B,)
+        :math:`E(W_{t_0})` and :math:`\|W_{t_0}\|_F` (> 0).
+    eta : array_like, the step (> 0).
+    mu, eps0, gamma_A, H : array_like, shape () or (B,)
+        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+    norm : array_like, optional
+        The measured :math:`\|W_t\|_F`, broadcastable to the result: then the sharper first
+        bound :math:`D/\|W_t\|_F` is returned.
+
+    Returns
+    -------
+    ndarray, shape of ``steps`` broadcast with the constants
+        The bound at :math:`t = t_0 + ` ``steps``.
+    """
+    steps = np.asarray(steps, dtype=float)
+    if steps.ndim not in (1, 2) or not np.all(steps >= 0):
+        raise ValueError("steps must be a 1-d or 2-d array of t - t0 >= 0")
+    E_t0, eta, eps0, H = _gd_args(E_t0, eta, eps0, H)
+    norm_t0, mu, gamma_A = (np.asarray(a, dtype=float) for a in (norm_t0, mu, gamma_A))
+    if np.any(norm_t0 <= 0):
+        raise ValueError("norm_t0 must be positive")
+    if np.any(gamma_A <= 0) or np.any(mu <= 0):
+        raise ValueError("gamma_A and mu must be positive")
+    if steps.ndim == 1 and np.broadcast(E_t0, norm_t0, eta, mu, eps0, gamma_A, H).ndim:
+        steps = steps[:, None]                                 # one grid, per-trial constants
+    log_ratio = np.log(2 * eps0 / E_t0)
+    if np.any(gamma_A * norm_t0 < log_ratio * (1 - 1e-9)):
+        raise ValueError("norm_t0 must be at least log(2 eps0/E_t0)/gamma_A (no W in the "
+                         "equal-score model has a smaller norm at that excess risk)")
+    D = norm_t0 - log_ratio / gamma_A + gd_error_constant(E_t0, eta=eta, eps0=eps0, H=H) / gamma_A
+    if norm is not None:
+        norm = np.asarray(norm, dtype=float)
+        if np.any(norm <= 0):
+            raise ValueError("norm must be positive")
+        return D / norm + 0 * steps
+    return gamma_A * D / np.log(2 * eps0 / E_t0 + eps0 * eta * mu ** 2 * steps)
 
 
 # ----------------------------------------------------------------------------- global convergence

@@ -24,6 +24,9 @@ This module holds
   optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
   :func:`exp_rate`, :func:`sensitivity`;
 * theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
+* hypotheses and proved bounds along a run, from each trial's first step :math:`t_0` in the
+  theorems' region: :func:`first_step`, :func:`gd_step_condition`, :func:`ngd_linear_holds`,
+  :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
 * global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
   :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
   :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
@@ -46,7 +49,7 @@ __all__ = [
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds", "cross_gram_min", "log_q", "global_constants", "every_step",
+    "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min", "log_q", "global_constants", "every_step",
     "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
 ]
 
@@ -520,42 +523,102 @@ def gd_step_condition(consts, eta, excess):
     return (excess <= consts["eps0"]) & (eta * excess <= cap)
 
 
-def _holds_from_t0(t, excess, t0, check):
-    """Per trial ((B,) bool): ``check(b, k0, later)`` with ``k0`` the record index of ``t0[b]``
-    and ``later`` the mask of the records ``t >= t0[b]``; False where ``t0`` is NaN."""
-    t = np.asarray(t, dtype=float)
-    out = np.zeros(excess.shape[1], dtype=bool)
-    for b in range(excess.shape[1]):
-        if np.isfinite(t0[b]):
-            out[b] = bool(check(b, int(np.flatnonzero(t == t0[b])[0]), t >= t0[b]))
-    return out
+def _from_t0(t, t0, *series):
+    r"""Align the records on each trial's ``t0`` (record steps, NaN for none): returns ``dt``
+    (K, B), :math:`t - t_0` where ``later`` and NaN elsewhere; ``later`` (K, B) bool,
+    :math:`t \ge t_0` with ``t0`` finite; and the value of each (K, B) series at ``t0`` ((B,),
+    NaN where ``t0`` is NaN)."""
+    t, t0 = np.asarray(t, dtype=float), np.asarray(t0, dtype=float)
+    ok = np.isfinite(t0)
+    k0 = np.minimum(np.searchsorted(t, np.where(ok, t0, t[0])), len(t) - 1)
+    if np.any(ok & (t[k0] != t0)):
+        raise ValueError("t0 must hold record steps of t (or NaN)")
+    later = ok[None, :] & (t[:, None] >= np.where(ok, t0, np.inf)[None, :])
+    dt = np.where(later, t[:, None] - np.where(ok, t0, 0.0)[None, :], np.nan)
+    vals = [np.where(ok, np.asarray(x, dtype=float)[k0, np.arange(t0.size)], np.nan) for x in series]
+    return dt, later, vals
 
 
 def ngd_linear_holds(t, excess, t0, eta, consts):
     r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
     :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
     ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
-    t = np.asarray(t, dtype=float)
-
-    def check(b, k0, later):
-        bound = (np.log(excess[k0, b])
-                 + (t[later] - t0[b]) * np.log1p(-eta * consts["mu"][b] / 2))
-        return np.all(np.log(excess[later, b]) <= bound + 1e-9)
-    return _holds_from_t0(t, excess, t0, check)
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    bound = np.log(E0) + dt * np.log1p(-eta * consts["mu"] / 2)
+    ok = np.where(later, np.log(excess) <= bound + 1e-9, True)
+    return np.isfinite(t0) & ok.all(axis=0)
 
 
 def gd_inverse_excess_holds(t, excess, t0, eta, consts):
     r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
     :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
-    t = np.asarray(t, dtype=float)
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    inv = 1 / np.asarray(excess, dtype=float)
+    lo = 1 / E0 + eta * consts["mu"] ** 2 / 2 * dt
+    hi = 1 / E0 + 3 * eta * consts["R_A"] ** 2 / consts["lam"] ** 2 * dt
+    ok = np.where(later, (inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)), True)
+    return np.isfinite(t0) & ok.all(axis=0)
 
-    def check(b, k0, later):
-        inv = 1 / excess[later, b]
-        dt = t[later] - t0[b]
-        lo = 1 / excess[k0, b] + eta * consts["mu"][b] ** 2 / 2 * dt
-        hi = 1 / excess[k0, b] + 3 * eta * consts["R_A"][b] ** 2 / consts["lam"][b] ** 2 * dt
-        return np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)))
-    return _holds_from_t0(t, excess, t0, check)
+
+def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_norm=False):
+    r"""A proved upper bound on :math:`1 - \mathrm{corr}(W_t, W_{mm})` along a recorded run, from
+    each trial's :math:`t_0`, and whether it holds, for all trials at once.
+
+    * ``optimizer="ngd"``: NGD's decaying bound at the constant step ``eta``
+      (:func:`attnsvm.bounds.ngd_direction_bound`; book ``cor-ngd-direction``), with ``t0`` a
+      record from which :math:`E \le \varepsilon_0` and ``eta`` at most the theorem's step;
+    * ``optimizer="gd"``: GD's logarithmic bound at the step ``eta``
+      (:func:`attnsvm.bounds.gd_direction_bound`; book ``thm-gd-direction``), with ``t0`` a record
+      from which :func:`gd_step_condition` holds; for the capped Polyak step once it is capped,
+      ``eta`` is the cap (``cor-polyak-cap-direction``). With ``measured_norm=True`` the
+      theorem's sharper first bound :math:`D/\|W_t\|_F` is evaluated with the recorded norms.
+
+    Parameters
+    ----------
+    t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
+    metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
+        (:func:`trajectory_metrics`)
+    consts : dict of (B,) constants (:func:`constants`)
+    optimizer : {"ngd", "gd"}; eta : float > 0
+    measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
+        deterministic :math:`\gamma_AD/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t-t_0))`
+
+    Returns
+    -------
+    dict
+        ``bound`` (K, B), NaN before ``t0``; ``later`` (K, B) bool, the (trial, record) pairs
+        from ``t0`` on; ``holds`` (K, B) bool, :math:`1-\mathrm{corr} \le` ``bound`` there (False
+        elsewhere); ``fraction``, the fraction of ``later`` pairs where it holds (NaN if none);
+        ``first`` and ``final`` (B,), the bound at ``t0`` and at the last record (NaN where ``t0``
+        is NaN).
+    """
+    if optimizer not in ("ngd", "gd"):
+        raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
+    if measured_norm and optimizer != "gd":
+        raise ValueError("measured_norm applies to optimizer='gd' only")
+    if not (np.isscalar(eta) and eta > 0):
+        raise ValueError(f"eta must be a positive number, got {eta!r}")
+    dt, later, (E0, N0) = _from_t0(t, t0, metrics["excess"], metrics["norm"])
+    ok = np.isfinite(np.asarray(t0, dtype=float))
+    bound = np.full(dt.shape, np.nan)
+    if ok.any():
+        kw = {k: consts[k][ok] for k in ("mu", "eps0", "gamma_A", "H")}
+        k = np.where(later[:, ok], dt[:, ok], 0.0)
+        if optimizer == "ngd":
+            full = bounds.ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
+            vals = np.take_along_axis(full, k.astype(int), axis=0)
+        else:
+            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
+                    if measured_norm else None)                  # records before t0 do not count
+            vals = bounds.gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
+        bound[:, ok] = np.where(later[:, ok], vals, np.nan)
+    omc = np.asarray(metrics["one_minus_corr"], dtype=float)
+    holds = later & (omc <= np.where(later, bound, -np.inf) + 1e-12)
+    k0 = np.argmax(later, axis=0)
+    first = np.where(ok, bound[k0, np.arange(bound.shape[1])], np.nan)
+    return dict(bound=bound, later=later, holds=holds,
+                fraction=float(holds.sum() / later.sum()) if later.any() else float("nan"),
+                first=first, final=np.where(ok, bound[-1], np.nan))
 
 
 # ----------------------------------------------------------------------------- global, under (Cx)
