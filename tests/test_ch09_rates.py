@@ -74,16 +74,6 @@ def test_curvature(inst):
         assert np.all(np.abs(d2) <= c["H"] * E0 * (1 + 1e-3))
 
 
-def _scale_to_excess(data, opt, W_mm, target):
-    """Per trial, the k with E(k W_mm) = target (E decreases along k W_mm), by bisection."""
-    lo, hi = np.zeros(W_mm.shape[0]), np.full(W_mm.shape[0], 64.0)
-    for _ in range(60):
-        k = (lo + hi) / 2
-        big = rates.excess_loss(data, opt, k[:, None, None] * W_mm) > target
-        lo, hi = np.where(big, k, lo), np.where(big, hi, k)
-    return hi
-
-
 def test_ngd_linear_theorem(inst):
     """thm-ngd-linear on the proof's own inequalities: the one-step contraction, and the margin
     bounds m_min(W_t) >= log(2 eps0/E_t) >= log(2 eps0/E_t0) + t eta mu/2; from the fixture's
@@ -92,7 +82,7 @@ def test_ngd_linear_theorem(inst):
     data, opt, W_mm, c, W0 = inst
     eta = float(c["eta_ngd"].min())
     steps = 300
-    W_edge = _scale_to_excess(data, opt, W_mm, 0.9 * c["eps0"])[:, None, None] * W_mm
+    W_edge = rates.scale_to_excess(data, opt, W_mm, 0.9 * c["eps0"])[:, None, None] * W_mm
     for Wstart in (W0, W_edge):
         h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=steps, init=Wstart,
                         snapshots=True, record_every=1, device="cpu")
@@ -392,11 +382,21 @@ def _gd_cap(c):
 def test_gd_direction_theorem(inst):
     """thm-gd-direction along GD runs, at every step from t0 = 0 (and restarted at later steps,
     where the hypotheses persist), with equal and heterogeneous per-sequence scores, at eta = 1
-    and at the largest step the hypotheses allow (where C is of order 1): the summed descent
-    inequality log E_t <= log E_0 - gamma_A sum_s |W_{s+1} - W_s| + C_t, the margin bound, and
-    both directional bounds hold. From a start with a large component off the features the
-    bound D/||W_t|| follows the measured 1 - corr within a factor 1.5 at every step (the bound
-    divided by 1.5 fails at every step), both decaying."""
+    and at the largest step the hypotheses allow (where C is of order 1): the per-step descent
+    inequality E_{s+1} <= E_s - eta |g_s|^2 (1 - eta H E_s / 2), the summed inequality
+    log E_t <= log E_0 - gamma_A sum_s |W_{s+1} - W_s| + C_t, the margin bound, and both
+    directional bounds hold.
+
+    What can fail and what cannot (measured): the per-step inequality is sharp (the decrease
+    is 1.005-1.14 times its right side at the closest step) and without its curvature
+    correction, E_{s+1} <= E_s - eta |g_s|^2, it fails at some step of every run (asserted).
+    The summed inequality and the margin bound do not test C: the left side of the former is
+    <= 0 at every step (|g_s| >= 1.01 gamma_A E_s on these runs), so it also holds with C
+    removed or gamma_A raised by 10%, and the margin bound holds with at least 1.6 to spare,
+    more than C. From a start with a large component off the features the bound D/||W_t|| is
+    1.12-1.34 times the measured 1 - corr at every step (so the bound divided by 1.5 fails at
+    every step, asserted), both decaying; but with C removed it still holds there (1 - corr is
+    at most 0.89 of it), so that C is needed is not demonstrated."""
     data, opt, W_mm, c, W0 = inst
     rng = np.random.default_rng(3)
     Q = rates.orth_component(data, opt, rng.standard_normal(W_mm.shape))
@@ -413,6 +413,10 @@ def test_gd_direction_theorem(inst):
             S = h.snapshots
             logE = rates.excess_loss(data, opt, S, log=True)
             E = np.exp(logE)
+            g2 = (np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1)) / eta) ** 2    # |g_s|^2
+            dec = E[:-1] - E[1:]
+            assert np.all(dec >= eta * g2 * (1 - eta * c["H"] * E[:-1] / 2) * (1 - 1e-9))
+            assert np.all(np.any(dec < eta * g2, axis=0))          # the curvature term is needed
             path = np.concatenate([np.zeros((1, S.shape[1])),
                                    np.cumsum(np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1)), axis=0)])
             for k1 in (0, K // 4):                                             # restarts from t1 = k1
@@ -515,9 +519,15 @@ def test_direction_bound_from_t0(inst):
 def test_curvature_outside_region(inst):
     """lem-att-curvature holds at every W, not only on E <= eps0: finite-difference second
     derivatives at points W' within log 2 / R_A of W, for W far outside the region (random
-    points of norm up to 6, a start saturated on a wrong token), stay below (2/3) H E(W); and
-    the constant is not loose by more than a factor 1e4 somewhere (so a wrong E(W) factor,
-    e.g. the E of a point in the region, would fail)."""
+    points of norm up to 6, a start saturated on a wrong token) in random directions, stay below
+    (2/3) H E(W). There the bound is loose by a factor of about 1000 (random directions, E
+    spread over all sequences), so the test also takes worst-case directions: W = 6 W_mm -
+    theta M with M = A_it / |A_it| for one token of one sequence (that sequence loses its
+    attention as theta grows), second derivative along M, at the points with E(W) > eps0.
+    Measured there: max |d2| / (H E) = 0.020 (equal scores) and 0.013 (heterogeneous) over the
+    scan (0.0008-0.02 per sequence and trial), i.e. (2/3) H E is 34-50 times the largest
+    curvature found; asserted: below 2/3 everywhere and above 0.008 somewhere (so a bound 80
+    times smaller would fail)."""
     data, opt, W_mm, c, _ = inst
     rng = np.random.default_rng(7)
     alpha = opt.copy()
@@ -529,11 +539,27 @@ def test_curvature_outside_region(inst):
     E = rates.excess_loss(data, opt, W)                                 # (S, B)
     def unit(a):
         return a / np.linalg.norm(a, axis=(-2, -1), keepdims=True)
+    def d2(Wp, M, h=1e-3):
+        return (rates.excess_loss(data, opt, Wp + h * M) + rates.excess_loss(data, opt, Wp - h * M)
+                - 2 * rates.excess_loss(data, opt, Wp)) / h ** 2
     radius = 0.99 * np.log(2) / c["R_A"] * rng.uniform(size=E.shape)   # |W' - W| <= log 2 / R_A
     W1 = W + radius[..., None, None] * unit(rng.standard_normal(W.shape))
-    M, h = unit(rng.standard_normal(W.shape)), 1e-3
-    d2 = (rates.excess_loss(data, opt, W1 + h * M) + rates.excess_loss(data, opt, W1 - h * M)
-          - 2 * rates.excess_loss(data, opt, W1)) / h ** 2
-    assert np.all(np.abs(d2) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
+    D = d2(W1, unit(rng.standard_normal(W.shape)))
+    assert np.all(np.abs(D) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
     assert np.sum(E > c["eps0"]) >= 10                                 # most points are outside the region
-    assert np.max(np.abs(d2) / (c["H"] * E)) > 1e-4
+    # worst-case directions: along one lifted feature, as that sequence loses its attention
+    U, Z = rates.features(data, opt)
+    B = W_mm.shape[0]
+    theta = np.linspace(0.0, 40.0, 401)[:, None, None, None]
+    worst = 0.0
+    for i in range(data.n):
+        t = (opt[:, i] + 1) % data.T
+        M = unit(np.einsum("bd,be->bde", U[np.arange(B), i, t], Z[:, i]))
+        Ws = 6 * W_mm[None] - theta * M[None]
+        Es = rates.excess_loss(data, opt, Ws)
+        out = Es > c["eps0"]
+        assert np.all(out.sum(0) >= 50)
+        ratio = np.abs(d2(Ws, np.broadcast_to(M, Ws.shape))) / (c["H"] * Es)
+        assert np.all(ratio <= 2 / 3 * (1 + 1e-3))
+        worst = max(worst, float(ratio[out].max()))
+    assert worst > 0.008, worst

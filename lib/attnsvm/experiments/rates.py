@@ -49,7 +49,7 @@ __all__ = [
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min", "log_q", "global_constants", "every_step",
+    "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q", "global_constants", "every_step",
     "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
 ]
 
@@ -234,6 +234,26 @@ def excess_loss(data, opt, W, *, log=False):
     mx = log_Ei.max(axis=-1, keepdims=True)
     log_E = mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
     return log_E if log else np.exp(log_E)
+
+
+def scale_to_excess(data, opt, W_mm, target, *, k_max=64.0, iters=60):
+    r"""Per trial, the scale :math:`k` with :math:`E(kW_{mm}) = ` ``target``, by bisection on
+    :math:`[0, k_{\max}]` (:math:`E` decreases along :math:`kW_{mm}`, :math:`k \ge 0`), shape (B,).
+    Starts at a prescribed excess risk, e.g. at the edge of the region
+    :math:`\{E\le\varepsilon_0\}` or just outside it. ``target`` is a number or (B,) array in
+    :math:`(E(k_{\max}W_{mm}), E(0)]`; the upper end of the final bracket is returned."""
+    W_mm = np.asarray(W_mm, dtype=float)
+    target = np.broadcast_to(np.asarray(target, dtype=float), W_mm.shape[:1])
+    k_max = float(k_max)
+    if not (np.all(target > excess_loss(data, opt, k_max * W_mm))
+            and np.all(target <= excess_loss(data, opt, 0 * W_mm))):
+        raise ValueError("target must lie in (E(k_max W_mm), E(0)] for every trial")
+    lo, hi = np.zeros(W_mm.shape[0]), np.full(W_mm.shape[0], k_max)
+    for _ in range(check_int("iters", iters, minimum=1)):
+        k = (lo + hi) / 2
+        big = excess_loss(data, opt, k[:, None, None] * W_mm) > target
+        lo, hi = np.where(big, k, lo), np.where(big, hi, k)
+    return hi
 
 
 def min_margin(data, opt, W):
