@@ -369,3 +369,10 @@ def test_global_bounds_reject_bad_input():
     with pytest.raises(ValueError, match="optimizer"):
         rates.global_run(*rates.score_data(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
                          optimizer="adam", steps=1)
+    data, opt = rates.score_data(2, 3, 3, trials=2)
+    W_mm = rates.svm_batch(data, opt)
+    E_zero = rates.excess_loss(data, opt, 0 * W_mm)
+    k = rates.scale_to_excess(data, opt, W_mm, E_zero / 2)
+    np.testing.assert_allclose(rates.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
+    with pytest.raises(ValueError, match="target"):
+        rates.scale_to_excess(data, opt, W_mm, 2 * E_zero)
