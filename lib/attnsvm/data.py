@@ -716,7 +716,7 @@ def separable(n, d, *, margin=0.1, trials=None, seed=0):
 
 @_generator
 def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False, spread=0.8,
-                      trials=None, seed=0):
+                      queries="uniform", trials=None, seed=0):
     r"""Attention instances with prescribed token scores (cross-attention queries).
 
     Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with
@@ -727,16 +727,27 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     (``gamma_opt``) and, for the other tokens, :math:`\gamma^\circ` (``gamma_other``, the
     equal-score model, ``distinct=False``) or, with ``distinct=True``, values drawn uniformly in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
+    With ``queries="orthogonal"`` the queries are distinct coordinate axes with random signs
+    (exactly orthonormal, :math:`\langle z_i, z_j\rangle = \delta_{ij}`; the law of the
+    problem is invariant under a common rotation of tokens, head and queries, so this is a
+    uniformly rotated orthonormal frame up to that rotation), so that
+    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
+    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle = 0` for :math:`i \ne j`
+    (the cross-sequence condition of the book's global-convergence theorem); every other draw is
+    the one of ``queries="uniform"``.
 
     Parameters
     ----------
     n, T, d : int
-        ``d >= 2``.
+        ``d >= 2``; ``d >= n`` with ``queries="orthogonal"``.
     gamma_opt, gamma_other : float or array_like (n,), ``gamma_opt > gamma_other``
         Numbers (the same scores in every sequence) or per-sequence arrays (heterogeneous scores
         :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
     distinct : bool
     spread : float in (0, 1)
+    queries : {"uniform", "orthogonal"}
+        Uniform unit queries (default), or orthonormal ones (drawn after all other arrays, so
+        the tokens, head, labels and optimal positions are those of ``"uniform"``).
     trials, seed : as in :func:`random_unit`
 
     Returns
@@ -745,6 +756,11 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     opt : ndarray of int, shape (n,) or (trials, n): the optimal positions
     """
     n, T, d = _sizes(n, T, d, min_d=2)
+    if queries not in ("uniform", "orthogonal"):
+        raise ValueError(f"queries must be 'uniform' or 'orthogonal', got {queries!r}")
+    if queries == "orthogonal" and d < n:
+        raise ValueError(f"queries='orthogonal' needs d >= n (n orthonormal queries in R^d), "
+                         f"got d = {d} < n = {n}")
     try:
         g_opt = np.broadcast_to(np.asarray(gamma_opt, dtype=float), (n,)).copy()
         g_oth = np.broadcast_to(np.asarray(gamma_other, dtype=float), (n,)).copy()
@@ -771,6 +787,9 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
         np.put_along_axis(c, opt[:, None], g_opt[:, None], axis=-1)
         X = G + (y[:, None] * c)[..., None] * v
         Z = rng.standard_normal((n, d))
+        if queries == "orthogonal":                        # signed distinct coordinate axes
+            Z = np.zeros((n, d))
+            Z[np.arange(n), rng.permutation(d)[:n]] = _signs(rng, n)
         Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
         return X, y, Z, v, opt.astype(np.int64)
     return _generate(one, trials, seed, extra=1)

@@ -23,7 +23,14 @@ This module holds
 * experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
   optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
   :func:`exp_rate`, :func:`sensitivity`;
-* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`.
+* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
+* hypotheses and proved bounds along a run, from each trial's first step :math:`t_0` in the
+  theorems' region: :func:`first_step`, :func:`gd_step_condition`, :func:`ngd_linear_holds`,
+  :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
+* global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
+  :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
+  :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
+  :func:`global_cx_experiment`, :func:`global_cx_summary`.
 
 All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import metrics, svm, tokens, train
+from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
 from ..data import AttnData, Stream, prescribed_scores, stream
 from ..losses import get_loss
@@ -42,7 +49,8 @@ __all__ = [
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds",
+    "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q", "global_constants", "every_step",
+    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
 ]
 
 
@@ -52,7 +60,7 @@ _LOGISTIC = get_loss("logistic")
 
 # ----------------------------------------------------------------------------- data
 def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
-               spread=0.8, seed=0):
+               spread=0.8, queries="uniform", seed=0):
     r"""Seeded attention instances with prescribed token scores (cross-attention queries):
     :func:`attnsvm.data.prescribed_scores` batched with ``trials`` trials (trial ``b`` does not
     depend on ``trials``). The token scores are exactly :math:`\gamma^\star` (``gamma_opt``)
@@ -60,7 +68,10 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     ``distinct=True``, distinct values in
     :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`.
     ``gamma_opt`` and ``gamma_other`` are numbers or per-sequence arrays (n,) (heterogeneous
-    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`).
+    scores :math:`\gamma^\star_i`, :math:`\gamma^\circ_i`). ``queries="orthogonal"`` draws
+    orthonormal queries (needs ``d >= n``): then :math:`\langle A_{it}, A_{js}\rangle = 0` for
+    :math:`i \ne j`, the cross-sequence condition (Cx) of the global-convergence theorem
+    (:func:`cross_gram_min`).
 
     Returns
     -------
@@ -69,7 +80,7 @@ def score_data(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=Fa
     """
     trials = check_int("trials", trials, minimum=1)
     return prescribed_scores(n, T, d, gamma_opt=gamma_opt, gamma_other=gamma_other,
-                             distinct=distinct, spread=spread, trials=trials,
+                             distinct=distinct, spread=spread, queries=queries, trials=trials,
                              seed=Stream(seed, "scores"))
 
 
@@ -148,7 +159,9 @@ def constants(data, opt, W_mm):
     ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
     ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
     ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
-    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem).
+    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem);
+    ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
+    global theorem and the sparsity corollaries).
     """
     U, Z = features(data, opt)
     g, gs, mask, _ = _scores(data, opt)
@@ -165,7 +178,8 @@ def constants(data, opt, W_mm):
     return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
                 b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
                 eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
-                eta_ngd=np.minimum(np.log(2) / RA, mu / H))
+                eta_ngd=np.minimum(np.log(2) / RA, mu / H), bD_plus=(bp * Delta).max(-1),
+                bD_minus=(bm * Delta).min(-1))
 
 
 # ----------------------------------------------------------------------------- exact metrics
@@ -220,6 +234,26 @@ def excess_loss(data, opt, W, *, log=False):
     mx = log_Ei.max(axis=-1, keepdims=True)
     log_E = mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
     return log_E if log else np.exp(log_E)
+
+
+def scale_to_excess(data, opt, W_mm, target, *, k_max=64.0, iters=60):
+    r"""Per trial, the scale :math:`k` with :math:`E(kW_{mm}) = ` ``target``, by bisection on
+    :math:`[0, k_{\max}]` (:math:`E` decreases along :math:`kW_{mm}`, :math:`k \ge 0`), shape (B,).
+    Starts at a prescribed excess risk, e.g. at the edge of the region
+    :math:`\{E\le\varepsilon_0\}` or just outside it. ``target`` is a number or (B,) array in
+    :math:`(E(k_{\max}W_{mm}), E(0)]`; the upper end of the final bracket is returned."""
+    W_mm = np.asarray(W_mm, dtype=float)
+    target = np.broadcast_to(np.asarray(target, dtype=float), W_mm.shape[:1])
+    k_max = float(k_max)
+    if not (np.all(target > excess_loss(data, opt, k_max * W_mm))
+            and np.all(target <= excess_loss(data, opt, 0 * W_mm))):
+        raise ValueError("target must lie in (E(k_max W_mm), E(0)] for every trial")
+    lo, hi = np.zeros(W_mm.shape[0]), np.full(W_mm.shape[0], k_max)
+    for _ in range(check_int("iters", iters, minimum=1)):
+        k = (lo + hi) / 2
+        big = excess_loss(data, opt, k[:, None, None] * W_mm) > target
+        lo, hi = np.where(big, k, lo), np.where(big, hi, k)
+    return hi
 
 
 def min_margin(data, opt, W):
@@ -509,39 +543,357 @@ def gd_step_condition(consts, eta, excess):
     return (excess <= consts["eps0"]) & (eta * excess <= cap)
 
 
-def _holds_from_t0(t, excess, t0, check):
-    """Per trial ((B,) bool): ``check(b, k0, later)`` with ``k0`` the record index of ``t0[b]``
-    and ``later`` the mask of the records ``t >= t0[b]``; False where ``t0`` is NaN."""
-    t = np.asarray(t, dtype=float)
-    out = np.zeros(excess.shape[1], dtype=bool)
-    for b in range(excess.shape[1]):
-        if np.isfinite(t0[b]):
-            out[b] = bool(check(b, int(np.flatnonzero(t == t0[b])[0]), t >= t0[b]))
-    return out
+def _from_t0(t, t0, *series):
+    r"""Align the records on each trial's ``t0`` (record steps, NaN for none): returns ``dt``
+    (K, B), :math:`t - t_0` where ``later`` and NaN elsewhere; ``later`` (K, B) bool,
+    :math:`t \ge t_0` with ``t0`` finite; and the value of each (K, B) series at ``t0`` ((B,),
+    NaN where ``t0`` is NaN)."""
+    t, t0 = np.asarray(t, dtype=float), np.asarray(t0, dtype=float)
+    ok = np.isfinite(t0)
+    k0 = np.minimum(np.searchsorted(t, np.where(ok, t0, t[0])), len(t) - 1)
+    if np.any(ok & (t[k0] != t0)):
+        raise ValueError("t0 must hold record steps of t (or NaN)")
+    later = ok[None, :] & (t[:, None] >= np.where(ok, t0, np.inf)[None, :])
+    dt = np.where(later, t[:, None] - np.where(ok, t0, 0.0)[None, :], np.nan)
+    vals = [np.where(ok, np.asarray(x, dtype=float)[k0, np.arange(t0.size)], np.nan) for x in series]
+    return dt, later, vals
 
 
 def ngd_linear_holds(t, excess, t0, eta, consts):
     r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
     :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
     ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
-    t = np.asarray(t, dtype=float)
-
-    def check(b, k0, later):
-        bound = (np.log(excess[k0, b])
-                 + (t[later] - t0[b]) * np.log1p(-eta * consts["mu"][b] / 2))
-        return np.all(np.log(excess[later, b]) <= bound + 1e-9)
-    return _holds_from_t0(t, excess, t0, check)
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    bound = np.log(E0) + dt * np.log1p(-eta * consts["mu"] / 2)
+    ok = np.where(later, np.log(excess) <= bound + 1e-9, True)
+    return np.isfinite(t0) & ok.all(axis=0)
 
 
 def gd_inverse_excess_holds(t, excess, t0, eta, consts):
     r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
     :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
-    t = np.asarray(t, dtype=float)
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    inv = 1 / np.asarray(excess, dtype=float)
+    lo = 1 / E0 + eta * consts["mu"] ** 2 / 2 * dt
+    hi = 1 / E0 + 3 * eta * consts["R_A"] ** 2 / consts["lam"] ** 2 * dt
+    ok = np.where(later, (inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)), True)
+    return np.isfinite(t0) & ok.all(axis=0)
 
-    def check(b, k0, later):
-        inv = 1 / excess[later, b]
-        dt = t[later] - t0[b]
-        lo = 1 / excess[k0, b] + eta * consts["mu"][b] ** 2 / 2 * dt
-        hi = 1 / excess[k0, b] + 3 * eta * consts["R_A"][b] ** 2 / consts["lam"][b] ** 2 * dt
-        return np.all((inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)))
-    return _holds_from_t0(t, excess, t0, check)
+
+def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_norm=False):
+    r"""A proved upper bound on :math:`1 - \mathrm{corr}(W_t, W_{mm})` along a recorded run, from
+    each trial's :math:`t_0`, and whether it holds, for all trials at once.
+
+    * ``optimizer="ngd"``: NGD's decaying bound at the constant step ``eta``
+      (:func:`attnsvm.bounds.ngd_direction_bound`; book ``cor-ngd-direction``), with ``t0`` a
+      record from which :math:`E \le \varepsilon_0` and ``eta`` at most the theorem's step;
+    * ``optimizer="gd"``: GD's logarithmic bound at the step ``eta``
+      (:func:`attnsvm.bounds.gd_direction_bound`; book ``thm-gd-direction``), with ``t0`` a record
+      from which :func:`gd_step_condition` holds; for the capped Polyak step once it is capped,
+      ``eta`` is the cap (``cor-polyak-cap-direction``). With ``measured_norm=True`` the
+      theorem's sharper first bound :math:`D/\|W_t\|_F` is evaluated with the recorded norms.
+
+    Parameters
+    ----------
+    t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
+    metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
+        (:func:`trajectory_metrics`)
+    consts : dict of (B,) constants (:func:`constants`)
+    optimizer : {"ngd", "gd"}; eta : float > 0
+    measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
+        deterministic :math:`\gamma_AD/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t-t_0))`
+
+    Returns
+    -------
+    dict
+        ``bound`` (K, B), NaN before ``t0``; ``later`` (K, B) bool, the (trial, record) pairs
+        from ``t0`` on; ``holds`` (K, B) bool, :math:`1-\mathrm{corr} \le` ``bound`` there (False
+        elsewhere); ``fraction``, the fraction of ``later`` pairs where it holds (NaN if none);
+        ``first`` and ``final`` (B,), the bound at ``t0`` and at the last record (NaN where ``t0``
+        is NaN).
+    """
+    if optimizer not in ("ngd", "gd"):
+        raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
+    if measured_norm and optimizer != "gd":
+        raise ValueError("measured_norm applies to optimizer='gd' only")
+    if not (np.isscalar(eta) and eta > 0):
+        raise ValueError(f"eta must be a positive number, got {eta!r}")
+    dt, later, (E0, N0) = _from_t0(t, t0, metrics["excess"], metrics["norm"])
+    ok = np.isfinite(np.asarray(t0, dtype=float))
+    bound = np.full(dt.shape, np.nan)
+    if ok.any():
+        kw = {k: consts[k][ok] for k in ("mu", "eps0", "gamma_A", "H")}
+        k = np.where(later[:, ok], dt[:, ok], 0.0)
+        if optimizer == "ngd":
+            full = bounds.ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
+            vals = np.take_along_axis(full, k.astype(int), axis=0)
+        else:
+            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
+                    if measured_norm else None)                  # records before t0 do not count
+            vals = bounds.gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
+        bound[:, ok] = np.where(later[:, ok], vals, np.nan)
+    omc = np.asarray(metrics["one_minus_corr"], dtype=float)
+    holds = later & (omc <= np.where(later, bound, -np.inf) + 1e-12)
+    k0 = np.argmax(later, axis=0)
+    first = np.where(ok, bound[k0, np.arange(bound.shape[1])], np.nan)
+    return dict(bound=bound, later=later, holds=holds,
+                fraction=float(holds.sum() / later.sum()) if later.any() else float("nan"),
+                first=first, final=np.where(ok, bound[-1], np.nan))
+
+
+# ----------------------------------------------------------------------------- global, under (Cx)
+def cross_gram_min(data, opt):
+    r"""The smallest cross-sequence inner product
+    :math:`\min_{i\ne j,\ t\ne\mathrm{opt}_i,\ s\ne\mathrm{opt}_j}\langle A_{it}, A_{js}\rangle`
+    per trial, shape (B,): the cross-sequence condition (Cx) of the global theorem holds iff it is
+    :math:`\ge 0`. ``+inf`` when ``n = 1`` (the condition is then empty). Uses
+    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
+    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
+    """
+    U, Z = features(data, opt)
+    _, _, mask, _ = _scores(data, opt)
+    n = U.shape[1]
+    G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]
+    valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
+             & ~np.eye(n, dtype=bool)[None, :, None, :, None])
+    return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))
+
+
+def log_q(data, opt, W):
+    r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
+    (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
+    return _log_q(data, opt, np.asarray(W, dtype=float))
+
+
+def global_constants(data, opt, W_mm, W0):
+    r"""The constants of the global theorem (book: ``thm-global-region``) per trial: the dict of
+    :func:`constants` plus ``E0`` :math:`E(W_0)`, ``s0`` :math:`\min_i s_i(W_0)`, ``s0_lower``
+    (:func:`attnsvm.bounds.s0_lower`), ``mu0`` :math:`\gamma_A\min(s_0, 2/3)`,
+    ``eta_gd_noloss``, ``eta_ngd_noloss`` (:func:`attnsvm.bounds.noloss_steps`), ``eta_ngd_global``,
+    ``eta_gd_global`` (the largest steps of the theorem, :func:`attnsvm.bounds.global_steps`) and
+    ``cross_min`` (:func:`cross_gram_min`). All (B,) arrays."""
+    c = constants(data, opt, W_mm)
+    W0 = np.asarray(W0, dtype=float)
+    n, T = data.X.shape[-3], data.X.shape[-2]
+    E0 = excess_loss(data, opt, W0)
+    s0 = np.exp(-np.logaddexp(0.0, log_q(data, opt, W0).max(-1)))
+    mu0 = bounds.global_mu0(c["gamma_A"], s0)
+    eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
+    eta_ngd, eta_gd = bounds.global_steps(mu0, c["H"], E0, eta_gd_noloss=eta_gd0, lam=c["lam"],
+                                          R_A=c["R_A"])
+    return dict(c, E0=E0, s0=s0, mu0=mu0,
+                s0_lower=bounds.s0_lower(c["R_A"], T, np.linalg.norm(W0, axis=(-2, -1))),
+                eta_gd_noloss=eta_gd0, eta_ngd_noloss=eta_ngd0, eta_ngd_global=eta_ngd,
+                eta_gd_global=eta_gd, cross_min=cross_gram_min(data, opt))
+
+
+def every_step(data, opt, *, optimizer, lr, steps, init, chunk=500, device="auto"):
+    r"""Run a stateless optimizer (``"gd"`` or ``"ngd"``) for ``steps`` steps on all trials and
+    return :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at *every*
+    step, plus the final ``W`` (B, d, d). The run is cut into batched ``attnsvm.train.fit`` calls
+    of ``chunk`` steps (exact for these rules, which keep no state), so memory stays
+    :math:`O(\mathrm{chunk}\cdot Bd^2)`."""
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd' (stateless rules), got {optimizer!r}")
+    steps = check_int("steps", steps, minimum=1)
+    chunk = check_int("chunk", chunk, minimum=1)
+    W = np.asarray(init, dtype=float)
+    lq, ex = [log_q(data, opt, W)[None]], [excess_loss(data, opt, W)[None]]
+    done = 0
+    while done < steps:
+        k = min(chunk, steps - done)
+        h = train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=k, init=W,
+                      snapshots=True, record_every=1, device=device)
+        S = h.snapshots[1:]
+        lq.append(log_q(data, opt, S))
+        ex.append(excess_loss(data, opt, S))
+        W = h.W
+        done += k
+    return np.concatenate(lq), np.concatenate(ex), W
+
+
+def q_monotone(log_q_steps, excess, *, excess_floor=1e-10, tol=1e-9):
+    r"""Whether every :math:`q_i` is nonincreasing at every step (book:
+    ``lem-no-attention-loss``), per trial.
+
+    A step :math:`t\to t+1` is checked while :math:`E(W_t) \ge` ``excess_floor``: below it the
+    float64 gradient has lost its relative accuracy (its optimal-token coefficient
+    :math:`\gamma_{i\mathrm{opt}_i} - u_i = \Delta_i(1 - s_i)` is a difference of numbers of
+    order one), and the computed step no longer follows the exact one.
+
+    Parameters
+    ----------
+    log_q_steps : (K, B, n) from :func:`every_step`
+    excess : (K, B)
+
+    Returns
+    -------
+    holds : (B,) bool, ``log q_i(W_{t+1}) <= log q_i(W_t) + tol`` at every checked step
+    checked : (B,) int, number of checked steps
+    max_increase : (B,) the largest :math:`\log q_i(W_{t+1}) - \log q_i(W_t)` over checked steps
+    """
+    log_q_steps, excess = np.asarray(log_q_steps, dtype=float), np.asarray(excess, dtype=float)
+    if log_q_steps.ndim != 3 or excess.shape != log_q_steps.shape[:2]:
+        raise ValueError(f"log_q_steps must be (K, B, n) and excess (K, B), got "
+                         f"{log_q_steps.shape} and {excess.shape}")
+    inc = np.diff(log_q_steps, axis=0).max(-1)                  # (K-1, B)
+    use = excess[:-1] >= excess_floor
+    worst = np.where(use, inc, -np.inf).max(0)
+    return worst <= tol, use.sum(0), worst
+
+
+def first_in_region(excess, eps0):
+    r"""Per trial, the first step :math:`t` with :math:`E(W_{t'})\le\varepsilon_0` for every later
+    step :math:`t'` of an every-step record ``excess`` (K, B) (:func:`every_step`); NaN where the
+    run ends outside the region."""
+    return first_step(np.arange(np.asarray(excess).shape[0]), np.asarray(excess) <= eps0)
+
+
+def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500, device="auto"):
+    r"""One GD or NGD run from ``W0`` on all trials, checked against the global theorem (book:
+    ``lem-no-attention-loss``, ``thm-global-region``, ``cor-sparsity-global``) at every step.
+
+    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
+    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`global_constants`), valid for every trial;
+    a number runs that step, and the bounds are then evaluated only where it is within the
+    theorem's step of the trial.
+
+    Returns
+    -------
+    dict with ``eta`` (float), ``consts`` (:func:`global_constants`), ``proved`` (B,) bool (the
+    step is within the theorem's), ``noloss`` (B,) bool (the step is within
+    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
+    ``W`` (B, d, d) final, ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
+    not ``proved``),
+    ``first`` (B,) the observed first step in the region (:func:`first_in_region`),
+    ``mono``, ``mono_checked``, ``mono_worst`` (:func:`q_monotone`), ``excess_holds`` and
+    ``mass_holds`` (steps + 1, B) bool: :math:`E(W_t)` below the theorem's bound and
+    :math:`\max_i(1-s_i(W_t))` below the corollary's (False where not ``proved``).
+    """
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    g = global_constants(data, opt, W_mm, W0)
+    thm = g[f"eta_{optimizer}_global"]
+    if isinstance(lr, str):
+        if lr != "theorem":
+            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
+        eta = float(thm.min())
+    else:
+        eta = float(lr)
+        if not eta > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+    proved = eta <= thm * (1 + 1e-12)
+    noloss = eta <= g[f"eta_{optimizer}_noloss"]
+    lq, ex, W = every_step(data, opt, optimizer=optimizer, lr=eta, steps=steps, init=W0,
+                           chunk=chunk, device=device)
+    t = np.arange(ex.shape[0])
+    mono, checked, worst = q_monotone(lq, ex)
+    n = lq.shape[-1]
+    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
+    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
+    with np.errstate(divide="ignore"):
+        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
+        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
+                      + 1e-9)
+    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
+                                                        optimizer=optimizer), np.nan),
+                first=first_in_region(ex, g["eps0"]), mono=mono, mono_checked=checked,
+                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
+
+
+def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd, lr_ngd,
+                         short_steps=None, seed=0, chunk=500, device="auto"):
+    r"""The global theorem on orthogonal-query equal-score instances (the cross-sequence
+    condition (Cx) holds), every run checked at every step (:func:`global_run`).
+
+    Starts: ``"random"`` (norm ``radius``, :func:`random_inits`) and ``"adversarial"``
+    (:math:`R_{\mathrm{adv}}W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`, ``alpha`` swapping sequence 0's
+    optimal token for the next one), each run by GD and NGD at the theorem's steps
+    (``"theorem"``) and at the given steps ``lr_gd``, ``lr_ngd`` (``"default"``); and ``"large"``
+    (:math:`R_{\mathrm{big}}W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`, saturated on a wrong token), run
+    at the lemma's steps :math:`\min(\mathrm{lr\_gd}, \eta_{\mathrm{GD}})` and
+    :math:`\eta_{\mathrm{NGD}}` (``"noloss"``, the smallest over the trials). The theorem runs
+    take ``steps`` steps, the others ``short_steps`` (default ``steps // 10``).
+
+    Returns
+    -------
+    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
+    cross_min : (trials,) :func:`cross_gram_min`
+    """
+    data, opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
+    W_mm = svm_batch(data, opt)
+    alpha = opt.copy()
+    alpha[:, 0] = (alpha[:, 0] + 1) % T
+    Wa = svm_batch(data, alpha)
+    Wa = Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
+    c = constants(data, opt, W_mm)
+    eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
+    starts = {"random": random_inits(d, trials, radius=radius, seed=seed), "adversarial": R_adv * Wa}
+    short = max(steps // 10, 1) if short_steps is None else short_steps
+    runs = {}
+    for sname, W0 in starts.items():
+        for name, lr in (("ngd", lr_ngd), ("gd", lr_gd)):
+            for kind, step, k in (("theorem", "theorem", steps), ("default", lr, short)):
+                runs[sname, name, kind] = global_run(data, opt, W_mm, W0, optimizer=name, lr=step,
+                                                     steps=k, chunk=chunk, device=device)
+    for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
+        runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
+                                                   lr=step, steps=short, chunk=chunk, device=device)
+    return runs, cross_gram_min(data, opt)
+
+
+def global_cx_summary(runs):
+    r"""The numbers of the global-theorem experiment (:func:`global_cx_experiment`), as a flat
+    dict of floats and ints (medians and extremes over trials):
+
+    ``eta_{opt}_{start}`` the theorem's step, ``treach_{opt}_{start}`` the largest bound
+    :math:`t_{\mathrm{reach}}`, ``first_{opt}_{start}`` the largest observed first step in the
+    region, ``bound_over_first_{opt}_{start}`` the smallest ratio of the two, for the theorem
+    runs (opt ``ngd``/``gd``, start ``random``/``adversarial``); ``reached`` whether every
+    theorem run reached the region within its bound (bool); ``excess_frac`` and ``mass_frac``
+    the fractions of (trial, step) pairs of the theorem runs where the from-0 bounds hold;
+    ``mono_proved`` whether every :math:`q_i` is nonincreasing at every checked step of every run
+    covered by the lemma (theorem runs and the ``"noloss"`` runs; bool), ``mono_pairs`` the
+    number of (trial, step) pairs checked there; ``default_mono`` and ``default_trials`` the
+    number of (run, trial) pairs of the default-step runs with monotone :math:`q_i`, and their
+    total; ``default_first_{opt}`` the largest first step in the region at the default step
+    (NaN-free: trials that never reach count as the run length); ``default_noloss_{opt}``
+    whether the default step is within the lemma's in every trial (bool); ``large_reached_{opt}`` the
+    number of large-norm trials that reach the region and ``large_trials``.
+    """
+    out, reached, ex, ms, mono, pairs = {}, True, [], [], True, 0
+    dmono = dtot = 0
+    for (start, name, kind), r in runs.items():
+        if kind == "theorem":
+            key = f"{name}_{start}"
+            out[f"eta_{key}"] = r["eta"]
+            out[f"treach_{key}"] = float(np.max(r["t_reach"]))
+            fin = np.isfinite(r["first"])
+            out[f"first_{key}"] = float(np.max(np.where(fin, r["first"], r["excess"].shape[0])))
+            out[f"bound_over_first_{key}"] = float(np.min(r["t_reach"] / np.maximum(
+                np.where(fin, r["first"], np.inf), 1)))
+            reached &= bool(np.all(fin) and np.all(r["first"] <= r["t_reach"]))
+            ex.append(r["excess_holds"])
+            ms.append(r["mass_holds"])
+        if kind in ("theorem", "noloss"):
+            ok = bool(np.all(r["noloss"])) if kind == "noloss" else bool(np.all(r["proved"]))
+            if not ok:
+                raise ValueError(f"run {(start, name, kind)} is not covered by the lemma")
+            mono &= bool(np.all(r["mono"]))
+            pairs += int(np.sum(r["mono_checked"]))
+        if kind == "default":
+            dmono += int(np.sum(r["mono"]))
+            dtot += r["mono"].size
+            fin = np.isfinite(r["first"])
+            first = float(np.max(np.where(fin, r["first"], r["excess"].shape[0])))
+            out[f"default_first_{name}"] = max(out.get(f"default_first_{name}", 0.0), first)
+            out[f"default_noloss_{name}"] = (out.get(f"default_noloss_{name}", True)
+                                             and bool(np.all(r["noloss"])))
+        if kind == "noloss":
+            out[f"large_reached_{name}"] = int(np.sum(np.isfinite(r["first"])))
+            out["large_trials"] = int(r["first"].size)
+    out.update(reached=reached, excess_frac=float(np.mean(np.concatenate(ex, axis=1))),
+               mass_frac=float(np.mean(np.concatenate(ms, axis=1))), mono_proved=mono,
+               mono_pairs=pairs, default_mono=dmono, default_trials=dtot)
+    return out
