@@ -272,8 +272,8 @@ def test_lem_finite_part(data):
 
 
 def test_prop_infimum(data):
-    """prop-ntpattn-inf: L(W) > L_O(W*) at random and at near-optimal points, and L(W* + R W_svm) - L_O(W*) decreases to 0
-    within the stated bound."""
+    """prop-ntpattn-inf: L(W) > L_O(W*) at random and at near-optimal points, and
+    L(W* + R W_svm) - L_O(W*) decreases to 0 within the stated bound."""
     Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
     M = ntp.top_component(data)
     rng = np.random.default_rng(5)
