@@ -204,14 +204,14 @@ def test_corpus_is_the_zen_and_counts_are_empirical():
 
 
 def test_corpus_separability_and_its_failure():
-    c = ntp.corpus(k=1, vocab_size=12, trials=1, seed=0)
+    c = ntp.corpus(k=1, vocab_size=20, trials=1, seed=0)
     m = len(c.contexts)
     assert c.data.H.shape[-1] == m + 4 and np.linalg.matrix_rank(c.data.H[0]) == m   # Lemma 1
     Wm = SG.ntp_svm(c.data.H[0], c.data.P[0])
     Ws = SG.ntp_finite(c.data.H[0], c.data.P[0])
     assert np.isfinite(Wm).all() and np.isfinite(Ws).all()
     # too few dimensions: not NTP-separable, and the error names the context
-    small = ntp.corpus(k=1, vocab_size=12, d=2, trials=1, seed=0)
+    small = ntp.corpus(k=1, vocab_size=20, d=2, trials=1, seed=0)
     with pytest.raises(A.svm.InfeasibleError, match="context"):
         SG.ntp_svm(small.data.H[0], small.data.P[0])
     with pytest.raises(ValueError, match="k"):
@@ -318,7 +318,7 @@ def test_lem_ufm_finite_part_bound():
         n_finite += ok.sum()
         worst = max(worst, float((err[ok] / bnd[ok]).max(initial=0)))
     assert n_finite > 500            # the bound is informative on most rows
-    assert worst > 0.05              # and not vacuous: some rows come within a factor 20 of it
+    assert worst > 0.25              # and not vacuous: some rows come within a factor 4 of it
     with pytest.raises(ValueError, match="gap_j"):
         ntp.finite_part_bound(-np.ones(10), P)
 
@@ -353,6 +353,18 @@ def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
         ntp.logit_svm(P[0], "l1")
 
 
+def test_logit_margin():
+    P = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    L = np.array([[3.0, 2.0, 0.5, 1.5], [0.0, 1.0, -2.0, 0.2], [9.0, -9.0, 0.0, 0.0]])
+    assert ntp.logit_margin(L, P) == pytest.approx(0.5)          # row 0: 2 - 1.5; row 2 has none
+    np.testing.assert_allclose(ntp.logit_margin(np.stack([L, 2 * L]), P), [0.5, 1.0])
+    assert ntp.logit_margin(ntp.logit_svm(P, "fro"), P) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="L must"):
+        ntp.logit_margin(L[:, :3], P)
+    with pytest.raises(ValueError, match="P"):
+        ntp.logit_margin(L[2:], P[2:])
+
+
 def test_collapse_ratio_and_patterns():
     g = np.array([0, 1, 0, 1])
     E = np.array([[1.0, 0], [0, 1.0], [1.0, 0], [0, 1.0]])
@@ -377,7 +389,10 @@ def test_ufm_training_reaches_the_finite_part():
                         record_steps=[100, 2000, 20000])
     geo = X.ufm_geometry(P, pi, g, run)
     assert np.all(np.diff(geo["gap"], axis=0) < 0)
-    assert np.all(geo["bound_ok"])
+    assert np.all(geo["bound_ok"]) and np.all(geo["bound_ratio"] <= 1 + 1e-9)
+    # the orthogonal part rescaled to margin 1 is feasible for the nuclear-norm SVM: its nuclear
+    # norm is at least the SVM's (inf while the margin is not yet positive)
+    assert np.all(geo["nuc_ratio"] >= 1 - 1e-6) and np.all(np.isfinite(geo["nuc_ratio"][-1]))
     assert np.all(geo["relerr"][-1] < geo["relerr"][0]) and np.all(geo["relerr"][-1] < 0.1)
     assert np.all(geo["collapse"][-1] < geo["collapse"][0])
     with pytest.raises(ValueError, match="lr"):

@@ -40,7 +40,8 @@ from .data import trial_seed
 
 __all__ = ["NTPData", "synthetic", "ce_loss", "ce_grad", "entropy", "projector_F", "train",
            "smoothness", "zen_of_python", "tokenize", "Corpus", "corpus", "pattern_synthetic",
-           "support_patterns", "logit_project_F", "logit_finite", "logit_svm", "train_ufm",
+           "support_patterns", "logit_project_F", "logit_finite", "logit_svm", "logit_margin",
+           "train_ufm",
            "finite_part_bound", "collapse_ratio",
            "priority_graph", "priority_components", "top_component"]
 
@@ -426,6 +427,25 @@ def finite_part_bound(gap_j, P):
     return np.where(delta < pmin, b, np.inf)
 
 
+def logit_margin(L, P):
+    r"""The smallest margin of logit matrices on the support pattern of ``P``:
+    :math:`\min_j\big(\min_{z\in S_j}L_{jz} - \max_{v\notin S_j}L_{jv}\big)` over the contexts
+    with an out-of-support token. ``L`` and ``P`` are (..., m, V); returns shape (...). A matrix
+    with equal in-support logits and margin :math:`\gamma > 0` becomes feasible for
+    :func:`logit_svm` when divided by :math:`\gamma`."""
+    P, sup = _support(P)
+    L = as_float_array("L", L, min_ndim=2)
+    if L.shape[-2:] != P.shape[-2:]:
+        raise ValueError(f"L must be (..., m, V) with (m, V) = {P.shape[-2:]}, got {L.shape}")
+    sup = np.broadcast_to(sup, np.broadcast_shapes(sup.shape, L.shape))
+    has_out = (~sup).any(-1)
+    if not has_out.any():
+        raise ValueError("P: every context has full support, there is no margin")
+    lo = np.where(sup, L, np.inf).min(-1)
+    hi = np.where(sup, -np.inf, L).max(-1)
+    return np.where(has_out, lo - hi, np.inf).min(-1)
+
+
 def logit_svm(P, norm="fro"):
     r"""The NTP-SVM in logit space (the unconstrained-features version of Definition 3).
 
@@ -488,7 +508,7 @@ def logit_svm(P, norm="fro"):
     for k in np.unique(g):
         L[g == k] = L[g == k].mean(0)
     L = np.where(sup, np.where(sup, L, 0).sum(-1, keepdims=True) / s, L)   # exact equalities
-    marg = min((L[j, sup[j]][0] - L[j, ~sup[j]]).min() for j in range(m) if (~sup[j]).any())
+    marg = float(logit_margin(L, P))
     if marg < 1 - 1e-4:
         raise SolverError(f"nuclear-norm logit SVM violates a margin by {1 - marg:.2e}")
     return L / marg

@@ -62,6 +62,13 @@ def ufm_geometry(P, pi, groups, run):
     - ``tail``: share of :math:`\|L_t - P_{F_L}L_t\|_F^2` outside its top-G singular values
       (G = number of support patterns);
     - ``collapse``: :func:`attnsvm.ntp.collapse_ratio` of the context embeddings :math:`H_t`;
+    - ``bound_ratio``: the largest ratio, over contexts where the bound is finite, of the entry
+      error of :math:`P_{F_L}L_t - L^*` to the bound (at most 1 by the lemma);
+    - ``nuc_ratio``: :math:`\|L_t - P_{F_L}L_t\|_*/\gamma_t` over :math:`\|L^{mm}_*\|_*`, with
+      :math:`\gamma_t` the margin of :math:`L_t - P_{F_L}L_t` (:func:`attnsvm.ntp.logit_margin`;
+      ``inf`` while :math:`\gamma_t \le 0`). The rescaled orthogonal part is feasible for the
+      nuclear-norm logit SVM, so the ratio is at least 1, and it equals 1 exactly when the rescaled
+      part is one of the SVM's minimizers;
     - ``gap``: loss minus entropy;
     - ``pattern_corr`` (final step only): correlations of the normalized orthogonal parts of
       every pair of trials (same support pattern, different probabilities and initializations).
@@ -90,13 +97,21 @@ def ufm_geometry(P, pi, groups, run):
         kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1.0)) - lq), 0.0).sum(-1)
     bound = ntp.finite_part_bound(np.maximum(kl, 0.0), np.broadcast_to(P, L.shape))
     err = np.abs(PFL - Lstar).max(-1)
+    ok = np.isfinite(bound) & (bound > 0)
+    bound_ratio = np.where(ok, err / np.where(ok, bound, 1.0), 0.0).max(-1)
+    gam = ntp.logit_margin(Lperp, np.broadcast_to(P, L.shape))
+    nuc_svm = np.linalg.svd(L_nuc, compute_uv=False).sum(-1) / ntp.logit_margin(L_nuc, P)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nuc_ratio = np.where(gam > 0, np.linalg.svd(Lperp, compute_uv=False).sum(-1)
+                             / np.where(gam > 0, gam, 1.0) / nuc_svm, np.inf)
     B = P.shape[0]
     iu = np.triu_indices(B, 1)
     pc = metrics.corr(Lperp[-1][:, None], Lperp[-1][None], elem_ndim=2)[iu]
     s_nuc = np.linalg.svd(L_nuc, compute_uv=False)
     return {"steps": run["steps"],
             "relerr": np.linalg.norm(PFL - Lstar, axis=(-2, -1)) / np.linalg.norm(Lstar, axis=(-2, -1)),
-            "bound_ok": np.all(err <= bound + 1e-9, axis=-1),
+            "bound_ok": np.all(err <= bound + 1e-9, axis=-1), "bound_ratio": bound_ratio,
+            "nuc_ratio": nuc_ratio,
             "corr_nuc": metrics.corr(Lperp, L_nuc, elem_ndim=2),
             "corr_fro": metrics.corr(Lperp, L_fro, elem_ndim=2),
             "tail": tail, "collapse": ntp.collapse_ratio(run["H"], groups),

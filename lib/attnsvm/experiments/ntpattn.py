@@ -95,8 +95,7 @@ class NTPAttentionRun:
             out[f"mass_{rule}"] = float(_nanmedian(c["mass"][-1]))
             out[f"gap_{rule}"] = float(_nanmedian(c["gap"][-1]))
             out[f"norm_{rule}"] = float(_nanmedian(c["norm"][-1]))
-            g = c["gap"][1:]
-            out[f"gap_monotone_{rule}"] = int(bool(np.all(np.diff(g, axis=0) <= 0)))
+            out[f"gap_monotone_{rule}"] = int(bool(np.all(np.diff(c["gap"], axis=0) <= 0)))
             out[f"corr_gain_{rule}"] = float(_nanmedian(c["corr_perp"][-1]
                                                         - c["corr_perp"][first_late]))
             with np.errstate(all="ignore"):
