@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnsvm import book
-from attnsvm.book import claims
+from attnsvm import claims
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,3 +105,19 @@ def test_acceptance_ch09_claims(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     text = out.read_text()
     assert "ClaimWarning" in text and "ngd_fast" in text
+
+
+def test_check_runs_every_claim_and_raises_on_the_first_false(monkeypatch):
+    """``check`` glues every claim of a ``.claims()`` dict and, strict, raises naming the false one."""
+    glued = []
+    monkeypatch.setattr(claims, "_glue", lambda k, v: glued.append((k, str(v))))
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    assert claims.check({"a": (True, "x=1"), "b": (np.bool_(True), "y")}, notebook="nb") == {"a": True, "b": True}
+    with pytest.raises(claims.ClaimError, match="'bad'.*nb.*z=3"):
+        claims.check({"ok": (True, ""), "bad": (False, "z=3"), "late": (True, "")}, notebook="nb")
+    # every claim was glued, the one after the false one too
+    assert ("claim_late", "holds") in glued and ("claim_bad", "fails") in glued
+    with pytest.raises(TypeError, match=r"claims\['x'\]"):
+        claims.check({"x": True})
+    with pytest.raises(TypeError, match="dict"):
+        claims.check([("x", True, "")])

@@ -13,6 +13,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions
+``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``book``     the book's build (``python -m attnsvm.book build``)
 ``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
              rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
@@ -31,7 +32,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
-               "bounds", "experiments",
+               "bounds", "claims", "experiments",
                "svm_geometry", "optim_geometry", "ntp")   # Part IV
 
 #: public name -> submodule that defines it

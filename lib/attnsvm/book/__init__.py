@@ -13,7 +13,7 @@ from .build import (REPORT_MARKER, BuildError, NotebookFailed, NotebookResult, b
 from .params import ParameterError, parameter_grid, split_values, validate_overrides
 from .run import run_notebook
 from .sweep import glued_scalars, read_table, sweep, write_table
-from .claims import ClaimError, ClaimWarning, claim, set_notebook
+from ..claims import ClaimError, ClaimWarning, claim, set_notebook
 
 __all__ = ["REPORT_MARKER", "BuildError", "NotebookFailed", "NotebookResult", "build", "cache_key",
            "execute_notebooks", "find_root", "library_hash", "load_profiles", "main",

@@ -324,7 +324,7 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
     """
     import papermill
 
-    from .claims import STRICT_ENV
+    from ..claims import STRICT_ENV
 
     old_strict = os.environ.get(STRICT_ENV)
     if strict_claims:

@@ -1,7 +1,12 @@
 r"""Checked claims: a qualitative sentence of a chapter, computed in its notebook.
 
-A chapter that says "NGD is faster than GD" must not rely on the reader's eye. The notebook
-computes the statement as a boolean and calls :func:`claim`:
+A chapter that says "NGD is faster than GD" must not rely on the reader's eye. The chapter's
+driver computes the statement as a boolean: its result object has ``.claims()``, a dict
+``name -> (holds, detail)`` beside ``.summary()``, and the notebook checks them all with one call:
+
+>>> check(result.claims())                                          # doctest: +SKIP
+
+One claim at a time is :func:`claim`:
 
 >>> claim("ngd_faster", slope_ngd < slope_gd,                       # doctest: +SKIP
 ...       f"slope NGD {slope_ngd:.3f} vs GD {slope_gd:.3f}")
@@ -9,7 +14,7 @@ computes the statement as a boolean and calls :func:`claim`:
 * the outcome is glued, so the prose can quote it: ``claim_<name>`` is the word ``"holds"`` or
   ``"fails"``, ``claim_<name>_detail`` the detail string (the numbers);
 * under the book build (environment variable ``ATTNSVM_STRICT_CLAIMS=1``, set by
-  ``python -m attnsvm.book build``) a false claim raises :class:`ClaimError`, naming the claim,
+  the book build) a false claim raises :class:`ClaimError`, naming the claim,
   the notebook and the numbers, and the build fails;
 * in a reader's own run (variable unset or ``0``) a false claim emits a :class:`ClaimWarning`
   (always shown) and execution goes on.
@@ -25,8 +30,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "set_notebook", "strict", "STRICT_ENV",
-           "NOTEBOOK_ENV"]
+__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "check", "set_notebook", "strict",
+           "STRICT_ENV", "NOTEBOOK_ENV"]
 
 #: environment variable that turns false claims into errors
 STRICT_ENV = "ATTNSVM_STRICT_CLAIMS"
@@ -134,3 +139,43 @@ def claim(name: str, holds, detail: str = "", *, notebook: str | None = None) ->
         warnings.warn(msg + f" (set {STRICT_ENV}=1 to make this an error)", ClaimWarning,
                       stacklevel=2)
     return holds
+
+
+def check(claims: dict, *, notebook: str | None = None) -> dict:
+    """Record, glue and check every claim of a result object's ``.claims()``.
+
+    Parameters
+    ----------
+    claims : dict
+        ``name -> (holds, detail)``, as returned by a driver's result ``.claims()``.
+    notebook : str, optional
+        As in :func:`claim`.
+
+    Returns
+    -------
+    dict
+        ``name -> bool``, the outcomes. Every claim is glued before the first false one raises
+        (strict mode), so the error names the first false claim in the dict's order.
+
+    Raises
+    ------
+    ClaimError
+        A claim is false and ``ATTNSVM_STRICT_CLAIMS`` is set.
+    TypeError
+        ``claims`` is not a dict of ``(holds, detail)`` pairs (the message names the entry).
+    """
+    if not isinstance(claims, dict):
+        raise TypeError(f"claims must be a dict name -> (holds, detail), got {type(claims).__name__}")
+    for name, value in claims.items():
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"claims[{name!r}] must be a pair (holds, detail), got {value!r}")
+    out, failed = {}, []
+    for name, (holds, detail) in claims.items():
+        try:
+            out[name] = claim(name, holds, detail, notebook=notebook)
+        except ClaimError as err:
+            out[name] = False
+            failed.append(err)
+    if failed:
+        raise failed[0]
+    return out
