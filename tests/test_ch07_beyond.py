@@ -96,3 +96,32 @@ def test_multi_token_summary_is_nan_safe_and_consistent():
     assert 1 <= s["mean_set_size"] <= 5 and s["norm_growth"] > 0
     r.corr_gen[-1] = np.nan                          # no generalized SVM anywhere: NaN, no warning
     assert np.isnan(r.summary()["corr_gen"])
+
+
+def test_set_of_all_tokens_gives_equalities_only(inst):
+    """A sequence whose set holds all T tokens contributes only equal scores (no margin row):
+    the solution equals a direct cvxpy solve of that problem, and the equalities bind (the SVM
+    of the other sequences alone violates them). Every set full: a clear error."""
+    import cvxpy as cp
+
+    X, Z, sets = inst
+    n, T, d = X.shape
+    full = [tuple(range(T))] + list(sets[1:])
+    W = svm.att_svm(X, Z, full)
+    a = _scores(X, Z, W)
+    assert np.ptp(a[0]) < 1e-7 * np.abs(a).max()
+    for i, s in enumerate(full[1:], start=1):
+        out = [t for t in range(T) if t not in s]
+        assert np.ptp(a[i, list(s)]) < 1e-6 and a[i, list(s)].min() - a[i, out].max() >= 1 - 1e-6
+    V = cp.Variable((d, d))
+    sc = lambda i, t: X[i, t] @ V @ Z[i]  # noqa: E731
+    cons = [sc(0, t) == sc(0, 0) for t in range(1, T)]
+    for i, s in enumerate(full[1:], start=1):
+        cons += [sc(i, u) == sc(i, s[0]) for u in s[1:]]
+        cons += [sc(i, u) - sc(i, t) >= 1 for u in s for t in range(T) if t not in s]
+    cp.Problem(cp.Minimize(cp.sum_squares(V)), cons).solve(solver="CLARABEL")
+    np.testing.assert_allclose(W, V.value, atol=1e-6 * np.abs(W).max())
+    W_rest = svm.att_svm(X[1:], Z[1:], list(sets[1:]))
+    assert np.ptp(_scores(X[:1], Z[:1], W_rest)) > 1e-3                   # the equalities bind
+    with pytest.raises(ValueError, match="every set"):
+        svm.att_svm(X, Z, [tuple(range(T))] * n)

@@ -490,8 +490,9 @@ class MultiTokenRun:
     history : History (snapshots of W)
     sets : list of B lists of n tuples: tokens with final softmax mass >= ``mass_tol``
     set_sizes : (B, n) int
-    resolved : (B,) bool: every sequence leaves at least one token out of its set (otherwise
-        the trial has selected nothing in some sequence and no SVM is built)
+    resolved : (B,) bool: some sequence leaves a token out of its set (a set of all ``T``
+        tokens is accepted and gives that sequence equalities only; when every set is full the
+        trial has selected nothing and no SVM is built)
     W_gen : (B, d, d) the generalized SVM of ``sets`` (zeros where infeasible or unresolved)
     feasible : (B,) bool: resolved and the generalized SVM is feasible
     W_single : (B, d, d) the single-token SVM of the argmax tokens (for comparison)
@@ -553,7 +554,8 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
 
     At the end, :math:`S_i` is the set of tokens with softmax mass at least ``mass_tol``
     (:func:`selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
-    :math:`S_i` get equal scores, all others at least 1 lower). The generalized SVM
+    :math:`S_i` get equal scores, all others at least 1 lower; a set of all ``T`` tokens gives
+    equalities only). The generalized SVM
     *predicts the limit direction* on a trial when it is feasible and the final correlation
     :math:`\mathrm{corr}(W_T, W^{S}_{mm}) \ge` ``threshold``.
 
@@ -571,7 +573,7 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     W = h.params["W"]
     sets = selected_sets(X, W, Z, mass_tol=mass_tol)
     sizes = np.array([[len(s) for s in st] for st in sets])
-    resolved = (sizes < T).all(axis=1)        # a set of all T tokens: no selection at all
+    resolved = (sizes < T).any(axis=1)        # every set full: no margin row, no direction
     Wg = np.zeros((B, d, d))
     fg = np.zeros(B, dtype=bool)
     idx = np.flatnonzero(resolved)

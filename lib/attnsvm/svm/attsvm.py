@@ -94,6 +94,9 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
         multi-token selection: the tokens :math:`s \in S_i` get equal scores,
         :math:`(x_{is} - x_{is'})^\top W z_i = 0`, and every other token scores at least 1
         lower, :math:`(x_{is} - x_{it})^\top W z_i \ge 1` for :math:`s\in S_i, t \notin S_i`.
+        A set may hold all ``T`` tokens (a sequence whose attention stays a mixture of all
+        of them): that sequence contributes only the equalities, no margin constraint. At
+        least one sequence must leave a token out (else the solution would be 0).
     norm : {"fro", "nuc", "spectral"} or float
         ``"fro"``: Frobenius norm (:math:`W_{mm}`); ``"nuc"``: nuclear norm
         (:math:`W^*_{mm}`, an SDP); ``"spectral"``: the largest singular value
