@@ -31,6 +31,7 @@ Experiments
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,6 +53,7 @@ __all__ = [
     "KQComparison",
     "compare_w_kq",
     "PromptRun",
+    "LearnedReferences",
     "prompt_joint",
     "prompt_loss_sweep",
     "prompt_gap_sweep",
@@ -325,6 +327,28 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
 
 
 # ----------------------------------------------------------------------------- chapter: prompt
+class LearnedReferences(NamedTuple):
+    """Result of :meth:`PromptRun.learned_references` (arrays over ``B`` trials)."""
+
+    corr_p: np.ndarray
+    corr_v: np.ndarray
+    opt_T: np.ndarray
+    corr_p_relaxed: np.ndarray
+    support: np.ndarray
+
+    def relaxed_closer(self, tol=1e-6):
+        """(B,) bool: the relaxed p-SVM is closer to ``p`` than the strict one by more than
+        ``tol`` (False where either is undefined, and where every sequence is a support
+        sequence: then both are the same SVM)."""
+        ok = ~np.isnan(self.corr_p) & ~np.isnan(self.corr_p_relaxed)
+        return ok & (np.nan_to_num(self.corr_p_relaxed) > np.nan_to_num(self.corr_p) + tol)
+
+    def strict_closer(self, tol=1e-6):
+        """(B,) bool: the strict p-SVM is closer by more than ``tol``."""
+        ok = ~np.isnan(self.corr_p) & ~np.isnan(self.corr_p_relaxed)
+        return ok & (np.nan_to_num(self.corr_p) > np.nan_to_num(self.corr_p_relaxed) + tol)
+
+
 @dataclass
 class PromptRun:
     r"""Result of :func:`prompt_joint` (arrays over ``B`` trials).
@@ -365,30 +389,46 @@ class PromptRun:
         return c
 
     def learned_references(self, data):
-        """Correlations of the final ``p`` and ``v`` with the SVMs (``p_svm``, ``head_svm``) of
-        the tokens optimal under the learned head :math:`v_T`: ``(corr_p, corr_v, opt_T)``,
-        (B,), (B,) with NaN where that SVM is infeasible, and (B, n)."""
+        r"""Correlations of the final ``p`` and ``v`` with the SVMs of the tokens optimal under
+        the learned head :math:`v_T` (``opt_T``): the strict p-SVM (``p_svm``), the relaxed
+        p-SVM (margin 1 only on the support sequences of the head SVM, ``p_svm(...,
+        support=head_support(...))``) and the head SVM (``head_svm``).
+
+        Returns
+        -------
+        LearnedReferences
+            ``corr_p``, ``corr_p_relaxed``, ``corr_v`` (B,) with NaN where that SVM is
+            infeasible, ``opt_T`` (B, n) and ``support`` (B, n) bool (all False where the head
+            SVM is infeasible). ``corr_p, corr_v, opt_T = ...[:3]`` unpacks the first three.
+        """
         p, vT = self.history.params["p"], self.history.params["v"]
         opt_T = _tokens.optimal_tokens(data.X, data.y, vT)                  # (B, n)
-        cp, cv = [], []
-        for b in range(data.trials):
+        B, n = opt_T.shape
+        cp, cr, cv = (np.full(B, np.nan) for _ in range(3))
+        sup = np.zeros((B, n), dtype=bool)
+        for b in range(B):
+            X, y = data.X[b], data.y[b]
             try:
-                cp.append(_metrics.corr(p[b], _svm.p_svm(data.X[b], opt_T[b])))
+                cp[b] = _metrics.corr(p[b], _svm.p_svm(X, opt_T[b]))
             except _svm.InfeasibleError:
-                cp.append(np.nan)
+                pass
             try:
-                cv.append(_metrics.corr(vT[b], _svm.head_svm(data.X[b], data.y[b], opt_T[b])))
+                cv[b] = _metrics.corr(vT[b], _svm.head_svm(X, y, opt_T[b]))
+                sup[b] = _svm.head_support(X, y, opt_T[b])
+                cr[b] = _metrics.corr(p[b], _svm.p_svm(X, opt_T[b], support=sup[b]))
             except _svm.InfeasibleError:
-                cv.append(np.nan)
-        return np.array(cp, dtype=float), np.array(cv, dtype=float), opt_T
+                pass
+        return LearnedReferences(cp, cv, opt_T, cr, sup)
 
     def summary(self, data=None):
         """The headline numbers (NaN-safe medians over trials): ``corr_p`` (final, with
         :math:`p_{mm}`), ``opt_mass`` (final mean mass on opt), ``frac_planted`` (selected =
         planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
         is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
-        given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
-        (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
+        given ``data``, ``corr_p_learned`` (strict p-SVM), ``corr_p_relaxed`` (relaxed p-SVM),
+        ``corr_v_learned``, ``frac_selected_is_opt`` and the trial counts ``n_relaxed_closer``,
+        ``n_strict_closer``, ``n_all_support`` (every sequence a support sequence: the two
+        coincide) (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
         med = _metrics.nanmedian
         h = self.history
         out = {"corr_p": med(self.final("corr_p")),
@@ -400,11 +440,34 @@ class PromptRun:
             out["corr_v"] = med(self.final("corr_v"))
             out["corr_vc"] = med(self.final("corr_v_centroid"))
             if data is not None:
-                cp, cv, opt_T = self.learned_references(data)
-                out["corr_p_learned"] = med(cp)
-                out["corr_v_learned"] = med(cv)
-                out["frac_selected_is_opt"] = float(np.mean(self.selected == opt_T))
+                ref = self.learned_references(data)
+                out["corr_p_learned"] = med(ref.corr_p)
+                out["corr_p_relaxed"] = med(ref.corr_p_relaxed)
+                out["corr_v_learned"] = med(ref.corr_v)
+                out["frac_selected_is_opt"] = float(np.mean(self.selected == ref.opt_T))
+                out["n_relaxed_closer"] = int(ref.relaxed_closer().sum())
+                out["n_strict_closer"] = int(ref.strict_closer().sum())
+                out["n_all_support"] = int(ref.support.all(axis=1).sum())
         return out
+
+
+    def claims(self, data):
+        r"""Checked claims of a joint run (``name -> (holds, detail)``) on the two references
+        of :meth:`learned_references`. With an exponentially tailed loss (logistic,
+        exponential): ``relaxed_sometimes_closer``, the relaxed p-SVM is the closer reference
+        in at least one trial and the strict one in at least one (neither is *the* limit of
+        every run). With the correlation loss (no tail: every sequence keeps weight 1, so every
+        sequence pushes :math:`p`): ``strict_always_closer``, the strict p-SVM is closer in
+        every trial where both are defined."""
+        if not self.config.get("train_v"):
+            return {}
+        ref = self.learned_references(data)
+        nr, ns = int(ref.relaxed_closer().sum()), int(ref.strict_closer().sum())
+        both = int(np.sum(~np.isnan(ref.corr_p) & ~np.isnan(ref.corr_p_relaxed)))
+        detail = f"relaxed closer in {nr}, strict closer in {ns} of {both} trials"
+        if self.config.get("loss") == "correlation":
+            return {"strict_always_closer": (both > 0 and ns == both, detail)}
+        return {"relaxed_sometimes_closer": (nr > 0 and ns > 0, detail)}
 
 
 def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",

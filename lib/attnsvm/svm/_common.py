@@ -145,15 +145,18 @@ def _lam_array(c, lam, n, T, multi):
 
 
 class _Problem:
-    """A hard-margin SVM without bias, ``min ||w|| s.t. <A_k, w> >= 1`` (``== 0`` for eq rows).
+    """A hard-margin SVM without bias, ``min ||w|| s.t. <A_k, w> >= 1`` (``== 0`` for eq rows,
+    ``>= 0`` for zero rows).
 
     ``kind="att"``: :math:`A_k = U_k z_{seq_k}^\\top` (w is d x d); ``kind="vec"``: ``A_k = U_k``.
     """
 
-    def __init__(self, kind, U, Zs=None, eq=None, what="SVM", sizes=""):
+    def __init__(self, kind, U, Zs=None, eq=None, what="SVM", sizes="", zero=None):
         self.kind, self.U, self.Zs = kind, U, Zs
         self.K, self.d = U.shape
         self.eq = np.zeros(self.K, dtype=bool) if eq is None else eq
+        #: inequality rows with right-hand side 0 (``<A_k, w> >= 0``; the relaxed p-SVM)
+        self.zero = np.zeros(self.K, dtype=bool) if zero is None else zero & ~self.eq
         self.m = self.d * self.d if kind == "att" else self.d
         self.what, self.sizes = what, sizes
         #: the solver's status once solved: "optimal" (the built-in interior point, verified)
