@@ -125,3 +125,27 @@ def test_set_of_all_tokens_gives_equalities_only(inst):
     assert np.ptp(_scores(X[:1], Z[:1], W_rest)) > 1e-3                   # the equalities bind
     with pytest.raises(ValueError, match="every set"):
         svm.att_svm(X, Z, [tuple(range(T))] * n)
+
+
+def test_multi_token_horizons_summary_and_claims():
+    """The horizon study: one run per (d, horizon) from the same instances and initializations
+    (the short run is the start of the long one), position-keyed summary, claims that follow the
+    numbers (and fail when the rate falls)."""
+    kw = dict(head="mlp", mass_tol=0.01, device="cpu")
+    r = S.multi_token_horizons(3, 4, (4, 6), trials=3, horizons=(40, 200), **kw)
+    s = r.summary()
+    assert (s["horizon_short"], s["horizon_long"], s["d_0"], s["d_1"]) == (40, 200, 4, 6)
+    assert s["trials"] == 3 and s["n_instances"] == 6
+    direct = S.multi_token_selection(S.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
+    np.testing.assert_array_equal(direct.predicted, r.runs[6][200].predicted)
+    np.testing.assert_allclose(direct.history.params["W"], r.runs[6][200].history.params["W"])
+    both = np.concatenate([r.runs[d][200].predicted for d in (4, 6)])
+    assert s["frac_pred_long"] == pytest.approx(both.mean())
+    c = r.claims()
+    assert c["rate_rises"][0] == (s["frac_pred_long"] > s["frac_pred_short"])
+    for d in (4, 6):                                  # force a falling rate: the claims fail
+        r.runs[d][40].predicted[:] = True
+        r.runs[d][200].predicted[:] = False
+    assert not r.claims()["rate_rises"][0] and not r.claims()["rate_rises_each_d"][0]
+    with pytest.raises(ValueError, match="horizons"):
+        S.multi_token_horizons(3, 4, (4,), trials=1, horizons=(200, 40), **kw)

@@ -26,7 +26,8 @@ Experiments
 * :func:`compare_w_kq` (chapter "(K,Q) and the nuclear norm");
 * :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
   attention");
-* :func:`multi_token_selection` (chapter "Beyond a single token").
+* :func:`multi_token_selection`, :func:`multi_token_horizons` (chapter "Beyond a single
+  token").
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ __all__ = [
     "prompt_gap_sweep",
     "MultiTokenRun",
     "multi_token_selection",
+    "MultiTokenHorizons",
+    "multi_token_horizons",
 ]
 
 
@@ -654,5 +657,99 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
                          W_single=Ws, feasible_single=fs, corr_gen=cg, corr_single=cs,
                          predicted=pred, steps=h.steps,
                          config=dict(head=head, width=width, train_v=train_v, loss=loss,
-                                     optimizer=optimizer, lr=lr, steps=steps,
+                                     optimizer=optimizer, lr=lr, steps=steps, T=T,
                                      mass_tol=mass_tol, threshold=threshold, seed=seed))
+
+
+@dataclass
+class MultiTokenHorizons:
+    """Result of :func:`multi_token_horizons`.
+
+    Attributes
+    ----------
+    runs : dict ``d -> {horizon: MultiTokenRun}`` (the run of ``horizon`` steps on the instances
+        of dimension ``d``; the runs of one ``d`` share instances and initializations, so the
+        shorter one is the start of the longer one)
+    horizons : tuple of int, increasing
+    config : dict
+    """
+
+    runs: dict
+    horizons: tuple
+    config: dict = field(default_factory=dict)
+
+    def fraction_predicted(self):
+        """``{d: {horizon: fraction}}``: the fraction of instances on which the generalized SVM
+        predicts the limit direction (:attr:`MultiTokenRun.fraction_predicted`)."""
+        return {d: {h: r.fraction_predicted for h, r in by_h.items()} for d, by_h in self.runs.items()}
+
+    def summary(self):
+        """Headline numbers, keyed by position so that a chapter's prose does not depend on the
+        parameters: ``horizon_short`` / ``horizon_long`` (the shortest and longest horizon),
+        ``frac_pred_short`` / ``frac_pred_long`` (pooled over ``d``), ``d_{k}`` and
+        ``frac_pred_{k}_short`` / ``frac_pred_{k}_long`` for the ``k``-th ``d``,
+        ``n_full_sets_short`` / ``n_full_sets_long`` (instances in which some sequence keeps all
+        ``T`` tokens, which then gives equalities only), ``n_instances`` (over all ``d``) and
+        ``trials`` (per ``d``)."""
+        out = {}
+        ends = {"short": self.horizons[0], "long": self.horizons[-1]}
+        runs = list(self.runs.items())
+        for end, h in ends.items():
+            out[f"horizon_{end}"] = int(h)
+            out[f"frac_pred_{end}"] = float(np.mean(np.concatenate(
+                [by_h[h].predicted for _, by_h in runs])))
+            out[f"n_full_sets_{end}"] = int(sum(
+                np.sum((by_h[h].set_sizes == by_h[h].config["T"]).any(axis=1)) for _, by_h in runs))
+            for k, (d, by_h) in enumerate(runs):
+                out[f"d_{k}"] = int(d)
+                out[f"frac_pred_{k}_{end}"] = by_h[h].fraction_predicted
+        out["trials"] = int(runs[0][1][self.horizons[0]].predicted.size)
+        out["n_instances"] = out["trials"] * len(runs)
+        return out
+
+    def claims(self):
+        """Checked claims: ``rate_rises`` (pooled over ``d``, the fraction predicted at the
+        longest horizon exceeds that at the shortest) and ``rate_rises_each_d`` (it does not
+        fall with the horizon for any ``d``)."""
+        f = self.fraction_predicted()
+        h0, h1 = self.horizons[0], self.horizons[-1]
+        s = self.summary()
+        pooled = (s["frac_pred_long"] > s["frac_pred_short"],
+                  f"pooled fraction {s['frac_pred_short']:.3f} at {h0} steps, "
+                  f"{s['frac_pred_long']:.3f} at {h1}")
+        each = (all(f[d][h1] >= f[d][h0] for d in f),
+                "; ".join(f"d={d}: {f[d][h0]:.3f} -> {f[d][h1]:.3f}" for d in f))
+        return {"rate_rises": pooled, "rate_rises_each_d": each}
+
+
+def multi_token_horizons(n, T, ds, *, trials=40, horizons=(2000, 20000), seed=0, **kw):
+    r""":func:`multi_token_selection` on :func:`unit_instances` ``(n, T, d)`` for every ``d`` in
+    ``ds`` and every training horizon (number of steps) in ``horizons``, from the same instances
+    and initializations (so a shorter run is the start of a longer one).
+
+    Parameters
+    ----------
+    n, T : int
+    ds : sequence of int
+    trials : int
+        Instances per ``d``.
+    horizons : sequence of int, increasing
+    seed : int
+    **kw
+        Passed to :func:`multi_token_selection` (``head``, ``width``, ``mass_tol``,
+        ``threshold``, ``optimizer``, ``lr``, ``device``, ...).
+
+    Returns
+    -------
+    MultiTokenHorizons
+    """
+    horizons = tuple(check_int("horizons", h, minimum=1) for h in horizons)
+    if len(horizons) < 1 or any(b <= a for a, b in zip(horizons, horizons[1:])):
+        raise ValueError(f"horizons must be strictly increasing, got {horizons}")
+    runs = {}
+    for d in ds:
+        d = check_int("ds", d, minimum=1)
+        data = unit_instances(n, T, d, trials=trials, seed=seed)
+        runs[d] = {h: multi_token_selection(data, steps=h, seed=seed, **kw) for h in horizons}
+    return MultiTokenHorizons(runs=runs, horizons=horizons,
+                              config=dict(n=n, T=T, ds=tuple(runs), trials=trials, seed=seed, **kw))
