@@ -189,6 +189,10 @@ class AttentionClassifier:
         maximum over the trial's sequences is :math:`e^{\sigma}`, so
         :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
         :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
+        A nonlinear head enters through its linearization at :math:`h_i = X_i^\top s_i`
+        (:mod:`attnsvm.models.heads`): :math:`g_{it} = \nabla\psi(h_i)^\top x_{it}` in the formulas
+        above and :math:`u_i = y_i\psi(h_i)`; its own parameters' gradients come from
+        ``param_grads`` with the same log-scale as ``v``.
         """
         X, y = batch["X"], batch["y"]
         W = self.matrix(params) if self.scoring.query else None
