@@ -84,7 +84,7 @@ def test_grad_matches_finite_differences(param, train_v, loss):
         torch.testing.assert_close(hand[k], fd, rtol=1e-6, atol=1e-7)
 
 
-def test_mlp_head_autograd_matches_finite_differences():
+def test_mlp_head_gradient_matches_finite_differences_and_autograd():
     batch, v = _batch(B=2)
     net = AttentionClassifier("W", head="mlp", width=5, train_v=True)
     params = _params(net, v, 6, B=2)
@@ -103,6 +103,17 @@ def test_mlp_head_autograd_matches_finite_differences():
             fm = _objective(net, {**params, k: Qm.reshape(P.shape)}, batch, L)
             torch.testing.assert_close(g[k].reshape(2, -1)[:, j], (fp - fm) / (2 * h),
                                        rtol=1e-6, atol=1e-8)
+    # away from saturation the hand-derived gradient equals autograd's, for every parameterization
+    for model, train_v in CASES:
+        net = AttentionClassifier(model, head="mlp", width=5, train_v=train_v)
+        params = _params(net, v, 6, B=2)
+        u1, g1, s1 = net.grad(params, batch, L)
+        u2, g2, s2 = net.autograd_grad(params, batch, L)
+        torch.testing.assert_close(u1, u2, rtol=1e-12, atol=1e-12)
+        for k in g2:
+            sc = lambda s, x: torch.exp(s).reshape((-1,) + (1,) * (x.ndim - 1))  # noqa: E731
+            torch.testing.assert_close(g1[k] * sc(s1[k], g1[k]), g2[k] * sc(s2[k], g2[k]),
+                                       rtol=1e-10, atol=1e-13)
 
 
 def test_gradient_direction_exact_when_softmax_saturates():
