@@ -17,6 +17,9 @@ notebooks evaluate them here).
   :math:`1 - \mathrm{corr}(W_t, W_{mm})` from the first step :math:`t_0` at which the hypotheses
   of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
   capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
+* global directional convergence under (Cx), from :math:`t = 0` (book: ``cor-global-direction``):
+  :func:`global_ngd_direction_bound`, :func:`global_gd_direction_constant`,
+  :func:`global_gd_direction_bound`.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import numpy as np
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
-           "global_excess_bound", "mass_from_excess"]
+           "global_excess_bound", "mass_from_excess", "global_ngd_direction_bound",
+           "global_gd_direction_constant", "global_gd_direction_bound"]
 
 
 
@@ -338,3 +342,131 @@ def mass_from_excess(excess, n, bD_minus):
     if np.any(excess < 0):
         raise ValueError("excess must be >= 0")
     return n * excess / bD_minus
+
+
+# ------------------------------------------------- global directional convergence under (Cx)
+def global_ngd_direction_bound(etas, E0, W0_norm, *, mu0, eps0, gamma_A, H):
+    r"""NGD's directional bound from :math:`t = 0` under (Cx) (book: ``cor-global-direction``
+    (a)): for steps :math:`\eta_s \le \mu_0/H` (any schedule), with :math:`t_r` the first
+    :math:`t` with :math:`\sum_{s<t}\eta_s \ge 2\log(E_0/\varepsilon_0)_+/\mu_0`, at every
+    :math:`t \ge t_r`
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le
+        \max\Big(\frac{N_{\mathrm{lo}} + a_t}{N_{\mathrm{lo}} + S_t},\
+                 \frac{\bar N + a_t}{\bar N + S_t}\Big),
+
+    with :math:`S_t = \sum_{t_r\le s<t}\eta_s`,
+    :math:`a_t = (1-\log 2)/\gamma_A + \frac{H}{2\gamma_A}\sum_{t_r\le s<t}\eta_s^2`,
+    :math:`\bar N = \|W_0\|_F + \sum_{s<t_r}\eta_s` and :math:`N_{\mathrm{lo}} = \log 2/\gamma_A`.
+    For :math:`\eta_s = \eta_0/\sqrt{s+1}` it is :math:`O(\log t/\sqrt t)`.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,)
+        The steps :math:`\eta_0, \dots, \eta_{K-1}` (> 0), one schedule for every trial.
+    E0, W0_norm : array_like, shape () or (B,)
+        :math:`E(W_0)` and :math:`\|W_0\|_F` (>= 0).
+    mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+        :math:`\mu_0` (:func:`global_mu0`) and the constants of the chapter.
+
+    Returns
+    -------
+    bound : ndarray, shape (K + 1, B)
+        The bound at :math:`t = 0, \dots, K`; NaN where :math:`t < t_r`.
+    t_r : ndarray, shape (B,)
+        The reaching step (``inf`` where the schedule is too short).
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    E0, mu0, eps0, gamma_A, H = (np.atleast_1d(a).astype(float) for a in
+                                 _arrays(E0=E0, mu0=mu0, eps0=eps0, gamma_A=gamma_A, H=H))
+    W0_norm = np.atleast_1d(np.asarray(W0_norm, dtype=float))
+    if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
+        raise ValueError("W0_norm must be finite and >= 0")
+    if np.any(etas[:, None] > (mu0 / H)[None, :] * (1 + 1e-12)):
+        raise ValueError("etas must be at most mu0/H (the step condition of thm-global-region)")
+    S1 = np.concatenate([[0.0], np.cumsum(etas)])                  # sum_{s<t} eta_s, t = 0..K
+    S2 = np.concatenate([[0.0], np.cumsum(etas ** 2)])
+    need = 2 * np.maximum(np.log(E0 / eps0), 0.0) / mu0            # (B,)
+    ok = S1[:, None] >= need[None, :] * (1 - 1e-15)
+    reached = ok.any(axis=0)
+    k_r = np.where(reached, np.argmax(ok, axis=0), 0)
+    t_r = np.where(reached, k_r.astype(float), np.inf)
+    S = S1[:, None] - S1[k_r][None, :]
+    a = (1 - np.log(2)) / gamma_A + H / (2 * gamma_A) * (S2[:, None] - S2[k_r][None, :])
+    N_bar = W0_norm + S1[k_r]
+    N_lo = np.log(2) / gamma_A
+    b = np.maximum((N_lo + a) / (N_lo + S), (N_bar + a) / (N_bar + S))
+    later = reached[None, :] & (np.arange(etas.size + 1)[:, None] >= k_r[None, :])
+    return np.where(later, b, np.nan), t_r
+
+
+def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H):
+    r"""The constant :math:`\bar D` of GD's directional bound from :math:`t = 0` under (Cx)
+    (book: ``cor-global-direction`` (b)), at a step :math:`\eta` within the global theorem's
+    (:func:`global_steps`): with :math:`\tilde E = \min(E_0, \varepsilon_0)`,
+
+    .. math::
+
+        \bar D = \|W_0\|_F + \frac{1}{\gamma_A}\Big(\Big(\frac{1}{\varepsilon_0}
+                 + \frac{3\eta H}{2}\Big)\tilde E - \log\frac{2\varepsilon_0}{\tilde E}\Big)
+               + \frac{2}{\mu_0}\log\frac{2E_0}{\varepsilon_0}\,[E_0 > \varepsilon_0].
+
+    Then :math:`1-\mathrm{corr}(W_t, W_{mm}) \le \bar D/\|W_t\|_F \le \gamma_A\bar D/
+    \log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)` for every :math:`t \ge t_r`, the
+    GD reaching time of :func:`t_reach`.
+
+    Returns
+    -------
+    D_bar, t_r : ndarray, shape () or (B,)
+    """
+    E0, eta, mu0, eps0, gamma_A, H = _arrays(E0=E0, eta=eta, mu0=mu0, eps0=eps0,
+                                             gamma_A=gamma_A, H=H)
+    W0_norm = np.asarray(W0_norm, dtype=float)
+    if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
+        raise ValueError("W0_norm must be finite and >= 0")
+    if np.any(eta * E0 * H > 1 + 1e-12):
+        raise ValueError("eta * E0 must be at most 1/H (a step condition of thm-global-region)")
+    t_r = t_reach(E0, eps0, eta, mu0, optimizer="gd")
+    Et = np.minimum(E0, eps0)
+    reach = np.where(E0 > eps0, 2 / mu0 * np.log(2 * E0 / eps0), 0.0)
+    D_bar = W0_norm + ((1 / eps0 + 1.5 * eta * H) * Et - np.log(2 * eps0 / Et)) / gamma_A + reach
+    return D_bar, t_r
+
+
+def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, norm=None):
+    r"""GD's directional bound from :math:`t = 0` under (Cx) (book: ``cor-global-direction``
+    (b)): :math:`\gamma_A\bar D/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)`, or with
+    the measured ``norm`` :math:`\|W_t\|_F` the sharper :math:`\bar D/\|W_t\|_F`;
+    :math:`\bar D` of :func:`global_gd_direction_constant`. NaN where :math:`t < t_r`.
+
+    Parameters
+    ----------
+    t : array_like, shape (K,), steps >= 0
+    E0, W0_norm, eta, mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+    norm : array_like, shape (K, B), optional
+
+    Returns
+    -------
+    ndarray, shape (K, B)
+    """
+    t = np.asarray(t, dtype=float)
+    if t.ndim != 1 or np.any(t < 0):
+        raise ValueError("t must be a 1-d array of steps >= 0")
+    D_bar, t_r = global_gd_direction_constant(E0, W0_norm, eta=eta, mu0=mu0, eps0=eps0,
+                                              gamma_A=gamma_A, H=H)
+    D_bar, t_r = np.atleast_1d(D_bar), np.atleast_1d(t_r)
+    E0, eta, mu0, eps0, gamma_A = (np.atleast_1d(np.asarray(a, dtype=float))
+                                   for a in (E0, eta, mu0, eps0, gamma_A))
+    later = t[:, None] >= t_r[None, :]
+    if norm is not None:
+        norm = np.asarray(norm, dtype=float)
+        if np.any(norm <= 0):
+            raise ValueError("norm must be positive")
+        b = D_bar / norm
+    else:
+        b = gamma_A * D_bar / np.log(2 * eps0 / E0 + eps0 * eta * mu0 ** 2 * t[:, None])
+    return np.where(later, b, np.nan)
