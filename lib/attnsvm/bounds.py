@@ -20,6 +20,9 @@ notebooks evaluate them here).
 * global directional convergence under (Cx), from :math:`t = 0` (book: ``cor-global-direction``):
   :func:`global_ngd_direction_bound`, :func:`global_gd_direction_constant`,
   :func:`global_gd_direction_bound`.
+* NGD's :math:`O(1/t)` margin rate on separable linear data (book: ``thm-ngd-margin-rate``):
+  :func:`ngd_margin_step`, :func:`ngd_margin_gap_bound`; idealized progressive rescaling
+  (book: ``prop-prgd-ideal``): :func:`prgd_ideal_gap_bound`.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ import numpy as np
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
            "global_excess_bound", "mass_from_excess", "global_ngd_direction_bound",
-           "global_gd_direction_constant", "global_gd_direction_bound"]
+           "global_gd_direction_constant", "global_gd_direction_bound", "ngd_margin_step",
+           "ngd_margin_gap_bound", "prgd_ideal_gap_bound"]
 
 
 
@@ -470,3 +474,83 @@ def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, nor
     else:
         b = gamma_A * D_bar / np.log(2 * eps0 / E0 + eps0 * eta * mu0 ** 2 * t[:, None])
     return np.where(later, b, np.nan)
+
+
+# ------------------------------------------------- NGD's margin rate on separable linear data
+def ngd_margin_step(gamma, R):
+    r"""The largest step of the NGD margin-rate theorem (book: ``thm-ngd-margin-rate``): the
+    :math:`\eta` with :math:`\eta\,e^{2\eta R} = \gamma/(2R^2)`, i.e.
+    :math:`\eta = W_0(\gamma/R)/(2R)` (:math:`W_0` the principal Lambert function); every
+    :math:`\eta` at most this satisfies the theorem's condition :math:`\eta e^{2\eta R} \le
+    \gamma/(2R^2)`.
+
+    Parameters
+    ----------
+    gamma : array_like (> 0), the :math:`\ell_2` maximum margin :math:`\gamma`
+    R : array_like (> 0), :math:`\max_i\|x_i\|_2`
+    """
+    from scipy.special import lambertw
+
+    gamma, R = _arrays(gamma=gamma, R=R)
+    if np.any(gamma > R * (1 + 1e-12)):
+        raise ValueError("gamma must be at most R (the margin of a unit vector is at most max |x_i|)")
+    return np.real(lambertw(gamma / R)) / (2 * R)
+
+
+def ngd_margin_gap_bound(etas, n):
+    r"""NGD's margin-gap bound on separable linear data (book: ``thm-ngd-margin-rate``;
+    exponential loss, :math:`\ell_2`, :math:`w_0 = 0`, steps :math:`\eta_s e^{2\eta_sR} \le
+    \gamma/(2R^2)`):
+
+    .. math::
+
+        \gamma - \bar\gamma(w_t) \le \frac{\log n}{S_t},\qquad S_t = \sum_{s<t}\eta_s,
+
+    at every :math:`t` with :math:`\gamma S_t \ge \log n`; :math:`\log n/(\eta t)` for a
+    constant step.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,), the steps (> 0)
+    n : int, number of data points (>= 1)
+
+    Returns
+    -------
+    ndarray, shape (K + 1,): the bound at :math:`t = 0, \dots, K` (``inf`` at :math:`t = 0`).
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    S = np.concatenate([[0.0], np.cumsum(etas)])
+    with np.errstate(divide="ignore"):
+        return np.where(S > 0, np.log(n) / np.where(S > 0, S, 1.0), np.inf)
+
+
+def prgd_ideal_gap_bound(R, n, delta=0.0):
+    r"""The margin-gap bound of idealized progressive rescaling (book: ``prop-prgd-ideal``;
+    exponential loss, :math:`\ell_2`): any :math:`w` with :math:`\|w\|_2 \le R` and
+    :math:`\log\mathcal{L}(w) \le \log\min_{\|v\|_2\le R}\mathcal{L}(v) + \delta` has
+
+    .. math::
+
+        \gamma - \bar\gamma(w) \le \frac{\log n + \delta}{R}
+        \qquad\text{whenever } R\gamma \ge \log n + \delta ;
+
+    at :math:`R_k = c^k` and exact inner minimization (:math:`\delta = 0`) this is
+    :math:`c^{-k}\log n`.
+
+    Parameters
+    ----------
+    R : array_like (> 0), the radius
+    n : int, number of data points (>= 1)
+    delta : array_like (>= 0), the inner loop's excess of :math:`\log\mathcal{L}`
+    """
+    (R,) = _arrays(R=R)
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    delta = np.asarray(delta, dtype=float)
+    if np.any(delta < 0) or np.any(~np.isfinite(delta)):
+        raise ValueError("delta must be finite and >= 0")
+    return (np.log(n) + delta) / R
