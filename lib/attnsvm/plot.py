@@ -6,6 +6,11 @@ fixed colours (:data:`COLORS`), so GD is the same colour in every chapter.
 """
 from __future__ import annotations
 
+import base64
+import io
+import os
+import struct
+
 import numpy as np
 
 __all__ = ["COLORS", "RC", "use_style", "figure", "trial_band", "save_or_glue"]
@@ -209,7 +214,6 @@ def _drop_unshowable(fig) -> None:
 
 
 def _png(fig) -> bytes:
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight",
@@ -230,9 +234,6 @@ def save_or_glue(fig, key: str):
 
     Returns ``None``, so that a cell ending with this call does not display the figure twice.
     """
-    import base64
-    import struct
-
     import matplotlib.pyplot as plt
 
     if not isinstance(key, str) or not key:
@@ -265,8 +266,6 @@ def save_or_glue(fig, key: str):
 def _sweep_rows(table):
     """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
     columns or a pandas DataFrame."""
-    import os
-
     if isinstance(table, (str, os.PathLike)):
         from .book.sweep import read_table
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._checks import check_choice, check_int
-from ..data import AttnData, random_unit
+from ..data import keyed_instances, random_unit
 from ..svm import InfeasibleError, att_svm, rank
 from ..tokens import optimal_tokens
 
@@ -58,9 +58,9 @@ def draw_instances(n, T, d, trials, *, seed, query="self"):
     """``trials`` instances of :func:`draw_instance` (trial ``j`` from key ``(*seed, j)``),
     stacked as a batched ``AttnData``."""
     trials = check_int("trials", trials, minimum=1)
+    check_choice("query", query, ("self", "cross"))
     key = tuple(np.atleast_1d(seed).tolist())
-    return AttnData.stack([draw_instance(n, T, d, seed=key + (j,), query=query)
-                           for j in range(trials)])
+    return keyed_instances(n, T, d, [key + (j,) for j in range(trials)], cross=query == "cross")
 
 
 def singular_gap(W, r):
