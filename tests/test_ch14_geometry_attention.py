@@ -65,7 +65,7 @@ def test_md_l3_selects_l3_att_svm():
 
 def test_bad_input(inst):
     X, Z = inst.X[0], inst.Z[0]
-    with pytest.raises(ValueError, match="opt"):
+    with pytest.raises(ValueError, match="alpha"):
         A.svm.att_svm_spectral(X, Z, np.array([0, 1, 9, 0]))
     with pytest.raises(ValueError, match="Z"):
         A.svm.att_svm_spectral(X, Z[:2], inst.opt[0])

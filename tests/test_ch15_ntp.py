@@ -106,7 +106,7 @@ def test_thm2_gd_converges_to_both_limits(data):
     Ws = np.stack([A.svm.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
     Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
     PF = A.svm.projector_F(data)
-    r = ntp.train(data, rule="gd", steps=40000, lr=1 / (2 * A.losses.ce_smoothness(data)),
+    r = ntp.train(data, optimizer="gd", steps=40000, lr=1 / (2 * A.losses.ce_smoothness(data)),
                   record_steps=[1000, 40000])
     flat = r["iterates"].reshape(2, 3, -1)
     pf = np.einsum("bij,kbj->kbi", PF, flat).reshape(r["iterates"].shape)
@@ -147,10 +147,10 @@ def test_bad_input():
     with pytest.raises(ValueError, match="P must"):
         A.svm.ntp_svm(np.ones((2, 2)), np.ones((2, 3)))
     d = A.data.ntp_synthetic(2, 4, 3, trials=1)
-    with pytest.raises(ValueError, match="rule"):
-        ntp.train(d, rule="sgd", steps=1, lr=0.1)
+    with pytest.raises(ValueError, match="optimizer"):
+        ntp.train(d, optimizer="sgd", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
-        ntp.train(d, rule="gd", steps=1, lr=-1.0)
+        ntp.train(d, optimizer="gd", steps=1, lr=-1.0)
 
 
 def test_thm1_regularization_path(data):

@@ -368,7 +368,7 @@ def test_other_malformed():
         in_cone(np.eye(2), np.zeros((2, 2)), R0=0, eps=0.1)
     with pytest.raises(ValueError, match="rtol"):
         rank(np.eye(2), rtol=0)
-    with pytest.raises(ValueError, match="opt"):
+    with pytest.raises(ValueError, match="alpha"):
         att_svm_batch(X[None], Z[None], opt)
 
 

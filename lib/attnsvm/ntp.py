@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_choice, check_int, check_positive
+from ._checks import as_float_array, check_choice, check_int, check_positive, renamed
 from .models import NTPUFM, NTPLinear
 from .train import fit
 
 __all__ = ["train", "train_ufm"]
 
 
-def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, record_steps=None):
+@renamed(rule="optimizer")
+def train(data, *, optimizer, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, record_steps=None):
     r"""Train the linear NTP decoder on every trial at once (float64).
 
     A thin wrapper over :func:`attnsvm.train.fit` with the model
@@ -27,7 +28,7 @@ def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, recor
     Parameters
     ----------
     data : NTPData (batched)
-    rule : {"gd", "ngd", "adam"}
+    optimizer : {"gd", "ngd", "adam"}
         ``"gd"``: :math:`W_{k+1} = W_k - \eta\nabla\mathrm{CE}`; ``"ngd"``: the step divided by
         :math:`\|\nabla\mathrm{CE}\|_F`; ``"adam"``: Adam with bias correction.
     steps : int; lr : float or array (B,) (one step size per trial)
@@ -39,7 +40,7 @@ def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, recor
     -------
     dict: ``steps`` (K,), ``iterates`` (K, B, V, d), ``ce`` (K, B).
     """
-    rule = check_choice("rule", rule, ("gd", "ngd", "adam"))
+    optimizer = check_choice("optimizer", optimizer, ("gd", "ngd", "adam"))
     steps = check_int("steps", steps, minimum=1)
     if not data.batched:
         raise ValueError("data must be batched (a leading trials axis)")
@@ -53,9 +54,9 @@ def train(data, *, rule, steps, lr, betas=(0.9, 0.999), eps=1e-8, W0=None, recor
         record_steps = np.unique(np.round(np.logspace(0, np.log10(steps), 50)).astype(int))
     rec = np.unique(np.asarray(record_steps, dtype=np.int64).ravel())
     rec = rec[(rec >= 0) & (rec <= steps)]
-    h = fit(data, model=NTPLinear(), optimizer=rule, lr=float(lr_a) if lr_a.ndim == 0 else lr_a,
+    h = fit(data, model=NTPLinear(), optimizer=optimizer, lr=float(lr_a) if lr_a.ndim == 0 else lr_a,
             steps=steps, init=init, record_every=rec if rec.size else "log", snapshots=True,
-            device="cpu", **(dict(betas=betas, eps=eps) if rule == "adam" else {}))
+            device="cpu", **(dict(betas=betas, eps=eps) if optimizer == "adam" else {}))
     idx = np.searchsorted(h.steps, rec)
     return {"steps": rec, "iterates": h.snapshots[idx], "ce": h.loss[idx]}
 

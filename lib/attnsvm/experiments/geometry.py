@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import metrics, svm, tokens
-from .._checks import as_float_array, check_int, check_positive
+from .._checks import as_float_array, check_int, check_positive, renamed
 
 __all__ = ["margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
            "phase_fit", "att_margin_gap", "AttSVMComparison", "compare_att_svms"]
@@ -155,13 +155,14 @@ def phase_fit(t, gap, period, *, start=0, stop=None):
 
 # ----------------------------------------------------------------------------- attention
 
-def att_margin_gap(iterates, X, Z, sel, W_svm, norm="fro"):
+@renamed(sel="alpha")
+def att_margin_gap(iterates, X, Z, alpha, W_svm, norm="fro"):
     r"""Relative Att-SVM margin gap :math:`1 - \bar\gamma(W_t)/\bar\gamma(W^\alpha)` of recorded
     iterates (K, B, d, d) against the Att-SVM ``W_svm`` (B, d, d) of the same norm and token
-    choice ``sel`` (B, n) (``attnsvm.svm.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
+    choice ``alpha`` (B, n) (``attnsvm.svm.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
     exactly at the maximizers of the normalized margin."""
-    best = svm.att_margin_in_norm(W_svm, X, Z, sel, norm)
-    return 1.0 - svm.att_margin_in_norm(iterates, X, Z, sel, norm) / best[None]
+    best = svm.att_margin_in_norm(W_svm, X, Z, alpha, norm)
+    return 1.0 - svm.att_margin_in_norm(iterates, X, Z, alpha, norm) / best[None]
 
 
 @dataclass

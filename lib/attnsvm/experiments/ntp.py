@@ -23,7 +23,7 @@ def linear_limits(data, *, rules, W_star=None, W_mm=None):
     Parameters
     ----------
     data : NTPData (batched)
-    rules : dict ``name -> dict(rule=..., steps=..., lr=..., record_steps=...)``, the keyword
+    rules : dict ``name -> dict(optimizer=..., steps=..., lr=..., record_steps=...)``, the keyword
         arguments of :func:`attnsvm.ntp.train`
     W_star, W_mm : optional precomputed :math:`W^*` and :math:`W^{mm}` (B, V, d)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._checks import as_float_array, check_choice, check_int, check_positive
+from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
 from ..data import AttnData, keyed_instances
 from ..losses import LOSSES, log_excess_loss
 from ..tokens import optimal_tokens, token_scores
@@ -531,13 +531,14 @@ class RegPathStudy:
         return out
 
 
-def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
+@renamed(instances="trials")
+def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
                   seed=0, device="auto"):
-    r"""Chapter 3: draw ``instances`` instances (:func:`attnsvm.data.keyed_instances`, keys
+    r"""Chapter 3: draw ``trials`` instances (:func:`attnsvm.data.keyed_instances`, keys
     ``(seed, j)``), keep the feasible ones, and compute the regularization path over the radii
     ``R`` in the Frobenius ball (and, with ``nuclear``, the nuclear ball), each started also from
     its SVM direction. Returns a :class:`RegPathStudy`."""
-    data = keyed_instances(n, T, d, [(seed, j) for j in range(check_int("instances", instances, minimum=1))])
+    data = keyed_instances(n, T, d, [(seed, j) for j in range(check_int("trials", trials, minimum=1))])
     opt = optimal_tokens(data.X, data.y, data.v)
     W_mm, feasible = att_svm_batch(data.X, data.Z, opt)
     keep = np.flatnonzero(feasible)
@@ -552,4 +553,4 @@ def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logist
         W_nuc, _ = att_svm_batch(data.X, data.Z, opt, norm="nuc")   # same constraints: feasible
         path_nuc = reg_path(data, R, norm="nuc", loss=loss, inits=inits, W_svm=W_nuc,
                             max_steps=max_steps, seed=seed, device=device)
-    return RegPathStudy(data, int(instances), R, W_mm, path, consts, W_nuc, path_nuc)
+    return RegPathStudy(data, int(trials), R, W_mm, path, consts, W_nuc, path_nuc)

@@ -131,21 +131,21 @@ def linear_svm_p(X, y, p):
     return wv / mmin
 
 
-def att_svm_spectral(X, Z, opt):
+def att_svm_spectral(X, Z, alpha):
     r"""The Att-SVM with the spectral norm:
-    :math:`\min_W \|W\|_2` s.t. :math:`(x_{i,\mathrm{opt}_i} - x_{it})^\top W z_i \ge 1`;
-    ``attnsvm.svm.att_svm(X, Z, opt, norm="spectral")`` (Clarabel, on the subspaces spanned by
+    :math:`\min_W \|W\|_2` s.t. :math:`(x_{i\alpha_i} - x_{it})^\top W z_i \ge 1`;
+    ``attnsvm.svm.att_svm(X, Z, alpha, norm="spectral")`` (Clarabel, on the subspaces spanned by
     the token differences and the queries, which the unitarily invariant norm allows).
 
     Parameters
     ----------
-    X : array_like, shape (n, T, d); Z : (n, d); opt : int array (n,)
+    X : array_like, shape (n, T, d); Z : (n, d); alpha : int array (n,) (e.g. ``opt``)
 
     Returns
     -------
     W : ndarray (d, d), smallest margin 1 (up to rounding).
     """
-    return att_svm(X, Z, opt, norm="spectral")
+    return att_svm(X, Z, alpha, norm="spectral")
 
 
 def matrix_norm(W, norm):
@@ -166,8 +166,8 @@ def matrix_norm(W, norm):
     return vector_norm(W.reshape(W.shape[:-2] + (-1,)), p)
 
 
-def att_margin_in_norm(W, X, Z, sel, norm):
-    r"""Normalized Att-SVM margin of ``W`` for the token choice ``sel``, in a norm:
+def att_margin_in_norm(W, X, Z, alpha, norm):
+    r"""Normalized Att-SVM margin of ``W`` for the token choice ``alpha``, in a norm:
 
     .. math::
 
@@ -183,14 +183,14 @@ def att_margin_in_norm(W, X, Z, sel, norm):
     ----------
     W : array_like (..., d, d), leading axes broadcast against those of ``X``
     X : array_like (n, T, d) or (B, n, T, d); Z : (n, d) or (B, n, d)
-    sel : int array (n,) or (B, n), the selected token of each sequence
+    alpha : int array (n,) or (B, n), the selected token of each sequence
     norm : as in :func:`matrix_norm`
 
     Returns
     -------
     ndarray, shape (...): NaN where ``W = 0``.
     """
-    m = selection_margins(W, X, Z, sel).min(axis=(-2, -1))
+    m = selection_margins(W, X, Z, alpha).min(axis=(-2, -1))
     nrm = matrix_norm(W, norm)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(nrm > 0, m / np.where(nrm > 0, nrm, 1.0), np.nan)
