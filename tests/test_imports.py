@@ -224,14 +224,18 @@ def test_no_hidden_internal_import_in_a_function():
 
 
 def test_function_level_imports_defer_only_heavy_dependencies():
+    """A function-level import defers a package of ``DEFERRABLE`` and says so in a comment."""
     bad = []
     for m, path in _modules().items():
+        lines = path.read_text().splitlines()
         for target, names, level, toplevel, line in _imports(path):
             root = target.split(".")[0]
             if toplevel or level or root == PKG or root == "__future__":
                 continue
             if root not in DEFERRABLE:
                 bad.append(f"{m}:{line} imports {target} inside a function")
+            elif "# deferred" not in lines[line - 1]:
+                bad.append(f"{m}:{line} defers {target} without a '# deferred: ...' comment")
     assert not bad, "\n".join(bad)
 
 

@@ -849,7 +849,7 @@ def _loop(cfg, B, params, record, step, final_u, small):
     is_rec[cfg.grid] = True
     pbar = None
     if cfg.progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: tqdm is optional (progress bars only)
         name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
         pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
     tick = max(1, steps // 200)

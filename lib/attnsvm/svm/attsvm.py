@@ -41,7 +41,7 @@ def _parse_solver(solver, norm):
             raise ValueError(f"solver={solver!r} selects a Frobenius formulation; "
                              f"norm={norm!r} needs a cvxpy solver name or None")
         return "ipm", solver
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     name = solver.upper()
     if name not in cp.installed_solvers():
