@@ -3,9 +3,10 @@
 The helper library of the book *Attention as an SVM*. Modules, by concept:
 
 ``tokens``   token scores, optimal tokens, attention scores, margins, lifted features
-``losses``   margin losses with stable log-space companions
-``data``     seeded data models (one seeding contract, named streams)
-``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality (a package)
+``losses``   margin losses with stable log-space companions, the log excess loss, NTP losses
+``data``     data containers and seeded generators (one seeding contract, named streams), NTP data
+``svm``      every max-margin problem (a package): Att-SVMs (Frobenius, nuclear, l_p, spectral),
+             local optimality, l_p linear SVMs, NTP / logit / graph SVMs, the finite parts W*
 ``models``   the attention classifier: score parameterizations and heads (a package)
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
