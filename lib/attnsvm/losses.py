@@ -215,7 +215,7 @@ def loss_floor(data, alpha=None, *, loss="logistic"):
 
 # ----------------------------------------------------------------------------- excess loss
 
-def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic"):
+def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic", *, small_gap=1e-8):
     r""":math:`\log(\mathcal{L} - \mathcal{L}_\infty)`, the log of the excess margin loss of
     attention with fixed token scores, per trial (numpy arrays or torch tensors).
 
@@ -230,7 +230,7 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic"):
     * exponential: :math:`E_i = e^{-\gamma^\star_i}(e^{\delta_i} - 1)`;
     * correlation: :math:`E_i = \delta_i`;
 
-    evaluated with ``log1p``/``expm1``, and for :math:`\delta_i \le 10^{-8}` from the expansion
+    evaluated with ``log1p``/``expm1``, and for :math:`\delta_i \le` ``small_gap`` from the expansion
     :math:`\log E_i = \log b_i + \log\delta_i + \log(1 + c_i\delta_i/2)` (:math:`b_i =
     -\ell'(\gamma^\star_i)`, :math:`c_i = 1 - b_i` (logistic) or 1 (exponential)), so that no
     term underflows. The result is :math:`\log\frac1n\sum_i E_i`.
@@ -246,6 +246,9 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic"):
     gamma_star : array or Tensor (..., n)
         :math:`\gamma^\star_i`.
     loss : str or Loss
+    small_gap : float
+        Below this :math:`\delta_i` the expansion is used (default :math:`10^{-8}`; 0 never
+        uses it, the direct formula then underflows to ``-inf`` once :math:`E_i` does).
 
     Returns
     -------
@@ -264,7 +267,7 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic"):
         else:
             big = -gamma_star + torch.log(torch.expm1(delta))
             small = -gamma_star + log_delta + torch.log1p(delta / 2)
-        log_Ei = torch.where(delta > 1e-8, big, small)
+        log_Ei = torch.where(delta > small_gap, big, small) if small_gap > 0 else big
         return torch.logsumexp(log_Ei, -1) - math.log(log_Ei.shape[-1])
     terms = np.asarray(log_s, dtype=float) + np.asarray(log_gap, dtype=float)
     gamma_star = np.asarray(gamma_star, dtype=float)
@@ -276,11 +279,13 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic"):
             log_Ei = log_delta
         elif name == "logistic":
             b = LOSSES["logistic"].neg_deriv_np(gamma_star)
-            log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
-                              np.log(b) + log_delta + np.log1p((1 - b) * delta / 2))
+            big = np.log(np.log1p(b * np.expm1(delta)))
+            log_Ei = np.where(delta > small_gap, big, np.log(b) + log_delta + np.log1p((1 - b) * delta / 2)) \
+                if small_gap > 0 else big
         else:
-            log_Ei = np.where(delta > 1e-8, -gamma_star + np.log(np.expm1(delta)),
-                              -gamma_star + log_delta + np.log1p(delta / 2))
+            big = -gamma_star + np.log(np.expm1(delta))
+            log_Ei = np.where(delta > small_gap, big, -gamma_star + log_delta + np.log1p(delta / 2)) \
+                if small_gap > 0 else big
     mx = log_Ei.max(axis=-1, keepdims=True)
     return mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
 
