@@ -69,7 +69,7 @@ def _log_excess_t(W, X, Z, gam, opt, loss, consts=None):
     Wz = Z @ W.transpose(-1, -2)                                  # (M,n,d) rows W z_i
     a = (X * Wz.unsqueeze(-2)).sum(-1)                            # (M,n,T)
     # small_gap=0: the direct formula, as the chapter's path was computed (its nuclear-path numbers
-    # move in the 4th digit when the objective changes at the 1e-16 level; see notes/core_glue_changes.md)
+    # move in the 4th digit when the objective changes at the 1e-16 level: notes/core_glue_changes.md)
     return log_excess_loss(torch.log_softmax(a, dim=-1), lgap, g1, loss, small_gap=0.0)
 
 
