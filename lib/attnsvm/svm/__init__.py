@@ -58,8 +58,9 @@ smaller margin raises :class:`SolverError`. Nothing returns ``None`` or NaN.
 
 Layout
 ------
-``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm`, :func:`linear_svm`,
-              :func:`head_svm`) and the choice of solver path
+``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm` strict or relaxed,
+              :func:`head_support`, :func:`linear_svm`, :func:`head_svm`) and the choice of
+              solver path
 ``geometry``  l_p linear SVMs, margins in a norm, the spectral-norm Att-SVM (Part IV)
 ``ntp``       the NTP-SVM of the linear decoder and the logit-space SVM (Chapter 15)
 ``graph``     the priority-graph Att-SVM of next-token prediction (Chapter 16)
@@ -71,7 +72,7 @@ Layout
 """
 from ._common import CLARABEL_OPTIONS, InfeasibleError, SolverError
 from ._ipm import choose_formulation
-from .attsvm import att_svm, att_svm_batch, head_svm, linear_svm, p_svm
+from .attsvm import att_svm, att_svm_batch, head_support, head_svm, linear_svm, p_svm
 from .finite import graph_finite, graph_subspace, logit_finite, logit_project_F, ntp_finite, projector_F
 from .geometry import (att_margin_in_norm, att_svm_spectral, linear_svm_p, margin_in_norm, matrix_norm,
                        vector_norm)
@@ -87,6 +88,7 @@ __all__ = [
     "att_svm_batch",
     "choose_formulation",
     "p_svm",
+    "head_support",
     "linear_svm",
     "head_svm",
     "graph_svm",
