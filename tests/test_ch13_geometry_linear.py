@@ -387,7 +387,7 @@ def test_ngd_margin_rate_constant_is_near_tight():
     log n / 2.2 fails at some step, and by log n / 3 at the last step (asserted)."""
     X = np.array([[[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]]])
     y = np.ones((1, 3))
-    gamma = 1.0 / SG.vector_norm(SG.linear_svm_p(X, y, 2.0), 2.0)
+    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
     R = np.linalg.norm(X, axis=-1).max(-1)
     for eta in (float(A.bounds.ngd_margin_step(gamma, R)[0]), float(A.bounds.ngd_margin_step(gamma, R)[0]) / 4):
         K = int(300 / eta)
@@ -431,7 +431,7 @@ def test_prgd_ideal():
     asserted > 0.9 there: a coefficient of delta below 0.9 fails)."""
     Z = np.array([[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]])
     n = len(Z)
-    gamma = float(1.0 / SG.vector_norm(SG.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
+    gamma = float(1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
     radii = 1.5 ** np.arange(2, 14)
     ratio = []
     for R in radii:
