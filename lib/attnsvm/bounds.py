@@ -23,6 +23,8 @@ notebooks evaluate them here).
 * NGD's :math:`O(1/t)` margin rate on separable linear data (book: ``thm-ngd-margin-rate``):
   :func:`ngd_margin_step`, :func:`ngd_margin_gap_bound`; idealized progressive rescaling
   (book: ``prop-prgd-ideal``): :func:`prgd_ideal_gap_bound`.
+* NGD's directional bound without the curvature floor (book: ``thm-ngd-no-floor``):
+  :func:`ngd_floorless_constants`, :func:`ngd_floorless_bound`.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", 
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
            "global_excess_bound", "mass_from_excess", "finite_part_bound",
            "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
-           "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound"]
+           "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
+           "ngd_floorless_constants", "ngd_floorless_bound"]
 
 
 
@@ -575,3 +578,88 @@ def prgd_ideal_gap_bound(R, n, delta=0.0):
     if np.any(delta < 0) or np.any(~np.isfinite(delta)):
         raise ValueError("delta must be finite and >= 0")
     return (np.log(n) + delta) / R
+
+
+# ------------------------------------------------- NGD's directional bound without the floor
+def ngd_floorless_constants(eta, *, R_A, gamma_A, Delta_max, b_minus, b_plus):
+    r"""The constants of NGD's floor-free directional bound (book: ``thm-ngd-no-floor``), for
+    steps at most ``eta``:
+
+    .. math::
+
+        \omega = 3\eta R_A + 2\Delta_{\max}\sinh(\eta R_A),\qquad
+        \vartheta = \frac{2\eta R_A^2}{\gamma_A}e^{\Delta_{\max} + 2\omega},
+
+    .. math::
+
+        c_r = \max(2, \Delta_{\max}e^{\Delta_{\max}}),\quad
+        c_3 = 2R_A^2\Big(\frac{\Delta_{\max}}{4b^-} + \frac{2b^+}{b^-}\Big),\quad
+        c_\psi = c_rR_A + \frac{\eta}{2}\big(e^{\Delta_{\max}}c_rR_A^2 + c_3\big),
+
+    with :math:`b^- = \min_ib^-_i`, :math:`b^+ = \max_ib^+_i`. The theorem needs
+    :math:`\vartheta \le 1` (and :math:`\eta \le \min(\log 2/R_A, \mu/H)`).
+
+    Returns
+    -------
+    theta, c_psi : ndarray
+    """
+    eta, R_A, gamma_A, Delta_max, b_minus, b_plus = _arrays(
+        eta=eta, R_A=R_A, gamma_A=gamma_A, Delta_max=Delta_max, b_minus=b_minus, b_plus=b_plus)
+    omega = 3 * eta * R_A + 2 * Delta_max * np.sinh(eta * R_A)
+    theta = 2 * eta * R_A ** 2 / gamma_A * np.exp(Delta_max + 2 * omega)
+    c_r = np.maximum(2.0, Delta_max * np.exp(Delta_max))
+    c3 = 2 * R_A ** 2 * (Delta_max / (4 * b_minus) + 2 * b_plus / b_minus)
+    c_psi = c_r * R_A + eta / 2 * (np.exp(Delta_max) * c_r * R_A ** 2 + c3)
+    return theta, c_psi
+
+
+def ngd_floorless_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H, R_A, Delta_max, b_minus,
+                        b_plus):
+    r"""NGD's directional bound without the curvature floor (book: ``thm-ngd-no-floor``): in the
+    equal-score model, for steps :math:`\eta_s \le \bar\eta` with
+    :math:`\bar\eta \le \min(\log 2/R_A, \mu/H)` and :math:`\vartheta(\bar\eta) \le 1`
+    (:func:`ngd_floorless_constants`), from :math:`E(W_{t_0}) \le \varepsilon_0`,
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le
+        \frac{\|W_{t_0}\|_F - \log(2\varepsilon_0/E(W_{t_0}))/\gamma_A
+              + \frac{2c_\psi E(W_{t_0})}{\gamma_A\mu\varepsilon_0}(1 - P_t)}
+             {\|W_{t_0}\|_F + \sum_{s<t}\eta_s},
+
+    :math:`P_t = \prod_{s<t}(1 - \eta_s\mu/2)`: :math:`O(1/t)` at a constant step, where
+    :func:`ngd_direction_bound` stops at :math:`\eta H/(2\gamma_A)`.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,), the steps from :math:`t_0` (one schedule for every trial)
+    E_t0, norm_t0 : array_like, shape () or (B,)
+    mu, eps0, gamma_A, H, R_A, Delta_max, b_minus, b_plus : array_like, shape () or (B,)
+        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+
+    Returns
+    -------
+    ndarray, shape (K + 1, B): the bound at :math:`t = t_0, \dots, t_0 + K`.
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    E_t0, norm_t0, mu, eps0, gamma_A, H, R_A = (np.atleast_1d(np.asarray(a, dtype=float))
+                                                for a in (E_t0, norm_t0, mu, eps0, gamma_A, H, R_A))
+    if np.any(E_t0 <= 0) or np.any(E_t0 > eps0):
+        raise ValueError("E_t0 must lie in (0, eps0] (the hypothesis of the bound)")
+    if np.any(norm_t0 <= 0):
+        raise ValueError("norm_t0 must be positive")
+    eta_bar = etas.max()
+    if np.any(eta_bar > np.minimum(np.log(2) / R_A, mu / H) * (1 + 1e-12)):
+        raise ValueError("etas must be at most min(log 2/R_A, mu/H)")
+    theta, c_psi = ngd_floorless_constants(eta_bar, R_A=R_A, gamma_A=gamma_A, Delta_max=Delta_max,
+                                           b_minus=b_minus, b_plus=b_plus)
+    if np.any(theta > 1 + 1e-12):
+        raise ValueError("etas too large: the variance condition theta <= 1 fails")
+    S1 = np.concatenate([[0.0], np.cumsum(etas)])[:, None]
+    P = np.exp(np.concatenate([np.zeros((1, mu.size)),
+                               np.cumsum(np.log1p(-etas[:, None] * mu[None, :] / 2), axis=0)]))
+    num = (norm_t0 - np.log(2 * eps0 / E_t0) / gamma_A
+           + 2 * c_psi * E_t0 / (gamma_A * mu * eps0) * (1 - P))
+    return num / (norm_t0 + S1)
