@@ -578,9 +578,9 @@ def test_ngd_no_floor(inst):
     eta H / (2 gamma_A) of cor-ngd-direction (measured 0.09 against 0.21-0.33 at 10^4 steps;
     asserted), so it is not that bound in disguise; and it is O(1/t): bound * t tends to a
     constant (doubling t from 5 10^5 to 10^6 multiplies bound * t by 1.06-1.10,
-    asserted < 1.15, where a floor would give 2 and a 1/sqrt(t) rate 1.41). The correction c_psi E_s / eps0 is not needed
-    on these runs (psi gains at least eta gamma_A at every step), so the tests do not show that
-    it is necessary."""
+    asserted < 1.15, where a floor would give 2 and a 1/sqrt(t) rate 1.41). The correction
+    c_psi E_s / eps0 is not needed on these runs (psi gains at least eta gamma_A at every step),
+    so the tests do not show that it is necessary."""
     data, opt, W_mm, c, W0 = inst
     kw = {k: c[k] for k in ("mu", "eps0", "gamma_A", "H", "R_A", "Delta_max", "b_minus", "b_plus")}
     eta = float(c["eta_ngd"].min())
