@@ -376,3 +376,25 @@ def test_global_bounds_reject_bad_input():
     np.testing.assert_allclose(rates.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
     with pytest.raises(ValueError, match="target"):
         rates.scale_to_excess(data, opt, W_mm, 2 * E_zero)
+
+
+def test_chapter_result_objects():
+    """The notebook's numbers and claims at small size: every claim of both result objects holds,
+    and the summary numbers sit in range (a false claim, e.g. NGD not reaching W_mm from random
+    starts or a run leaving the proved bound, makes the ``all(holds)`` assertion fail)."""
+    exp = rates.global_experiment(3, 3, 4, trials=4, steps=3000, R0=30.0, radius=3.0, lr_gd=1.0,
+                                  lr_ngd=0.1, seed=0, device="cpu")
+    s = exp.summary()
+    assert len(s) == 30 and all(isinstance(v, (int, float)) for v in s.values())
+    claims = exp.claims()
+    assert all(bool(h) for h, _ in claims.values()), claims
+    assert s["ngd_eq_min"] > 0.99 and s["trap_stay"] > 0.999 and s["ngd_progress"] >= 1.0
+    assert -1 <= s["gd_rand_start"] < s["gd_rand_min"] <= 1 and s["eq_cross_max"] < 0
+    cx = rates.global_cx_experiment(3, 3, 4, trials=2, steps=6000, radius=1.0, R_adv=1.5, R_big=30.0,
+                                    lr_gd=1.0, lr_ngd=0.1, seed=0, device="cpu")
+    c = cx.summary()
+    claims = cx.claims()
+    assert all(bool(h) for h, _ in claims.values()), claims
+    assert c["cx_cross_min"] >= 0 and c["cx_bound_over_first_min"] >= 1
+    assert c["cx_excess_frac"] == 1.0 and c["cx_mass_frac"] == 1.0 and c["cx_mono_pairs"] > 0
+    assert c["cx_default_gd_within"] in ("is", "is not")

@@ -30,11 +30,13 @@ This module holds
 * global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
   :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
   :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
-  :func:`global_cx_experiment`, :func:`global_cx_summary`.
+  :func:`global_cx_experiment` (:class:`GlobalCxRun`).
 
 All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,7 +53,7 @@ __all__ = [
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
     "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q",
     "global_constants", "every_step",
-    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
+    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "GlobalCxRun",
 ]
 
 
@@ -428,6 +430,7 @@ GLOBAL_GROUPS = ("equal-score, random init", "equal-score, adversarial init",
                  "trap, random init", "trap, adversarial init")
 
 
+@dataclass
 class GlobalExperiment:
     r"""Result of :func:`global_experiment`: ``G = 4`` groups of ``trials`` trials each.
 
@@ -444,15 +447,99 @@ class GlobalExperiment:
     ngd_progress : min over the adversarial equal-score trials of NGD's progress
         :math:`\langle W_T - W_0, W_{mm}\rangle\gamma_A` divided by its guaranteed value
         :math:`\eta\kappa T`
+    trap_cos : cosine between :math:`-\nabla\mathcal{L}(W_0)` and :math:`W_{mm}` at the trap's
+        adversarial start
+    eq_cross : (trials,) :func:`cross_gram_min` of the equal-score instances
     """
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    runs: dict
+    slices: dict
+    W_mm: np.ndarray
+    W_alpha: np.ndarray
+    W0: np.ndarray
+    eq: object
+    opt_eq: np.ndarray
+    eq_locopt: np.ndarray
+    trap_tries: int
+    corr_trap_alpha: float
+    kappa: np.ndarray
+    ngd_progress: float
+    trap_cos: float
+    eq_cross: np.ndarray
+
+    #: short names of the groups in the glued keys
+    SHORT = {"equal-score, random init": "eq_rand", "equal-score, adversarial init": "eq_adv",
+             "trap, random init": "trap_rand", "trap, adversarial init": "trap_adv"}
 
     def final(self, name, ref="W_mm"):
         """Median final correlation with ``ref`` per group (dict group -> float)."""
         c = self.runs[name].corr[ref][-1]
         return {g: float(np.median(c[sl])) for g, sl in self.slices.items()}
+
+    def _group(self, name, group, ref="W_mm", k=-1):
+        return self.runs[name].corr[ref][k][self.slices[group]]
+
+    def summary(self):
+        r"""The chapter's numbers: ``corr_<opt>_<group>`` and ``corra_<opt>_<group>``, median final
+        correlation with :math:`W_{mm}` and :math:`W^\alpha_{mm}` per group (:attr:`SHORT`);
+        ``tries``, ``eq_locopt`` (count), ``kappa_med``, ``ngd_progress``, ``corr_trap_alpha``;
+        ``ngd_eq_min`` (NGD's smallest final corr, equal-score random starts), ``ngd_adv_reach``
+        (adversarial equal-score starts NGD takes to corr > 0.99), ``ngd_adv_stay_min`` (the
+        others' smallest corr with :math:`W^\alpha_{mm}`, 1 if none), ``trap_stay`` (smallest
+        corr with :math:`W^\alpha_{mm}` on the trap's adversarial starts, both optimizers),
+        ``trap_rand_ngd``, ``trap_cos``, ``gd_rand_min``, ``gd_rand_start`` and ``eq_cross_max``.
+        """
+        out = {}
+        for name in self.runs:
+            for ref, pre in (("W_mm", "corr"), ("W_alpha", "corra")):
+                for g, v in self.final(name, ref).items():
+                    out[f"{pre}_{name}_{self.SHORT[g]}"] = v
+        eq_r, eq_a, tr_a = GLOBAL_GROUPS[0], GLOBAL_GROUPS[1], GLOBAL_GROUPS[3]
+        reach = self._group("ngd", eq_a) > 0.99
+        stay = self._group("ngd", eq_a, "W_alpha")[~reach]
+        out.update(tries=self.trap_tries, eq_locopt=int(np.sum(self.eq_locopt)),
+                   kappa_med=float(np.median(self.kappa)), ngd_progress=self.ngd_progress,
+                   corr_trap_alpha=self.corr_trap_alpha,
+                   ngd_eq_min=float(self._group("ngd", eq_r).min()), ngd_adv_reach=int(reach.sum()),
+                   ngd_adv_stay_min=float(stay.min()) if stay.size else 1.0,
+                   trap_stay=min(float(self._group(k, tr_a, "W_alpha").min()) for k in self.runs),
+                   trap_rand_ngd=float(self._group("ngd", GLOBAL_GROUPS[2]).min()),
+                   trap_cos=self.trap_cos, gd_rand_min=float(self._group("gd", eq_r).min()),
+                   gd_rand_start=float(np.median(self._group("gd", eq_r, k=0))),
+                   eq_cross_max=float(self.eq_cross.max()))
+        return out
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, trials = self.summary(), self.eq_locopt.size
+        eq_r, eq_a = GLOBAL_GROUPS[0], GLOBAL_GROUPS[1]
+        gd_end, gd_start = self._group("gd", eq_r), self._group("gd", eq_r, k=0)
+        gd_adv_a = float(self._group("gd", eq_a, "W_alpha").min())
+        return {
+            "no_local_trap_eq": (s["eq_locopt"] == 0,
+                                 f"{s['eq_locopt']} of {trials} adversarial choices locally optimal"),
+            "ngd_global_eq": (s["ngd_eq_min"] > 0.99, "min final corr(W_T, W_mm) of NGD, equal-score "
+                              f"random starts: {s['ngd_eq_min']:.5f}"),
+            "ngd_adv_reach_or_stay": (s["ngd_adv_stay_min"] > 0.9,
+                                      f"NGD adversarial starts: {s['ngd_adv_reach']}/{trials} reach "
+                                      "corr(W_T, W_mm) > 0.99; the others keep corr(W_T, W_alpha) >= "
+                                      f"{s['ngd_adv_stay_min']:.4f} (> 0.9)"),
+            "ngd_progress": (self.ngd_progress >= 1.0,
+                             f"progress / guaranteed = {self.ngd_progress:.3f}"),
+            "gd_random_progress": (bool(np.all(gd_end > gd_start)) and s["corr_gd_eq_rand"] > 0.9,
+                                   f"GD random starts: median corr {s['gd_rand_start']:.3f} -> "
+                                   f"{s['corr_gd_eq_rand']:.4f}, every trial increased"),
+            "gd_plateau": (gd_adv_a > 0.999,
+                           f"min corr(W_T, W_alpha) of GD, adversarial: {gd_adv_a:.6f}"),
+            "trap_holds": (s["trap_stay"] > 0.999, "min corr(W_T, W_alpha) on the trap, "
+                           f"adversarial: {s['trap_stay']:.5f}"),
+            "trap_random_ngd": (s["trap_rand_ngd"] > 0.99, "min corr(W_T, W_mm) of NGD on the trap, "
+                                f"random: {s['trap_rand_ngd']:.5f}"),
+            "trap_cos_positive": (self.trap_cos > 0, "cos(-grad L(W_0), W_mm) at the trap's "
+                                  f"adversarial start: {self.trap_cos:.4f}"),
+            "eq_cx_violated": (bool(np.all(self.eq_cross < 0)), "largest over the equal-score trials "
+                               f"of min <A_it, A_js>: {s['eq_cross_max']:.3g}"),
+        }
 
 
 def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_records=60, seed=0,
@@ -502,10 +589,13 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     proj0 = np.einsum("bij,bij->b", W0[sl], Wmm_eq) * c["gamma_A"]
     projT = np.einsum("bij,bij->b", runs["ngd"].W[sl], Wmm_eq) * c["gamma_A"]
     ngd_progress = float(np.min((projT - proj0) / (lr_ngd * steps * c["kappa"])))
+    W0_trap = W0[slices["trap, adversarial init"]][0]
+    trap_cos = float(metrics.corr(-grad(trap, W0_trap)[0], Wmm_tr[0]))
     return GlobalExperiment(runs=runs, slices=slices, W_mm=W_mm, W_alpha=W_a, W0=W0, eq=eq,
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
-                            kappa=c["kappa"], ngd_progress=ngd_progress)
+                            kappa=c["kappa"], ngd_progress=ngd_progress, trap_cos=trap_cos,
+                            eq_cross=cross_gram_min(eq, opt_eq))
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
@@ -764,7 +854,8 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500
     dict with ``eta`` (float), ``consts`` (:func:`global_constants`), ``proved`` (B,) bool (the
     step is within the theorem's), ``noloss`` (B,) bool (the step is within
     :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
-    ``W`` (B, d, d) final, ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
+    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
+    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
     not ``proved``),
     ``first`` (B,) the observed first step in the region (:func:`first_in_region`),
     ``mono``, ``mono_checked``, ``mono_worst`` (:func:`q_monotone`), ``excess_holds`` and
@@ -797,6 +888,7 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500
         mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
                       + 1e-9)
     return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                excess_bound=bound,
                 t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
                                                         optimizer=optimizer), np.nan),
                 first=first_in_region(ex, g["eps0"]), mono=mono, mono_checked=checked,
@@ -819,8 +911,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
 
     Returns
     -------
-    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
-    cross_min : (trials,) :func:`cross_gram_min`
+    GlobalCxRun
     """
     data, opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
     W_mm = svm_batch(data, opt)
@@ -841,12 +932,12 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
         runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
                                                    lr=step, steps=short, chunk=chunk, device=device)
-    return runs, cross_gram_min(data, opt)
+    return GlobalCxRun(runs, cross_gram_min(data, opt))
 
 
-def global_cx_summary(runs):
+def _global_cx_numbers(runs):
     r"""The numbers of the global-theorem experiment (:func:`global_cx_experiment`), as a flat
-    dict of floats and ints (medians and extremes over trials):
+    dict of floats, ints and bools (medians and extremes over trials):
 
     ``eta_{opt}_{start}`` the theorem's step, ``treach_{opt}_{start}`` the largest bound
     :math:`t_{\mathrm{reach}}`, ``first_{opt}_{start}`` the largest observed first step in the
@@ -898,3 +989,47 @@ def global_cx_summary(runs):
                mass_frac=float(np.mean(np.concatenate(ms, axis=1))), mono_proved=mono,
                mono_pairs=pairs, default_mono=dmono, default_trials=dtot)
     return out
+
+
+@dataclass
+class GlobalCxRun:
+    r"""Result of :func:`global_cx_experiment`.
+
+    Attributes
+    ----------
+    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
+    cross_min : (trials,) :func:`cross_gram_min`, :math:`\ge 0` where (Cx) holds
+    """
+
+    runs: dict
+    cross_min: np.ndarray
+
+    def summary(self):
+        r"""The numbers of :func:`_global_cx_numbers`, each prefixed ``cx_``, plus
+        ``cx_cross_min``, ``cx_bound_over_first_min`` (smallest ratio bound / observed reaching
+        step), ``cx_first_max`` (largest observed reaching step) and ``cx_default_<opt>_within``
+        (the words ``"is"`` / ``"is not"``: the default step within the lemma's)."""
+        cx = _global_cx_numbers(self.runs)
+        out = {f"cx_{k}": v for k, v in cx.items()}
+        out.update(cx_cross_min=float(self.cross_min.min()),
+                   cx_bound_over_first_min=min(v for k, v in cx.items()
+                                               if k.startswith("bound_over_first")),
+                   cx_first_max=max(v for k, v in cx.items() if k.startswith("first_")))
+        for name in ("gd", "ngd"):
+            out[f"cx_default_{name}_within"] = "is" if cx[f"default_noloss_{name}"] else "is not"
+        return out
+
+    def claims(self):
+        """The checked sentences on the global theorem: name -> (holds, detail)."""
+        cx = _global_cx_numbers(self.runs)
+        times = ", ".join(f"{k} {v:.0f}" for k, v in cx.items() if k.startswith(("first_", "treach_")))
+        return {
+            "cx_holds": (bool(np.all(self.cross_min >= 0)),
+                         f"min cross inner product <A_it, A_js>: {self.cross_min.min():.3g}"),
+            "cx_q_monotone": (cx["mono_proved"], "every q_i nonincreasing at each of "
+                              f"{cx['mono_pairs']} checked (trial, step) pairs"),
+            "cx_reached": (cx["reached"], "every theorem run reaches E <= eps0 no later than "
+                           "t_reach: " + times),
+            "cx_excess_bound": (cx["excess_frac"] == 1.0, "fraction of (trial, step) pairs under "
+                                f"the from-0 bound: {cx['excess_frac']}"),
+        }
