@@ -563,3 +563,21 @@ def test_curvature_outside_region(inst):
         assert np.all(ratio <= 2 / 3 * (1 + 1e-3))
         worst = max(worst, float(ratio[out].max()))
     assert worst > 0.008, worst
+
+
+def test_chapter_result_object():
+    """The notebook's numbers and claims at small size (4 trials): every claim of
+    :class:`rates.RatesRun` holds and the summary numbers sit in range. With a too-short run the
+    rate and theorem claims fail (NGD's slope, the theorem's region not reached)."""
+    res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
+                                 seed=0, device="cpu")
+    s = res.summary()
+    assert len(s) == 57 and all(isinstance(v, (int, float)) for v in s.values())
+    claims = res.claims()
+    assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
+    assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1
+    assert s["ngd_bound_holds"] == s["gd_bound_holds"] == s["margin_bound_holds"] == 1.0
+    assert 0 < s["gd_C"] <= 2.5 and s["t0_ngd_max"] <= 20000 and s["sens_ngd"] > 10
+    short = rates.rates_experiment(6, 4, 8, trials=2, steps=300, sweep_steps=100, thm_steps=300,
+                                   seed=0, device="cpu").claims()
+    assert not (short["ngd_fast"][0] and short["ngd_theorem_reached"][0])

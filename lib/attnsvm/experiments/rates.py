@@ -54,6 +54,7 @@ __all__ = [
     "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q",
     "global_constants", "every_step",
     "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "GlobalCxRun",
+    "LABELS", "RatesRun", "rates_experiment",
 ]
 
 
@@ -422,6 +423,286 @@ def polyak_cap_threshold(consts, eta_max):
     r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
     :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
     return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]
+
+
+# ----------------------------------------------------------------------------- chapter 9
+#: display names of the rates chapter's optimizers
+LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
+          "polyak_star": "Polyak $L-L^\\star$"}
+
+
+@dataclass
+class RatesRun:
+    r"""Result of :func:`rates_experiment` (chapter 9).
+
+    Attributes
+    ----------
+    data, opt, W_mm, W0 : the instances, optimal tokens, Att-SVMs and initializations
+    consts : dict of (B,) constants (:func:`constants`)
+    runs : dict name -> History of the default runs; ``metrics`` : dict name ->
+        :func:`trajectory_metrics`; ``t`` : (K,) record steps
+    floor : (K, B) NGD's invariance floor (:func:`orth_floor`)
+    norm_lo, norm_hi : (K, B) NGD's proved norm bounds (:func:`ngd_norm_bounds`)
+    star_lo : (K, B) the (L - L*) Polyak step's proved projection bound
+    cap_threshold : (B,) excess below which the Polyak step is capped
+    thm : History-derived metrics of NGD at the linear-rate theorem's step ``eta_thm``
+    sweeps : dict name -> :func:`sensitivity` (step-size sweeps; factors in ``config``)
+    """
+
+    data: object
+    opt: np.ndarray
+    W_mm: np.ndarray
+    W0: np.ndarray
+    consts: dict
+    runs: dict
+    metrics: dict
+    t: np.ndarray
+    floor: np.ndarray
+    norm_lo: np.ndarray
+    norm_hi: np.ndarray
+    star_lo: np.ndarray
+    cap_threshold: np.ndarray
+    eta_thm: float
+    thm: dict
+    sweeps: dict
+    config: dict
+
+    def _analysis(self):
+        """Every derived number of the chapter (cached): the summary and the claims' inputs."""
+        if getattr(self, "_cache", None) is not None:
+            return self._cache
+        M, c, t, cfg = self.metrics, self.consts, self.t, self.config
+        steps, lr_gd, lr_ngd, eta_max = cfg["steps"], cfg["lr_gd"], cfg["lr_ngd"], cfg["eta_max"]
+        s, a = {}, {}
+        slope = {k: float(np.nanmedian(slopes(t, m["one_minus_corr"]))) for k, m in M.items()}
+        corr_final = {k: float(np.median(1 - m["one_minus_corr"][-1])) for k, m in M.items()}
+        omc_final = {k: float(np.median(m["one_minus_corr"][-1])) for k, m in M.items()}
+        ngd = M["ngd"]
+        proj_star = (np.einsum("kbij,bij->kb", self.runs["polyak_star"].snapshots, self.W_mm)
+                     * c["gamma_A"])
+        s.update(floor_ratio=float(np.median(ngd["one_minus_corr"][-1] / self.floor[-1])),
+                 ngd_in_bounds=float(np.mean((ngd["norm"] >= self.norm_lo - 1e-9)
+                                             & (ngd["norm"] <= self.norm_hi + 1e-9))),
+                 ngd_norm_rate=float(np.median(ngd["norm"][-1] / (lr_ngd * steps))),
+                 kappa_med=float(np.median(c["kappa"])),
+                 gd_norm_per_log=float(np.median((M["gd"]["norm"][-1]
+                                                  - M["gd"]["norm"][np.argmax(t >= steps / 10)])
+                                                 / np.log(10.0))),
+                 W_mm_norm=float(np.median(1 / c["gamma_A"])),
+                 polyak_capped=float(np.mean(M["polyak"]["excess"][-1] <= self.cap_threshold)),
+                 polyak_star_in_bounds=float(np.mean(proj_star >= self.star_lo - 1e-9)),
+                 floor_slope=float(np.median(slopes(t, self.floor))),
+                 polyak_star_gain=float(np.median(c["kappa"] * c["lam"] / c["R_A"])),
+                 mu_over_H=float(np.median(c["mu"] / c["H"])),
+                 lr_ngd_over_theorem=float(np.median(lr_ngd / c["eta_ngd"])))
+        for k in M:
+            s[f"slope_{k}"], s[f"corr_final_{k}"], s[f"omc_final_{k}"] = (
+                slope[k], corr_final[k], omc_final[k])
+        # the theorems' hypotheses: first recorded step from which each holds
+        Mt = self.thm
+        t0_ngd = first_step(Mt["t"], Mt["excess"] <= c["eps0"])
+        a["ngd_thm_holds"] = ngd_linear_holds(Mt["t"], Mt["excess"], t0_ngd, self.eta_thm, c)
+        t0_gd = first_step(t, gd_step_condition(c, lr_gd, M["gd"]["excess"]))
+        a["gd_thm_holds"] = gd_inverse_excess_holds(t, M["gd"]["excess"], t0_gd, lr_gd, c)
+        t0_cap = first_step(t, M["polyak"]["excess"] <= self.cap_threshold)
+        t0_ngd_default = first_step(t, M["ngd"]["excess"] <= c["eps0"])
+        s.update(eta_thm=self.eta_thm, t0_ngd_max=float(np.max(t0_ngd)),
+                 t0_gd_max=float(np.max(t0_gd)), t0_cap_max=float(np.max(t0_cap)),
+                 t0_ngd_default_max=float(np.max(t0_ngd_default)))
+        # NGD's explicit directional bound from t0 and the margin-to-direction lemma
+        nb = direction_bound_from_t0(Mt["t"], t0_ngd, Mt, c, optimizer="ngd", eta=self.eta_thm)
+        ok_ngd = np.isfinite(t0_ngd)
+        lem_pairs = lem_held = 0
+        for m in M.values():
+            ok = m["min_margin"] > 0
+            bnd = bounds.direction_from_margin(m["min_margin"], np.maximum(m["norm"], 1e-300),
+                                               c["gamma_A"])
+            lem_pairs += int(ok.sum())
+            lem_held += int(np.sum((m["one_minus_corr"] <= bnd + 1e-12)[ok]))
+        tight = np.median(ngd["one_minus_corr"][-1] / bounds.direction_from_margin(
+            ngd["min_margin"][-1], ngd["norm"][-1], c["gamma_A"]))
+        s.update(ngd_bound_holds=nb["fraction"], margin_bound_holds=lem_held / lem_pairs,
+                 ngd_bound_limit=float(np.median((self.eta_thm * c["H"] / (2 * c["gamma_A"]))[ok_ngd])),
+                 ngd_bound_first=float(np.median(nb["first"][ok_ngd])),
+                 ngd_bound_final=float(np.median(nb["final"][ok_ngd])),
+                 ngd_omc_final_thm=float(np.median(Mt["one_minus_corr"][-1])),
+                 margin_bound_tightness=float(tight))
+        a.update(t0_ngd=t0_ngd, t0_gd=t0_gd, t0_cap=t0_cap, nb=nb, ok_ngd=ok_ngd, lem_pairs=lem_pairs)
+        cross_min = cross_gram_min(self.data, self.opt)
+        s["cross_min_max"] = float(cross_min.max())
+        a["cross_min"] = cross_min
+        # GD's logarithmic directional bound (sharp and deterministic forms), capped Polyak's
+        gb = direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd,
+                                     measured_norm=True)
+        gb_det = direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd)
+        ok_gd = np.isfinite(t0_gd)
+        t0_pc = first_step(t, (M["polyak"]["excess"] <= self.cap_threshold)
+                           & gd_step_condition(c, eta_max, M["polyak"]["excess"]))
+        pb = direction_bound_from_t0(t, t0_pc, M["polyak"], c, optimizer="gd", eta=eta_max,
+                                     measured_norm=True)
+        ok_pc = np.isfinite(t0_pc)
+        # the step from which the deterministic form is below 1
+        k0 = (np.searchsorted(t, t0_gd[ok_gd]), np.flatnonzero(ok_gd))
+        E0, N0 = M["gd"]["excess"][k0], M["gd"]["norm"][k0]
+        eps0, mu = c["eps0"][ok_gd], c["mu"][ok_gd]
+        C_gd = bounds.gd_error_constant(E0, eta=lr_gd, eps0=eps0, H=c["H"][ok_gd])   # <= 5/2
+        lag = c["gamma_A"][ok_gd] * N0 - np.log(2 * eps0 / E0)           # gamma_A D = lag + C
+        t_below_1 = t0_gd[ok_gd] + (np.exp(lag + C_gd) - 2 * eps0 / E0) / (eps0 * lr_gd * mu ** 2)
+        s.update(gd_bound_holds=gb["fraction"], gd_bound_first=float(np.median(gb["first"][ok_gd])),
+                 gd_bound_final=float(np.median(gb["final"][ok_gd])),
+                 gd_bound_det_final=float(np.median(gb_det["final"][ok_gd])),
+                 gd_C=float(np.median(C_gd)), gd_margin_lag=float(np.median(lag)),
+                 gd_bound_det_holds=gb_det["fraction"],
+                 gd_bound_below_one_step=float(np.median(t_below_1)),
+                 gd_bound_over_omc=float(np.median(gb["final"][ok_gd]
+                                                   / M["gd"]["one_minus_corr"][-1, ok_gd])),
+                 polyak_bound_holds=pb["fraction"],
+                 polyak_bound_final=float(np.median(pb["final"][ok_pc])),
+                 t0_polyak_gd_max=float(np.max(t0_pc)))
+        a.update(gb=gb, gb_det=gb_det, ok_gd=ok_gd, pb=pb, ok_pc=ok_pc)
+        # step-size sweeps: error ratio smallest / largest value
+        for k, sw in self.sweeps.items():
+            s[f"sens_{k}"] = float(np.median(sw["one_minus_corr"][0]) / np.median(sw["one_minus_corr"][-1]))
+        s.update(sweep_lr_range=cfg["lr_factor"] ** 2, sweep_cap_range=cfg["cap_factor"] ** 2)
+        self._cache = (s, a)
+        return self._cache
+
+    def summary(self):
+        r"""The chapter's glued numbers (medians over trials unless named ``_max``/``_min``):
+        slopes of :math:`1-\mathrm{corr}` over the last decade (``slope_<opt>``), final
+        correlations (``corr_final_<opt>``, ``omc_final_<opt>``), NGD's floor and norm bounds,
+        the Polyak cap, the theorems' first steps ``t0_*`` and the fractions of records where
+        each proved bound holds, and the step-size sensitivities ``sens_<opt>``."""
+        return dict(self._analysis()[0])
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, a = self._analysis()
+        c, trials, lr_ngd = self.consts, self.W0.shape[0], self.config["lr_ngd"]
+        slope = {k: s[f"slope_{k}"] for k in self.metrics}
+        cf = {k: s[f"corr_final_{k}"] for k in self.metrics}
+        others = [k for k in slope if k not in ("ngd", "polyak_star")]
+        sens = {k: s[f"sens_{k}"] for k in self.sweeps}
+        t0_ngd, t0_gd, t0_cap, nb, gb, gb_det, pb = (a[k] for k in (
+            "t0_ngd", "t0_gd", "t0_cap", "nb", "gb", "gb_det", "pb"))
+        ok_gd, ok_pc = a["ok_gd"], a["ok_pc"]
+        b_first, b_final = nb["first"][a["ok_ngd"]], nb["final"][a["ok_ngd"]]
+        fin = lambda x: int(np.sum(np.isfinite(x)))  # noqa: E731
+        return {
+            "ngd_fast": (slope["ngd"] < -1.5 and all(slope["ngd"] < slope[k] for k in others),
+                         f"NGD slope {slope['ngd']:.3f}; others "
+                         + ", ".join(f"{k} {slope[k]:.3f}" for k in others)),
+            "polyak_star_fast": (slope["polyak_star"] < -1.5
+                                 and all(slope["polyak_star"] < slope[k] for k in others),
+                                 f"(L - L*) Polyak slope {slope['polyak_star']:.3f}"),
+            "gd_polyak_slow": (slope["gd"] > -0.5 and slope["polyak"] > -0.5,
+                               f"slopes GD {slope['gd']:.3f}, capped Polyak {slope['polyak']:.3f} (> -0.5)"),
+            "polyak_ahead_of_gd": (cf["polyak"] > cf["gd"], f"final corr capped Polyak "
+                                   f"{cf['polyak']:.5f} vs GD {cf['gd']:.5f}"),
+            "adam_behind": (all(cf["adam"] < cf[k] for k in cf if k != "adam"),
+                            f"final corr Adam {cf['adam']:.5f}, the others >= "
+                            f"{min(cf[k] for k in cf if k != 'adam'):.5f}"),
+            "ngd_above_floor": (s["floor_ratio"] > 1 and abs(s["floor_slope"] - slope["ngd"]) < 0.3,
+                                f"NGD 1-corr / floor {s['floor_ratio']:.1f}; slopes NGD "
+                                f"{slope['ngd']:.3f}, floor {s['floor_slope']:.3f}"),
+            "ngd_norm_in_bounds": (s["ngd_in_bounds"] == 1.0,
+                                   f"fraction inside {s['ngd_in_bounds']:.3f}"),
+            "polyak_star_in_bounds": (s["polyak_star_in_bounds"] == 1.0,
+                                      f"fraction above {s['polyak_star_in_bounds']:.3f}"),
+            "polyak_capped": (s["polyak_capped"] == 1.0, "fraction of capped trials at the last "
+                              f"step {s['polyak_capped']:.2f}"),
+            "ngd_step_above_theorem": (bool(np.all(lr_ngd > c["eta_ngd"])),
+                                       f"lr_ngd {lr_ngd} vs the theorem's step, median "
+                                       f"{np.median(c['eta_ngd']):.2e}"),
+            "ngd_theorem_reached": (bool(np.all(np.isfinite(t0_ngd)) and np.all(a["ngd_thm_holds"])),
+                                    f"NGD at the theorem's step {self.eta_thm:.2e}: region reached "
+                                    f"by step {np.max(t0_ngd):.0f} in {fin(t0_ngd)}/{trials} trials; "
+                                    f"linear bound holds in {np.sum(a['ngd_thm_holds'])}/{trials}"),
+            "gd_theorem_reached": (bool(np.all(np.isfinite(t0_gd)) and np.all(a["gd_thm_holds"])),
+                                   f"GD hypotheses hold from step {np.max(t0_gd):.0f} in "
+                                   f"{fin(t0_gd)}/{trials} trials; 1/E bounds hold in "
+                                   f"{np.sum(a['gd_thm_holds'])}/{trials}"),
+            "polyak_cap_reached": (bool(np.all(np.isfinite(t0_cap))), f"capped from step "
+                                   f"{np.max(t0_cap):.0f} in {fin(t0_cap)}/{trials} trials"),
+            "ngd_bound_holds": (s["ngd_bound_holds"] == 1.0, "fraction of (trial, record >= t0) "
+                                "pairs where NGD's directional bound holds: "
+                                f"{s['ngd_bound_holds']:.4f} of {int(nb['later'].sum())}"),
+            "ngd_bound_decays": (bool(np.all(np.array(b_final) < np.array(b_first))),
+                                 "NGD's directional bound decreases from t0 to the end in every "
+                                 f"trial: median {np.median(b_first):.3f} -> {np.median(b_final):.3f} "
+                                 f"(limit eta H / (2 gamma_A), median {s['ngd_bound_limit']:.3f})"),
+            "margin_bound_holds": (s["margin_bound_holds"] == 1.0, "fraction of records with "
+                                   "positive margin where corr >= gamma(W)/gamma_A: "
+                                   f"{s['margin_bound_holds']:.4f} of {a['lem_pairs']}"),
+            "cx_violated": (bool(np.all(a["cross_min"] < 0)), "largest over the trials of min "
+                            f"<A_it, A_js>: {s['cross_min_max']:.3g}"),
+            "gd_bound_holds": (bool(ok_gd.all()) and gb["fraction"] == 1.0 and gb_det["fraction"] == 1.0,
+                               f"GD from t0 in {ok_gd.sum()}/{trials} trials: fraction of (trial, "
+                               "record >= t0) pairs where 1 - corr <= D/||W_t|| "
+                               f"{gb['fraction']:.4f} and <= the deterministic form "
+                               f"{gb_det['fraction']:.4f}, of {int(gb['later'].sum())}"),
+            "gd_bound_decays": (bool(np.all(gb["final"][ok_gd] < gb["first"][ok_gd])),
+                                "GD's bound D/||W_t|| decreases from t0 to the end in every trial: "
+                                f"median {np.median(gb['first'][ok_gd]):.3f} -> "
+                                f"{np.median(gb['final'][ok_gd]):.3f}; measured 1 - corr at the "
+                                f"end, median {np.median(self.metrics['gd']['one_minus_corr'][-1]):.2e}"),
+            "polyak_bound_holds": (bool(ok_pc.all()) and pb["fraction"] == 1.0,
+                                   f"capped Polyak from its t0 in {ok_pc.sum()}/{trials} trials: "
+                                   f"fraction of pairs where the bound holds {pb['fraction']:.4f}"),
+            "ngd_step_matters": (sens["ngd"] > 10 and sens["ngd"] > 5 * max(sens["gd"], sens["polyak"]),
+                                 f"error ratio smallest/largest step: NGD {sens['ngd']:.1f}, GD "
+                                 f"{sens['gd']:.2f}, Polyak cap {sens['polyak']:.2f}"),
+            "gd_step_modest": (1 < sens["gd"] < 4, f"GD error ratio {sens['gd']:.2f}"),
+            "polyak_cap_irrelevant": (0.5 < sens["polyak"] < 2,
+                                      f"Polyak cap error ratio {sens['polyak']:.2f}"),
+        }
+
+
+def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1, eta_max=100.0,
+                     lr_adam=0.01, sweep_steps=1000, thm_steps=20000, lr_factor=4.0,
+                     cap_factor=10.0, seed=0, device="auto"):
+    r"""Chapter 9's experiment on equal-score instances (:func:`score_data`) from random starts
+    of norm ``radius``: GD, NGD, the capped Polyak step, Adam and the exact (L - L*) Polyak step
+    (:func:`run`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
+    trials of ``eta_ngd``, ``thm_steps`` steps); and step-size sweeps of ``sweep_steps`` steps
+    (GD and NGD steps times 1/``lr_factor``, 1, ``lr_factor``; the Polyak cap times
+    1/``cap_factor``, 1, ``cap_factor``; :func:`sensitivity`).
+
+    Returns
+    -------
+    RatesRun
+    """
+    data, opt = score_data(n, T, d, trials=trials, seed=seed)
+    W_mm = svm_batch(data, opt)
+    c = constants(data, opt, W_mm)
+    W0 = random_inits(d, trials, radius=radius, seed=seed)
+    settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
+                "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam),
+                "polyak_star": dict(lr=1.0)}              # eta_t = (L - L*)/||grad||^2, exact L - L*
+    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device)
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    t = M["gd"]["t"]
+    W0_proj = np.einsum("bij,bij->b", W0, W_mm) * c["gamma_A"]        # <W_0, W_mm/||W_mm||>
+    lo, hi = ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
+    eta_thm = float(np.min(c["eta_ngd"]))
+    h_thm = run(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps, init=W0,
+                n_records=60, seed=seed, device=device)["ngd"]
+    sweep = dict(init=W0, steps=sweep_steps, seed=seed, device=device)
+    sweeps = {"gd": sensitivity(data, opt, W_mm, optimizer="gd",
+                                values=[lr_gd / lr_factor, lr_gd, lr_factor * lr_gd], **sweep),
+              "ngd": sensitivity(data, opt, W_mm, optimizer="ngd",
+                                 values=[lr_ngd / lr_factor, lr_ngd, lr_factor * lr_ngd], **sweep),
+              "polyak": sensitivity(data, opt, W_mm, optimizer="polyak", key="eta_max",
+                                    values=[eta_max / cap_factor, eta_max, cap_factor * eta_max],
+                                    base=dict(lr=1.0), **sweep)}
+    return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=orth_floor(data, opt, W0, M["ngd"]["norm"]),
+                    norm_lo=lo, norm_hi=hi, star_lo=polyak_star_progress_bound(t, c, W0_proj),
+                    cap_threshold=polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
+                    thm=trajectory_metrics(data, opt, W_mm, h_thm), sweeps=sweeps,
+                    config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
+                                lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
+                                sweep_steps=sweep_steps, thm_steps=thm_steps,
+                                lr_factor=lr_factor, cap_factor=cap_factor, seed=seed))
 
 
 # ----------------------------------------------------------------------------- global convergence
