@@ -54,7 +54,7 @@ __all__ = [
     "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q",
     "global_constants", "every_step",
     "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "GlobalCxRun",
-    "LABELS", "RatesRun", "rates_experiment",
+    "LABELS", "RatesRun", "rates_experiment", "SparsityRun", "sparsity_experiment",
 ]
 
 
@@ -1314,3 +1314,127 @@ class GlobalCxRun:
             "cx_excess_bound": (cx["excess_frac"] == 1.0, "fraction of (trial, step) pairs under "
                                 f"the from-0 bound: {cx['excess_frac']}"),
         }
+
+
+# ----------------------------------------------------------------------------- chapter 10
+@dataclass
+class SparsityRun:
+    r"""Result of :func:`sparsity_experiment` (chapter 10).
+
+    Attributes
+    ----------
+    consts : dict of (B,) constants (:func:`constants`)
+    runs, metrics : dict name -> History and -> :func:`trajectory_metrics`; ``t`` (K,)
+    cx : dict ``"ngd"``/``"gd"`` -> :func:`global_run` on orthogonal-query instances (the
+        cross-sequence condition holds) from the same starts
+    cx_n : sequences per instance (for the mass bound)
+    config : the parameters
+    """
+
+    consts: dict
+    runs: dict
+    metrics: dict
+    t: np.ndarray
+    cx: dict
+    config: dict
+
+    def cx_mass_bound(self, name):
+        r"""The corollary's bound on :math:`\max_i(1 - s_i(W_t))` along ``cx[name]``
+        (:func:`attnsvm.bounds.mass_from_excess` of the theorem's excess bound), (K, B)."""
+        r = self.cx[name]
+        return bounds.mass_from_excess(r["excess_bound"], self.config["n"], r["consts"]["bD_minus"])
+
+    def summary(self):
+        r"""The chapter's glued numbers (medians over trials): ``mass_slope_<opt>`` and
+        ``mass_final_<opt>`` (log-log slope over the last decade and final non-optimal mass),
+        NGD's exponential rate ``ngd_rate`` against its bracket (``ngd_rate_upper``
+        :math:`\eta\gamma_A`, ``ngd_rate_lower`` :math:`\eta\mu/2`, ratios ``ratio_upper``,
+        ``ratio_lower``), ``ngd_final_log10``, ``gd_tmass_ratio`` (max/min of :math:`t` times GD's
+        mass over the last decade), ``t0_<opt>_max`` (first step in the region), and under (Cx):
+        ``cx_mass_frac`` (fraction of (trial, step) pairs under the from-0 bound),
+        ``cx_informative`` (fraction where the bound is below 1), ``cx_bound_final_<opt>`` and
+        ``cx_t_inf_<opt>`` (step from which the bound is below 1, from its formula)."""
+        M, c, t, cfg = self.metrics, self.consts, self.t, self.config
+        steps, lr_ngd = cfg["steps"], cfg["lr_ngd"]
+        ngd_rate = exp_rate(t, M["ngd"]["log_mass"])
+        late = t >= steps / 10
+        gd_tmass = M["gd"]["mass"][late] * t[late][:, None]
+        out = dict(ngd_rate=float(np.median(ngd_rate)),
+                   ngd_rate_upper=float(np.median(lr_ngd * c["gamma_A"])),
+                   ngd_rate_lower=float(np.median(lr_ngd * c["mu"] / 2)),
+                   ratio_upper=float(np.median(ngd_rate / (lr_ngd * c["gamma_A"]))),
+                   ratio_lower=float(np.median(ngd_rate / (lr_ngd * c["mu"] / 2))),
+                   ngd_final_log10=float(np.median(M["ngd"]["log_mass"][-1] / np.log(10.0))),
+                   gd_tmass_ratio=float(np.median(gd_tmass.max(0) / gd_tmass.min(0))))
+        for name, m in M.items():
+            out[f"mass_slope_{name}"] = float(np.median(slopes(t, m["mass"])))
+            out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
+        for name in ("gd", "ngd", "polyak"):
+            out[f"t0_{name}_max"] = float(np.max(first_step(t, M[name]["excess"] <= c["eps0"])))
+        n, cx = cfg["n"], self.cx
+        bnd = {name: self.cx_mass_bound(name) for name in cx}
+        g_n, g_g = cx["ngd"]["consts"], cx["gd"]["consts"]
+        t_inf_ngd = (np.log(n * g_n["E0"] / g_n["bD_minus"])
+                     / -np.log1p(-cx["ngd"]["eta"] * g_n["mu0"] / 2))
+        t_inf_gd = 2 * (n / g_g["bD_minus"] - 1 / g_g["E0"]) / (cx["gd"]["eta"] * g_g["mu0"] ** 2)
+        out.update(cx_mass_frac=float(np.mean([r["mass_holds"] for r in cx.values()])),
+                   cx_informative=float(np.mean([b < 1 for b in bnd.values()])),
+                   cx_bound_final_ngd=float(np.median(bnd["ngd"][-1])),
+                   cx_bound_final_gd=float(np.median(bnd["gd"][-1])),
+                   cx_t_inf_ngd=float(np.median(np.maximum(t_inf_ngd, 0))),
+                   cx_t_inf_gd=float(np.median(np.maximum(t_inf_gd, 0))))
+        return out
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, c, t = self.summary(), self.consts, self.t
+        t0 = {k: first_step(t, self.metrics[k]["excess"] <= c["eps0"]) for k in ("gd", "ngd", "polyak")}
+        sl = {k: s[f"mass_slope_{k}"] for k in self.metrics}
+        return {
+            "region_reached": (all(bool(np.all(np.isfinite(v))) for v in t0.values()),
+                               "first step with E <= eps_0 (max over trials): "
+                               + ", ".join(f"{k} {np.max(v):.0f}" for k, v in t0.items())),
+            "gd_polyak_slope_one": (abs(sl["gd"] + 1) < 0.15 and abs(sl["polyak"] + 1) < 0.15,
+                                    f"log-log slopes of the mass: GD {sl['gd']:.3f}, Polyak "
+                                    f"{sl['polyak']:.3f}"),
+            "gd_tmass_flat": (s["gd_tmass_ratio"] < 2, "GD t * mass varies by a factor "
+                              f"{s['gd_tmass_ratio']:.3f} over the last decade"),
+            "ngd_at_upper_end": (abs(s["ratio_upper"] - 1) < 0.01, "NGD exponential rate / "
+                                 f"(eta gamma_A) = {s['ratio_upper']:.5f} (median)"),
+            "ngd_above_lower_observed": (s["ratio_lower"] > 1, "NGD exponential rate / (eta mu / 2)"
+                                         f" = {s['ratio_lower']:.3f} (median; the lower end is "
+                                         "proved only at the theorem's step)"),
+            "adam_polynomial": (abs(sl["adam"] + 2) < 0.3,
+                                f"log-log slope of Adam's mass {sl['adam']:.3f}"),
+            "cx_sparsity_from_zero": (s["cx_mass_frac"] == 1.0, "fraction of (trial, step) pairs "
+                                      "with max_i(1 - s_i) under the from-0 bound: "
+                                      f"{s['cx_mass_frac']}"),
+        }
+
+
+def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1,
+                        eta_max=100.0, lr_adam=0.01, cx_steps=3000, seed=0, device="auto"):
+    r"""Chapter 10's experiment: GD, NGD, the capped Polyak step and Adam on equal-score
+    instances (:func:`score_data`, :func:`run`) from random starts of norm ``radius``, and GD and
+    NGD at the global theorem's steps on orthogonal-query instances from the same starts
+    (:func:`global_run`, ``cx_steps`` steps, checked at every step).
+
+    Returns
+    -------
+    SparsityRun
+    """
+    data, opt = score_data(n, T, d, trials=trials, seed=seed)
+    W_mm = svm_batch(data, opt)
+    W0 = random_inits(d, trials, radius=radius, seed=seed)
+    settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
+                "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam)}
+    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device)
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    cx_data, cx_opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
+    cx_Wmm = svm_batch(cx_data, cx_opt)
+    cx = {name: global_run(cx_data, cx_opt, cx_Wmm, W0, optimizer=name, steps=cx_steps,
+                           device=device) for name in ("ngd", "gd")}
+    return SparsityRun(constants(data, opt, W_mm), runs, M, M["gd"]["t"], cx,
+                       config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
+                                   lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
+                                   cx_steps=cx_steps, seed=seed))
