@@ -378,6 +378,7 @@ def test_global_bounds_reject_bad_input():
         rates.scale_to_excess(data, opt, W_mm, 2 * E_zero)
 
 
+@pytest.mark.slow
 def test_chapter_result_objects():
     """The notebook's numbers and claims at small size: every claim of both result objects holds,
     and the summary numbers sit in range (a false claim, e.g. NGD not reaching W_mm from random

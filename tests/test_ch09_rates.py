@@ -565,6 +565,7 @@ def test_curvature_outside_region(inst):
     assert worst > 0.008, worst
 
 
+@pytest.mark.slow
 def test_chapter_result_object():
     """The notebook's numbers and claims at small size (4 trials): every claim of
     :class:`rates.RatesRun` holds and the summary numbers sit in range. With a too-short run the

@@ -177,6 +177,7 @@ def test_sparsity_from_t0_under_cx():
                 assert not informative.any()
 
 
+@pytest.mark.slow
 def test_chapter_result_object():
     """The notebook's numbers and claims at small size (4 trials): every claim of
     :class:`rates.SparsityRun` holds and the numbers sit in range; NGD's exponential rate sits
