@@ -15,7 +15,7 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5, 1.0]
 def inst(request):
     data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
     W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)
     return data, opt, W_mm, c, W0
@@ -141,7 +141,7 @@ def test_sparsity_from_t0_under_cx():
     asserts that it is within a factor 15 somewhere, so the bound divided by 15 would fail."""
     data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, queries="orthogonal")
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
     Wa = rates.svm_batch(data, alpha)

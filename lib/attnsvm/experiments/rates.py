@@ -12,25 +12,23 @@ through the margins :math:`m_{it} = \langle A_{it}, W\rangle` of the lifted feat
     u_i = \gamma^\star_i - \Delta_i (1 - s_i),\qquad
     s_i = \frac{1}{1 + q_i},\qquad q_i = \sum_{t \ne \mathrm{opt}_i} e^{-m_{it}} .
 
-This module holds
+The proved constants and theory curves of these chapters live in :mod:`attnsvm.bounds`
+(:func:`attnsvm.bounds.constants`, the lifted features, the norm and projection bounds, the
+theorems' hypotheses and directional bounds along a run, the cross-sequence condition). This
+module holds
 
 * data: :func:`score_data` (equal or distinct non-optimal scores), :func:`find_trap`
-  (an instance with a locally optimal token choice other than ``opt``);
-* constants of the proofs: :func:`constants` (:math:`R_A`, :math:`\gamma_A`,
-  :math:`\kappa`, :math:`\lambda`, :math:`\mu`, :math:`H`, :math:`\varepsilon_0`, ...);
+  (an instance with a locally optimal token choice other than ``opt``), :func:`svm_batch`;
 * exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
-  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`;
-* experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
-  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
-  :func:`exp_rate`, :func:`sensitivity`;
-* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
-* hypotheses and proved bounds along a run, from each trial's first step :math:`t_0` in the
-  theorems' region: :func:`first_step`, :func:`gd_step_condition`, :func:`ngd_linear_holds`,
-  :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
-* global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
-  :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
-  :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
-  :func:`global_cx_experiment` (:class:`GlobalCxRun`).
+  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`, :func:`log_q`;
+* runs: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
+  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`, :func:`exp_rate`,
+  :func:`sensitivity`, :func:`first_step`;
+* the chapter drivers and their result objects (``.summary()``, ``.claims()``):
+  :func:`global_experiment` (chapter 8), :func:`global_cx_experiment` (chapter 8, the global
+  theorem under the cross-sequence condition (Cx), with :func:`global_run`,
+  :func:`global_constants`, :func:`every_step`, :func:`q_monotone`, :func:`first_in_region`),
+  :func:`rates_experiment` (chapter 9) and :func:`sparsity_experiment` (chapter 10).
 
 All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
@@ -42,19 +40,17 @@ import numpy as np
 
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
+from ..bounds import _lead
 from ..data import AttnData, Stream, prescribed_scores, stream
 from ..losses import get_loss
 
 __all__ = [
-    "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
-    "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
-    "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
-    "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
-    "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q",
-    "global_constants", "every_step",
-    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "GlobalCxRun",
-    "LABELS", "RatesRun", "rates_experiment", "SparsityRun", "sparsity_experiment",
+    "score_data", "find_trap", "svm_batch", "grad", "excess_loss", "nonopt_mass", "min_margin",
+    "one_minus_corr", "scale_to_excess", "log_q", "random_inits", "run", "trajectory_metrics",
+    "slopes", "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
+    "global_constants", "every_step", "global_run", "LABELS", "RatesRun", "rates_experiment",
+    "SparsityRun", "sparsity_experiment", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
+    "global_cx_experiment", "GlobalCxRun",
 ]
 
 
@@ -123,69 +119,6 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
 
 
-# ----------------------------------------------------------------------------- constants
-def _lead(data):
-    X, y, Z, v = data.X, data.y, data.Z, data.v
-    if not data.batched:
-        X, y, Z, v = X[None], y[None], Z[None], v[None]
-    return X, y, Z, v
-
-
-def features(data, opt):
-    r"""Lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`.
-
-    Returns ``U`` (B, n, T, d) with rows :math:`x_{i,\mathrm{opt}_i} - x_{it}` (zero at the
-    optimal token) and ``Z`` (B, n, d); :math:`A_{it} = U_{it} z_i^\top`.
-    """
-    X, _, Z, _ = _lead(data)
-    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
-    return tokens.token_differences(X, opt), Z
-
-
-def _scores(data, opt):
-    X, y, _, v = _lead(data)
-    g = tokens.token_scores(X, y, v)
-    opt = np.asarray(opt).reshape(g.shape[:2])
-    gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
-    mask = np.ones(g.shape, dtype=bool)
-    np.put_along_axis(mask, opt[..., None], False, axis=-1)
-    return g, gs, mask, opt
-
-
-def constants(data, opt, W_mm):
-    r"""The constants of the proofs, per trial (dict of (B,) arrays).
-
-    ``R_A`` :math:`\max_{it}\|A_{it}\|_F`; ``gamma_A`` :math:`1/\|W_{mm}\|_F`;
-    ``kappa`` :math:`\gamma_A/R_A`; ``Delta_min``, ``Delta_max`` (equal-score model:
-    :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
-    ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
-    -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
-    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
-    ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
-    ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
-    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem);
-    ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
-    global theorem and the sparsity corollaries).
-    """
-    U, Z = features(data, opt)
-    g, gs, mask, _ = _scores(data, opt)
-    W_mm = np.asarray(W_mm).reshape(U.shape[0], U.shape[-1], U.shape[-1])
-    n = U.shape[1]
-    RA = (np.linalg.norm(U, axis=-1) * np.linalg.norm(Z, axis=-1)[..., None]).max(axis=(1, 2))
-    gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
-    go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
-    Delta = gs - go
-    bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
-    lam = (bm / bp).min(axis=-1)
-    mu = 2.0 / 3.0 * gA
-    H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
-    return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
-                b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
-                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
-                eta_ngd=np.minimum(np.log(2) / RA, mu / H), bD_plus=(bp * Delta).max(-1),
-                bD_minus=(bm * Delta).min(-1))
-
-
 # ----------------------------------------------------------------------------- exact metrics
 def _margins(data, opt, W):
     """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
@@ -221,7 +154,7 @@ def excess_loss(data, opt, W, *, log=False):
     accurate at any size. ``log=True`` returns :math:`\log E`.
     """
     W = np.asarray(W, dtype=float)
-    g, gs, mask, _ = _scores(data, opt)
+    g, gs, mask, _ = bounds.opt_scores(data, opt)
     m = _margins(data, opt, W)
     lq = _log_q(data, opt, W)
     log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
@@ -381,50 +314,6 @@ def sensitivity(data, opt, W_mm, *, optimizer, values, key="lr", base=None, step
 
 
 # ----------------------------------------------------------------------------- theory curves
-def ngd_norm_bounds(t, *, eta, kappa, W0_norm, W0_proj=None):
-    r"""NGD's norm bounds of the chapter: lower :math:`\langle W_0,\hat W_{mm}\rangle + \eta\kappa t`
-    (``W0_proj``; default :math:`-\|W_0\|`) and upper :math:`\|W_0\| + \eta t`; shape (K,) or,
-    for per-trial ``kappa`` (B,), (K, B)."""
-    t = np.asarray(t, dtype=float)
-    kappa = np.asarray(kappa, dtype=float)
-    if kappa.ndim:
-        t = t[:, None]
-    p = -np.asarray(W0_norm, dtype=float) if W0_proj is None else np.asarray(W0_proj, dtype=float)
-    return p + eta * kappa * t, W0_norm + eta * t
-
-
-def orth_component(data, opt, W):
-    r""":math:`P^\perp W`, the component of ``W`` (B, d, d) off
-    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (per trial), which GD, NGD and the Polyak
-    steps never change (the invariance proposition); returns (B, d, d)."""
-    U, Z = features(data, opt)
-    _, _, mask, _ = _scores(data, opt)
-    W = np.asarray(W, dtype=float).reshape(U.shape[0], U.shape[-1], U.shape[-1])
-    out = np.empty_like(W)
-    for b in range(U.shape[0]):
-        A = np.einsum("ktd,ke->ktde", U[b], Z[b])[mask[b]].reshape(-1, U.shape[-1] ** 2)
-        Q, _ = np.linalg.qr(A.T)
-        w = W[b].ravel()
-        out[b] = (w - Q @ (Q.T @ w)).reshape(W.shape[1:])
-    return out
-
-
-def orth_floor(data, opt, W0, norms):
-    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
-    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
-    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (:func:`orth_component`). ``W0`` (B, d, d),
-    ``norms`` (K, B); returns (K, B)."""
-    perp = np.linalg.norm(orth_component(data, opt, W0), axis=(-2, -1))
-    r = np.minimum(perp[None, :] / np.asarray(norms), 1.0)
-    return -np.expm1(0.5 * np.log1p(-r ** 2))
-
-
-def polyak_cap_threshold(consts, eta_max):
-    r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
-    :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
-    return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]
-
-
 # ----------------------------------------------------------------------------- chapter 9
 #: display names of the rates chapter's optimizers
 LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
@@ -501,16 +390,16 @@ class RatesRun:
         # the theorems' hypotheses: first recorded step from which each holds
         Mt = self.thm
         t0_ngd = first_step(Mt["t"], Mt["excess"] <= c["eps0"])
-        a["ngd_thm_holds"] = ngd_linear_holds(Mt["t"], Mt["excess"], t0_ngd, self.eta_thm, c)
-        t0_gd = first_step(t, gd_step_condition(c, lr_gd, M["gd"]["excess"]))
-        a["gd_thm_holds"] = gd_inverse_excess_holds(t, M["gd"]["excess"], t0_gd, lr_gd, c)
+        a["ngd_thm_holds"] = bounds.ngd_linear_holds(Mt["t"], Mt["excess"], t0_ngd, self.eta_thm, c)
+        t0_gd = first_step(t, bounds.gd_step_condition(c, lr_gd, M["gd"]["excess"]))
+        a["gd_thm_holds"] = bounds.gd_inverse_excess_holds(t, M["gd"]["excess"], t0_gd, lr_gd, c)
         t0_cap = first_step(t, M["polyak"]["excess"] <= self.cap_threshold)
         t0_ngd_default = first_step(t, M["ngd"]["excess"] <= c["eps0"])
         s.update(eta_thm=self.eta_thm, t0_ngd_max=float(np.max(t0_ngd)),
                  t0_gd_max=float(np.max(t0_gd)), t0_cap_max=float(np.max(t0_cap)),
                  t0_ngd_default_max=float(np.max(t0_ngd_default)))
         # NGD's explicit directional bound from t0 and the margin-to-direction lemma
-        nb = direction_bound_from_t0(Mt["t"], t0_ngd, Mt, c, optimizer="ngd", eta=self.eta_thm)
+        nb = bounds.direction_bound_from_t0(Mt["t"], t0_ngd, Mt, c, optimizer="ngd", eta=self.eta_thm)
         ok_ngd = np.isfinite(t0_ngd)
         lem_pairs = lem_held = 0
         for m in M.values():
@@ -528,17 +417,17 @@ class RatesRun:
                  ngd_omc_final_thm=float(np.median(Mt["one_minus_corr"][-1])),
                  margin_bound_tightness=float(tight))
         a.update(t0_ngd=t0_ngd, t0_gd=t0_gd, t0_cap=t0_cap, nb=nb, ok_ngd=ok_ngd, lem_pairs=lem_pairs)
-        cross_min = cross_gram_min(self.data, self.opt)
+        cross_min = bounds.cross_gram_min(self.data, self.opt)
         s["cross_min_max"] = float(cross_min.max())
         a["cross_min"] = cross_min
         # GD's logarithmic directional bound (sharp and deterministic forms), capped Polyak's
-        gb = direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd,
+        gb = bounds.direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd,
                                      measured_norm=True)
-        gb_det = direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd)
+        gb_det = bounds.direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd)
         ok_gd = np.isfinite(t0_gd)
         t0_pc = first_step(t, (M["polyak"]["excess"] <= self.cap_threshold)
-                           & gd_step_condition(c, eta_max, M["polyak"]["excess"]))
-        pb = direction_bound_from_t0(t, t0_pc, M["polyak"], c, optimizer="gd", eta=eta_max,
+                           & bounds.gd_step_condition(c, eta_max, M["polyak"]["excess"]))
+        pb = bounds.direction_bound_from_t0(t, t0_pc, M["polyak"], c, optimizer="gd", eta=eta_max,
                                      measured_norm=True)
         ok_pc = np.isfinite(t0_pc)
         # the step from which the deterministic form is below 1
@@ -674,7 +563,7 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
     """
     data, opt = score_data(n, T, d, trials=trials, seed=seed)
     W_mm = svm_batch(data, opt)
-    c = constants(data, opt, W_mm)
+    c = bounds.constants(data, opt, W_mm)
     W0 = random_inits(d, trials, radius=radius, seed=seed)
     settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
                 "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam),
@@ -683,7 +572,7 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
     M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
     t = M["gd"]["t"]
     W0_proj = np.einsum("bij,bij->b", W0, W_mm) * c["gamma_A"]        # <W_0, W_mm/||W_mm||>
-    lo, hi = ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
+    lo, hi = bounds.ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
     eta_thm = float(np.min(c["eta_ngd"]))
     h_thm = run(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps, init=W0,
                 n_records=60, seed=seed, device=device)["ngd"]
@@ -695,9 +584,9 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
               "polyak": sensitivity(data, opt, W_mm, optimizer="polyak", key="eta_max",
                                     values=[eta_max / cap_factor, eta_max, cap_factor * eta_max],
                                     base=dict(lr=1.0), **sweep)}
-    return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=orth_floor(data, opt, W0, M["ngd"]["norm"]),
-                    norm_lo=lo, norm_hi=hi, star_lo=polyak_star_progress_bound(t, c, W0_proj),
-                    cap_threshold=polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
+    return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=bounds.orth_floor(data, opt, W0, M["ngd"]["norm"]),
+                    norm_lo=lo, norm_hi=hi, star_lo=bounds.polyak_star_progress_bound(t, c, W0_proj),
+                    cap_threshold=bounds.polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
                     thm=trajectory_metrics(data, opt, W_mm, h_thm), sweeps=sweeps,
                     config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
                                 lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
@@ -865,7 +754,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
             for name, lr in (("gd", lr_gd), ("ngd", lr_ngd))}
     slices = {g: slice(k * trials, (k + 1) * trials) for k, g in enumerate(groups)}
     # NGD's proved progress <W_t, W_mm> gamma_A >= <W_0, W_mm> gamma_A + eta kappa t
-    c = constants(eq, opt_eq, Wmm_eq)
+    c = bounds.constants(eq, opt_eq, Wmm_eq)
     sl = slices["equal-score, adversarial init"]
     proj0 = np.einsum("bij,bij->b", W0[sl], Wmm_eq) * c["gamma_A"]
     projT = np.einsum("bij,bij->b", runs["ngd"].W[sl], Wmm_eq) * c["gamma_A"]
@@ -876,20 +765,10 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
                             kappa=c["kappa"], ngd_progress=ngd_progress, trap_cos=trap_cos,
-                            eq_cross=cross_gram_min(eq, opt_eq))
+                            eq_cross=bounds.cross_gram_min(eq, opt_eq))
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
-def polyak_star_progress_bound(t, consts, W0_proj, *, eta=1.0):
-    r"""Lower bound of the (L - L*) Polyak proposition on the projection
-    :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
-    \eta\kappa\lambda t/R_A` (``eta`` the multiplier of the step), shape (K, B) for ``t`` (K,)
-    and per-trial constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
-    t = np.asarray(t, dtype=float)[:, None]
-    return (np.asarray(W0_proj, dtype=float)[None, :]
-            + eta * consts["kappa"] * consts["lam"] / consts["R_A"] * t)
-
-
 # ----------------------------------------------------------------------------- hypotheses
 def first_step(t, mask):
     r"""Per trial, the first recorded step from which ``mask`` (K, B) holds at every later record
@@ -905,132 +784,7 @@ def first_step(t, mask):
     return out
 
 
-def gd_step_condition(consts, eta, excess):
-    r"""The hypotheses of the GD theorem at a recorded point: :math:`E \le \varepsilon_0` and
-    :math:`\eta E \le \min(1/H, \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; ``excess`` (K, B),
-    returns (K, B) bool."""
-    R2 = consts["R_A"] ** 2
-    cap = np.minimum(np.minimum(1 / consts["H"], consts["lam"] * np.log(2) / R2),
-                     consts["lam"] ** 2 / (3 * R2))
-    return (excess <= consts["eps0"]) & (eta * excess <= cap)
-
-
-def _from_t0(t, t0, *series):
-    r"""Align the records on each trial's ``t0`` (record steps, NaN for none): returns ``dt``
-    (K, B), :math:`t - t_0` where ``later`` and NaN elsewhere; ``later`` (K, B) bool,
-    :math:`t \ge t_0` with ``t0`` finite; and the value of each (K, B) series at ``t0`` ((B,),
-    NaN where ``t0`` is NaN)."""
-    t, t0 = np.asarray(t, dtype=float), np.asarray(t0, dtype=float)
-    ok = np.isfinite(t0)
-    k0 = np.minimum(np.searchsorted(t, np.where(ok, t0, t[0])), len(t) - 1)
-    if np.any(ok & (t[k0] != t0)):
-        raise ValueError("t0 must hold record steps of t (or NaN)")
-    later = ok[None, :] & (t[:, None] >= np.where(ok, t0, np.inf)[None, :])
-    dt = np.where(later, t[:, None] - np.where(ok, t0, 0.0)[None, :], np.nan)
-    vals = [np.where(ok, np.asarray(x, dtype=float)[k0, np.arange(t0.size)], np.nan) for x in series]
-    return dt, later, vals
-
-
-def ngd_linear_holds(t, excess, t0, eta, consts):
-    r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
-    :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
-    ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
-    dt, later, (E0,) = _from_t0(t, t0, excess)
-    bound = np.log(E0) + dt * np.log1p(-eta * consts["mu"] / 2)
-    ok = np.where(later, np.log(excess) <= bound + 1e-9, True)
-    return np.isfinite(t0) & ok.all(axis=0)
-
-
-def gd_inverse_excess_holds(t, excess, t0, eta, consts):
-    r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
-    :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
-    dt, later, (E0,) = _from_t0(t, t0, excess)
-    inv = 1 / np.asarray(excess, dtype=float)
-    lo = 1 / E0 + eta * consts["mu"] ** 2 / 2 * dt
-    hi = 1 / E0 + 3 * eta * consts["R_A"] ** 2 / consts["lam"] ** 2 * dt
-    ok = np.where(later, (inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)), True)
-    return np.isfinite(t0) & ok.all(axis=0)
-
-
-def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_norm=False):
-    r"""A proved upper bound on :math:`1 - \mathrm{corr}(W_t, W_{mm})` along a recorded run, from
-    each trial's :math:`t_0`, and whether it holds, for all trials at once.
-
-    * ``optimizer="ngd"``: NGD's decaying bound at the constant step ``eta``
-      (:func:`attnsvm.bounds.ngd_direction_bound`; book ``cor-ngd-direction``), with ``t0`` a
-      record from which :math:`E \le \varepsilon_0` and ``eta`` at most the theorem's step;
-    * ``optimizer="gd"``: GD's logarithmic bound at the step ``eta``
-      (:func:`attnsvm.bounds.gd_direction_bound`; book ``thm-gd-direction``), with ``t0`` a record
-      from which :func:`gd_step_condition` holds; for the capped Polyak step once it is capped,
-      ``eta`` is the cap (``cor-polyak-cap-direction``). With ``measured_norm=True`` the
-      theorem's sharper first bound :math:`D/\|W_t\|_F` is evaluated with the recorded norms.
-
-    Parameters
-    ----------
-    t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
-    metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
-        (:func:`trajectory_metrics`)
-    consts : dict of (B,) constants (:func:`constants`)
-    optimizer : {"ngd", "gd"}; eta : float > 0
-    measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
-        deterministic :math:`\gamma_AD/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t-t_0))`
-
-    Returns
-    -------
-    dict
-        ``bound`` (K, B), NaN before ``t0``; ``later`` (K, B) bool, the (trial, record) pairs
-        from ``t0`` on; ``holds`` (K, B) bool, :math:`1-\mathrm{corr} \le` ``bound`` there (False
-        elsewhere); ``fraction``, the fraction of ``later`` pairs where it holds (NaN if none);
-        ``first`` and ``final`` (B,), the bound at ``t0`` and at the last record (NaN where ``t0``
-        is NaN).
-    """
-    if optimizer not in ("ngd", "gd"):
-        raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
-    if measured_norm and optimizer != "gd":
-        raise ValueError("measured_norm applies to optimizer='gd' only")
-    if not (np.isscalar(eta) and eta > 0):
-        raise ValueError(f"eta must be a positive number, got {eta!r}")
-    dt, later, (E0, N0) = _from_t0(t, t0, metrics["excess"], metrics["norm"])
-    ok = np.isfinite(np.asarray(t0, dtype=float))
-    bound = np.full(dt.shape, np.nan)
-    if ok.any():
-        kw = {k: consts[k][ok] for k in ("mu", "eps0", "gamma_A", "H")}
-        k = np.where(later[:, ok], dt[:, ok], 0.0)
-        if optimizer == "ngd":
-            full = bounds.ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
-            vals = np.take_along_axis(full, k.astype(int), axis=0)
-        else:
-            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
-                    if measured_norm else None)                  # records before t0 do not count
-            vals = bounds.gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
-        bound[:, ok] = np.where(later[:, ok], vals, np.nan)
-    omc = np.asarray(metrics["one_minus_corr"], dtype=float)
-    holds = later & (omc <= np.where(later, bound, -np.inf) + 1e-12)
-    k0 = np.argmax(later, axis=0)
-    first = np.where(ok, bound[k0, np.arange(bound.shape[1])], np.nan)
-    return dict(bound=bound, later=later, holds=holds,
-                fraction=float(holds.sum() / later.sum()) if later.any() else float("nan"),
-                first=first, final=np.where(ok, bound[-1], np.nan))
-
-
 # ----------------------------------------------------------------------------- global, under (Cx)
-def cross_gram_min(data, opt):
-    r"""The smallest cross-sequence inner product
-    :math:`\min_{i\ne j,\ t\ne\mathrm{opt}_i,\ s\ne\mathrm{opt}_j}\langle A_{it}, A_{js}\rangle`
-    per trial, shape (B,): the cross-sequence condition (Cx) of the global theorem holds iff it is
-    :math:`\ge 0`. ``+inf`` when ``n = 1`` (the condition is then empty). Uses
-    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
-    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
-    """
-    U, Z = features(data, opt)
-    _, _, mask, _ = _scores(data, opt)
-    n = U.shape[1]
-    G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]
-    valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
-             & ~np.eye(n, dtype=bool)[None, :, None, :, None])
-    return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))
-
-
 def log_q(data, opt, W):
     r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
     (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
@@ -1044,7 +798,7 @@ def global_constants(data, opt, W_mm, W0):
     ``eta_gd_noloss``, ``eta_ngd_noloss`` (:func:`attnsvm.bounds.noloss_steps`), ``eta_ngd_global``,
     ``eta_gd_global`` (the largest steps of the theorem, :func:`attnsvm.bounds.global_steps`) and
     ``cross_min`` (:func:`cross_gram_min`). All (B,) arrays."""
-    c = constants(data, opt, W_mm)
+    c = bounds.constants(data, opt, W_mm)
     W0 = np.asarray(W0, dtype=float)
     n, T = data.X.shape[-3], data.X.shape[-2]
     E0 = excess_loss(data, opt, W0)
@@ -1056,7 +810,7 @@ def global_constants(data, opt, W_mm, W0):
     return dict(c, E0=E0, s0=s0, mu0=mu0,
                 s0_lower=bounds.s0_lower(c["R_A"], T, np.linalg.norm(W0, axis=(-2, -1))),
                 eta_gd_noloss=eta_gd0, eta_ngd_noloss=eta_ngd0, eta_ngd_global=eta_ngd,
-                eta_gd_global=eta_gd, cross_min=cross_gram_min(data, opt))
+                eta_gd_global=eta_gd, cross_min=bounds.cross_gram_min(data, opt))
 
 
 def every_step(data, opt, *, optimizer, lr, steps, init, chunk=500, device="auto"):
@@ -1200,7 +954,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     alpha[:, 0] = (alpha[:, 0] + 1) % T
     Wa = svm_batch(data, alpha)
     Wa = Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
-    c = constants(data, opt, W_mm)
+    c = bounds.constants(data, opt, W_mm)
     eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
     starts = {"random": random_inits(d, trials, radius=radius, seed=seed), "adversarial": R_adv * Wa}
     short = max(steps // 10, 1) if short_steps is None else short_steps
@@ -1213,7 +967,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
         runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
                                                    lr=step, steps=short, chunk=chunk, device=device)
-    return GlobalCxRun(runs, cross_gram_min(data, opt))
+    return GlobalCxRun(runs, bounds.cross_gram_min(data, opt))
 
 
 def _global_cx_numbers(runs):
@@ -1434,7 +1188,7 @@ def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd
     cx_Wmm = svm_batch(cx_data, cx_opt)
     cx = {name: global_run(cx_data, cx_opt, cx_Wmm, W0, optimizer=name, steps=cx_steps,
                            device=device) for name in ("ngd", "gd")}
-    return SparsityRun(constants(data, opt, W_mm), runs, M, M["gd"]["t"], cx,
+    return SparsityRun(bounds.constants(data, opt, W_mm), runs, M, M["gd"]["t"], cx,
                        config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
                                    lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
                                    cx_steps=cx_steps, seed=seed))
