@@ -10,7 +10,7 @@ One step, for every trial at once:
 
 1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
 2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
-   formulas (autograd only for the MLP head), see
+   formulas (for the MLP head, with the head linearized at :math:`h_i`), see
    :func:`attnsvm.losses.grad_coefficients`;
 3. the step rule's increment (:func:`attnsvm.optim.update`).
 
