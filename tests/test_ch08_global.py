@@ -36,7 +36,7 @@ def _coef_sum(data, opt, W):
     beta = 1 / (1 + np.exp(u))
     c = (beta * Delta * si)[..., None] * s / data.n
     np.put_along_axis(c, opt[..., None], 0.0, -1)
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     return c, np.einsum("bnt,bntd,bne->bde", c, U, Z), u, gs, Delta, si
 
 
@@ -84,7 +84,7 @@ def test_cone_property_fails_off_model():
     coef = (1 / (1 + np.exp(u)))[..., None] * s * (u[..., None] - g) / data.n   # weight of A_it
     np.put_along_axis(coef, opt[..., None], 0.0, -1)
     assert coef.min() < 0
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     np.testing.assert_allclose(np.einsum("bnt,bntd,bne->bde", coef, U, Z), -rates.grad(data, W),
                                rtol=1e-9, atol=1e-15)
     # in the equal-score model the same weights are never negative (reduction lemma)
@@ -177,7 +177,7 @@ def cx_inst(request):
 
 
 def _brute_cross_min(data, opt):
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     out = np.full(data.trials, np.inf)
     for b in range(data.trials):
         for i in range(data.n):
@@ -297,7 +297,7 @@ def test_no_attention_loss_can_fail():
     data, opt = rates.score_data(1, 3, 4, trials=4, seed=1, queries="orthogonal", gamma_opt=0.1)
     c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], 1)
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     b = 2
     Af = np.stack([np.outer(U[b, 0, t], Z[b, 0]).ravel() for t in range(3) if t != opt[b, 0]])
     assert Af[0] @ Af[1] < 0

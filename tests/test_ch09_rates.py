@@ -156,7 +156,7 @@ def test_invariance_and_floor():
     data, opt = rates.score_data(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
     W_mm = rates.svm_batch(data, opt)
     W0 = rates.random_inits(4, 3, radius=2.0, seed=1)
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     for name, kw in (("gd", dict(lr=1.0)), ("ngd", dict(lr=0.1)), ("polyak", dict(eta_max=10.0))):
         h = A.train.fit(data, model="W", optimizer=name, steps=500, init=W0, snapshots=True, device="cpu", **kw)
         for b in range(3):
@@ -180,7 +180,7 @@ def test_observed_rates():
     W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
     runs = rates.run(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
-    s = {k: np.median(rates.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+    s = {k: np.median(A.metrics.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
 
@@ -548,7 +548,7 @@ def test_curvature_outside_region(inst):
     assert np.all(np.abs(D) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
     assert np.sum(E > c["eps0"]) >= 10                                 # most points are outside the region
     # worst-case directions: along one lifted feature, as that sequence loses its attention
-    U, Z = A.bounds.lifted_features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     B = W_mm.shape[0]
     theta = np.linspace(0.0, 40.0, 401)[:, None, None, None]
     worst = 0.0

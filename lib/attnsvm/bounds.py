@@ -18,7 +18,7 @@ notebooks evaluate them here).
   of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
   capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
 * Part III's equal-score model (book: ``def-equal-scores``): the lifted features
-  :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` (:func:`lifted_features`), the token
+  :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` (:func:`lifted_factors`), the token
   scores split at ``opt`` (:func:`opt_scores`), the proofs' constants :math:`R_A, \gamma_A,
   \kappa, \lambda, \mu, H, \varepsilon_0, \dots` (:func:`constants`) and the cross-sequence
   condition (Cx) (:func:`cross_gram_min`);
@@ -35,11 +35,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import tokens
+from ._checks import as_float_array
+from .data import _support
 from .losses import get_loss
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
-           "global_excess_bound", "mass_from_excess", "lifted_features", "opt_scores", "constants",
+           "global_excess_bound", "mass_from_excess", "finite_part_bound", "lifted_factors", "opt_scores", "constants",
            "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold",
            "polyak_star_progress_bound", "gd_step_condition", "ngd_linear_holds",
            "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min"]
@@ -358,6 +360,24 @@ def mass_from_excess(excess, n, bD_minus):
     return n * excess / bD_minus
 
 
+def finite_part_bound(gap_j, P):
+    r"""The bound of the chapter's lemma on the finite part (proved there): if the per-context
+    excess :math:`\mathrm{KL}(p_j\,\|\,\mathrm{softmax}(L_j)) = \kappa_j` and
+    :math:`\delta_j = \sqrt{\kappa_j/2} < p_{\min,j} = \min_{z\in S_j}p_{jz}`, then every entry of
+    :math:`P_{F_L}L - L^*` in row :math:`j` is at most
+    :math:`2\log(1 + \delta_j/(p_{\min,j} - \delta_j))` in absolute value. Returns the bound per
+    row (``inf`` where :math:`\delta_j \ge p_{\min,j}`), shape of ``gap_j``."""
+    P, sup = _support(P)
+    gap_j = as_float_array("gap_j", gap_j, shape=P.shape[:-1])
+    if np.any(gap_j < -1e-12):
+        raise ValueError("gap_j must be nonnegative (a KL divergence)")
+    delta = np.sqrt(0.5 * np.maximum(gap_j, 0.0))       # Pinsker: TV <= sqrt(KL/2)
+    pmin = np.where(sup, P, np.inf).min(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = 2.0 * np.log1p(delta / (pmin - delta))
+    return np.where(delta < pmin, b, np.inf)
+
+
 # ----------------------------------------------------------------------------- the equal-score model
 #: the logistic loss of Part III (:math:`\ell` and :math:`-\ell'` from attnsvm.losses)
 _LOGISTIC = get_loss("logistic")
@@ -371,8 +391,10 @@ def _lead(data):
     return X, y, Z, v
 
 
-def lifted_features(data, opt):
-    r"""Lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`.
+def lifted_factors(data, opt):
+    r"""The lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` as their two
+    factors, for every trial and every token (:func:`attnsvm.tokens.lifted_features` gives the
+    matrices of one instance, constraints only).
 
     Returns ``U`` (B, n, T, d) with rows :math:`x_{i,\mathrm{opt}_i} - x_{it}` (zero at the
     optimal token) and ``Z`` (B, n, d); :math:`A_{it} = U_{it} z_i^\top`.
@@ -412,7 +434,7 @@ def constants(data, opt, W_mm):
     ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
     global theorem and the sparsity corollaries).
     """
-    U, Z = lifted_features(data, opt)
+    U, Z = lifted_factors(data, opt)
     g, gs, mask, _ = opt_scores(data, opt)
     W_mm = np.asarray(W_mm).reshape(U.shape[0], U.shape[-1], U.shape[-1])
     n = U.shape[1]
@@ -447,7 +469,7 @@ def orth_component(data, opt, W):
     r""":math:`P^\perp W`, the component of ``W`` (B, d, d) off
     :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (per trial), which GD, NGD and the Polyak
     steps never change (the invariance proposition); returns (B, d, d)."""
-    U, Z = lifted_features(data, opt)
+    U, Z = lifted_factors(data, opt)
     _, _, mask, _ = opt_scores(data, opt)
     W = np.asarray(W, dtype=float).reshape(U.shape[0], U.shape[-1], U.shape[-1])
     out = np.empty_like(W)
@@ -601,7 +623,7 @@ def cross_gram_min(data, opt):
     :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
     x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
     """
-    U, Z = lifted_features(data, opt)
+    U, Z = lifted_factors(data, opt)
     _, _, mask, _ = opt_scores(data, opt)
     n = U.shape[1]
     G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]

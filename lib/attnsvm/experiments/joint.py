@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import metrics, svm, tokens
+from .._checks import check_int
+from ..data import planted_token
+from ..svm import att_svm_batch, head_svm
+from ..metrics import attention, corr
+from ..tokens import optimal_tokens
+from ..train import fit
 
 __all__ = ["joint_data", "JointRun", "joint_references", "joint_fit", "JointExperiment",
            "joint_experiment"]
@@ -26,9 +31,6 @@ def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
     Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
     planted positions (trials, n).
     """
-    from .._checks import check_int
-    from ..data import planted_token
-
     trials = check_int("trials", trials, minimum=1)
     return planted_token(n, T, d, signal=signal, trials=trials, seed=seed)
 
@@ -42,7 +44,6 @@ class JointRun:
     ``min_margin`` (:math:`\min_i y_i f(X_i)`) are (K, B); ``W`` (B,d,d), ``v`` (B,d) final; ``W_ref``, ``v_ref`` the
     attention SVM and the max-margin head of the reference tokens ``alpha`` (B, n).
     """
-
     steps: np.ndarray
     loss: np.ndarray
     log_loss: np.ndarray
@@ -62,8 +63,6 @@ class JointRun:
 def joint_references(data, alpha):
     """Per trial, the Frobenius attention SVM (``att_svm_batch(X, Z, alpha, strict=True)``) and the max-margin head
     ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    from ..svm import att_svm_batch, head_svm
-
     W = att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
     return W, v
@@ -84,9 +83,6 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
         of ``segments`` log-spaced ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
     """
-    from ..metrics import attention, corr
-    from ..train import fit
-
     W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
     if record_steps is None:
         grid = "log"
@@ -147,7 +143,7 @@ class JointExperiment:
         for name, r in self.runs.items():
             bound = _ell_inv(r.log_loss) / R                               # lower bound on ||v_t||
             grew = np.diff(r.norm_v, axis=0) > 0
-            opt_T = tokens.optimal_tokens(data.X, data.y, r.v)             # (B, n)
+            opt_T = optimal_tokens(data.X, data.y, r.v)             # (B, n)
             checks[name] = dict(v_bound_slack=float(np.min(r.norm_v[1:] - bound[1:])),
                                 v_monotone_after_sep=bool(np.all(grew[r.min_margin[:-1] > 0])))
             stats[name] = dict(corr_W=float(np.median(r.corr_W[-1])),
@@ -157,11 +153,11 @@ class JointExperiment:
                                log10_loss=float(np.median(r.log_loss[-1]) / np.log(10)),
                                opt_is_planted=float(np.mean(opt_T == alpha)))
             # references built from the tokens that are optimal under the learned head v_T
-            W_l, feas = svm.att_svm_batch(data.X, data.Z, opt_T)
-            v_l = svm.head_svm(data.X, data.y, opt_T)
-            cW = np.where(feas, metrics.corr(r.W, np.nan_to_num(W_l), elem_ndim=2), np.nan)
+            W_l, feas = att_svm_batch(data.X, data.Z, opt_T)
+            v_l = head_svm(data.X, data.y, opt_T)
+            cW = np.where(feas, corr(r.W, np.nan_to_num(W_l), elem_ndim=2), np.nan)
             learned[name] = dict(corr_W=float(np.nanmedian(cW)),
-                                 corr_v=float(np.median(metrics.corr(r.v, v_l, elem_ndim=1))),
+                                 corr_v=float(np.median(corr(r.v, v_l, elem_ndim=1))),
                                  feasible=int(feas.sum()))
         peak = float(np.nanmax(np.nanmedian(self.runs["ngd"].corr_W[1:], axis=1)))   # W_0 = 0
         return checks, stats, learned, peak

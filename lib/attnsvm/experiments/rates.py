@@ -22,7 +22,7 @@ module holds
 * exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
   :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`, :func:`log_q`;
 * runs: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
-  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`, :func:`exp_rate`,
+  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`exp_rate`,
   :func:`sensitivity`, :func:`first_step`;
 * the chapter drivers and their result objects (``.summary()``, ``.claims()``):
   :func:`global_experiment` (chapter 8), :func:`global_cx_experiment` (chapter 8, the global
@@ -42,12 +42,12 @@ from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
 from ..bounds import _lead
 from ..data import AttnData, Stream, prescribed_scores, stream
-from ..losses import get_loss
+from ..losses import get_loss, log_excess_loss
 
 __all__ = [
     "score_data", "find_trap", "svm_batch", "grad", "excess_loss", "nonopt_mass", "min_margin",
     "one_minus_corr", "scale_to_excess", "log_q", "random_inits", "run", "trajectory_metrics",
-    "slopes", "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
+    "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
     "global_constants", "every_step", "global_run", "LABELS", "RatesRun", "rates_experiment",
     "SparsityRun", "sparsity_experiment", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "global_cx_experiment", "GlobalCxRun",
@@ -159,17 +159,7 @@ def excess_loss(data, opt, W, *, log=False):
     lq = _log_q(data, opt, W)
     log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
     Dl = np.where(mask, gs[..., None] - g, 1.0)
-    terms = np.where(mask, log_s_t + np.log(np.maximum(Dl, 1e-300)), -np.inf)
-    tm = terms.max(axis=-1, keepdims=True)
-    log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))   # log of delta_i
-    delta = np.exp(log_delta)
-    b = _LOGISTIC.neg_deriv_np(gs)
-    with np.errstate(divide="ignore"):
-        # log E_i; for tiny delta, E_i = b delta (1 + O(delta)) is used in log form (no underflow)
-        log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
-                          np.log(b) + log_delta + np.log1p((1 - b) * delta / 2))
-    mx = log_Ei.max(axis=-1, keepdims=True)
-    log_E = mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
+    log_E = log_excess_loss(log_s_t, np.where(mask, np.log(np.maximum(Dl, 1e-300)), -np.inf), gs)
     return log_E if log else np.exp(log_E)
 
 
@@ -268,22 +258,6 @@ def trajectory_metrics(data, opt, W_mm, hist):
                 min_margin=min_margin(data, opt, S), loss=hist.loss)
 
 
-def slopes(t, series, *, tail=0.1):
-    r"""Per-trial log-log slope of ``series`` (K, B) against ``t`` on the last decade
-    ``[t_max * tail, t_max]`` (``attnsvm.metrics.fit_rate``). Trials whose series is not
-    positive there give NaN."""
-    t = np.asarray(t, dtype=float)
-    series = np.asarray(series, dtype=float)
-    lo = t.max() * tail
-    out = np.full(series.shape[1], np.nan)
-    keep = t >= lo
-    for b in range(series.shape[1]):
-        col = series[keep, b]
-        if np.all(np.isfinite(col)) and np.all(col > 0):
-            out[b] = metrics.fit_rate(t[keep], col)
-    return out
-
-
 def exp_rate(t, log_series, *, tail=0.5):
     r"""Per-trial exponential rate :math:`r` of :math:`\log(\mathrm{series}) \approx c - r t`
     (least squares on the last ``tail`` fraction of the record steps), shape (B,)."""
@@ -363,7 +337,7 @@ class RatesRun:
         M, c, t, cfg = self.metrics, self.consts, self.t, self.config
         steps, lr_gd, lr_ngd, eta_max = cfg["steps"], cfg["lr_gd"], cfg["lr_ngd"], cfg["eta_max"]
         s, a = {}, {}
-        slope = {k: float(np.nanmedian(slopes(t, m["one_minus_corr"]))) for k, m in M.items()}
+        slope = {k: float(np.nanmedian(metrics.slopes(t, m["one_minus_corr"]))) for k, m in M.items()}
         corr_final = {k: float(np.median(1 - m["one_minus_corr"][-1])) for k, m in M.items()}
         omc_final = {k: float(np.median(m["one_minus_corr"][-1])) for k, m in M.items()}
         ngd = M["ngd"]
@@ -380,7 +354,7 @@ class RatesRun:
                  W_mm_norm=float(np.median(1 / c["gamma_A"])),
                  polyak_capped=float(np.mean(M["polyak"]["excess"][-1] <= self.cap_threshold)),
                  polyak_star_in_bounds=float(np.mean(proj_star >= self.star_lo - 1e-9)),
-                 floor_slope=float(np.median(slopes(t, self.floor))),
+                 floor_slope=float(np.median(metrics.slopes(t, self.floor))),
                  polyak_star_gain=float(np.median(c["kappa"] * c["lam"] / c["R_A"])),
                  mu_over_H=float(np.median(c["mu"] / c["H"])),
                  lr_ngd_over_theorem=float(np.median(lr_ngd / c["eta_ngd"])))
@@ -1121,7 +1095,7 @@ class SparsityRun:
                    ngd_final_log10=float(np.median(M["ngd"]["log_mass"][-1] / np.log(10.0))),
                    gd_tmass_ratio=float(np.median(gd_tmass.max(0) / gd_tmass.min(0))))
         for name, m in M.items():
-            out[f"mass_slope_{name}"] = float(np.median(slopes(t, m["mass"])))
+            out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
         for name in ("gd", "ngd", "polyak"):
             out[f"t0_{name}_max"] = float(np.max(first_step(t, M[name]["excess"] <= c["eps0"])))
