@@ -691,6 +691,9 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+    if model != "linear" and net.head == "linear":
+        # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
+        full["Xt"] = full["X"].transpose(-1, -2).contiguous()
     main_shape = (d,) if model in ("prompt", "linear") else (d, d)
     ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in cfg.refs.items()}
     opt_t = None
