@@ -101,15 +101,8 @@ def log_norm(grads, batch_ndim=0):
     r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
 
     Computed with a max-rescaling so that it is finite for norms down to the smallest
-    subnormal (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`); when
-    every norm lies in :math:`[10^{-150}, 10^{150}]` (the usual case) the plain norm is exact
-    and one pass cheaper, and is used instead.
+    subnormal (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`).
     """
-    if len(grads) == 1 and grads[0].ndim > batch_ndim:
-        g = grads[0]
-        nrm = torch.linalg.vector_norm(g, dim=_dims(g, batch_ndim))
-        if bool(((nrm >= 1e-150) & (nrm <= 1e150)).all()):
-            return torch.log(nrm)
     mx = None
     for g in grads:
         dims = _dims(g, batch_ndim)
