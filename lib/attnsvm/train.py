@@ -23,10 +23,11 @@ finite-value guard (:class:`NonFiniteError` naming the trial and the step) and t
 """
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -38,7 +39,8 @@ from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
-__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
+           "OPTIONS"]
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -254,12 +256,6 @@ def _log_excess_logistic(a, G):
 #: the options of the step rules (:data:`attnsvm.optim.RULES`), None = the rule's default
 RULE_OPTIONS = ("norm", "p", "normalize", "decay", "period", "growth", "R0", "step_power")
 
-_ARGS = ("model", "m", "head", "width", "train_v", "loss", "optimizer", "lr", "eta_max", "L_star",
-         "betas", "eps") + RULE_OPTIONS + (
-    "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt", "record_every",
-    "n_records", "snapshots", "seed", "device", "dtype", "progress", "num_threads")
-
-
 @dataclass
 class FitConfig:
     r"""The validated arguments of one :func:`fit` run (see :func:`fit` for their meaning).
@@ -306,17 +302,17 @@ class FitConfig:
     dtype: object = torch.float64
     progress: bool | None = None
     num_threads: int | None = None
-    # derived by build()
-    rule: str = field(default="", repr=False)
-    rule_obj: object = field(default=None, repr=False)
-    objective: bool = field(default=False, repr=False)
-    trials: int = field(default=0, repr=False)
-    obj_batch: dict | None = field(default=None, repr=False)
-    stochastic: bool = field(default=False, repr=False)
-    lossobj: object = field(default=None, repr=False)
-    dev: object = field(default=None, repr=False)
-    net: object = field(default=None, repr=False)
-    grid: np.ndarray | None = field(default=None, repr=False)
+    # derived by build() (not options of fit)
+    rule: str = field(default="", repr=False, init=False)
+    rule_obj: object = field(default=None, repr=False, init=False)
+    objective: bool = field(default=False, repr=False, init=False)
+    trials: int = field(default=0, repr=False, init=False)
+    obj_batch: dict | None = field(default=None, repr=False, init=False)
+    stochastic: bool = field(default=False, repr=False, init=False)
+    lossobj: object = field(default=None, repr=False, init=False)
+    dev: object = field(default=None, repr=False, init=False)
+    net: object = field(default=None, repr=False, init=False)
+    grid: np.ndarray | None = field(default=None, repr=False, init=False)
 
     @classmethod
     def build(cls, data, **kwargs):
@@ -327,7 +323,7 @@ class FitConfig:
         ValueError
             An invalid argument (the message names it).
         """
-        unknown = set(kwargs) - set(_ARGS)
+        unknown = set(kwargs) - set(OPTIONS)
         if unknown:
             raise TypeError(f"fit() got unexpected keyword arguments {sorted(unknown)}")
         cfg = cls(**kwargs)
@@ -340,16 +336,42 @@ class FitConfig:
         return dict(dtype=self.dtype, device=self.dev)
 
     def _validate(self, data):
+        """Every check, one concern per method, in the order of the messages of :func:`fit`."""
+        self._check_model_kind()
+        lr_default = self._check_optimizer()
+        self._check_polyak_options()
+        if self.objective:
+            self._validate_objective(data)
+        else:
+            self._validate_margin(data)
+        self.lr = self._check_lr(lr_default)
+        self.steps = check_int("steps", self.steps, minimum=1)
+        self._check_rule_options()
+        self._check_run_options()
+        self._check_init_and_penalty()
+        self.refs = {} if self.refs is None else dict(self.refs)
+        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        if self.objective:
+            self._objective_batch(data)
+
+    def _check_model_kind(self):
+        """``model``: a model name or an object on the objective interface."""
         self.objective = is_objective_model(self.model)
-        if not self.objective:
-            if not isinstance(self.model, str) or self.model not in ("W", "KQ", "prompt", "linear"):
-                raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
-                                 f"object with objective() (attnsvm.models.ObjectiveModel), "
-                                 f"got {self.model!r}")
+        if not self.objective and (not isinstance(self.model, str)
+                                   or self.model not in ("W", "KQ", "prompt", "linear")):
+            raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
+                             f"object with objective() (attnsvm.models.ObjectiveModel), "
+                             f"got {self.model!r}")
+
+    def _check_optimizer(self):
+        """``optimizer``: sets the step ``rule`` and ``stochastic``; returns the default lr."""
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        optimizer = self.optimizer
-        self.rule, self.stochastic, lr_default = OPTIMIZERS[optimizer]
-        rule = self.rule
+        self.rule, self.stochastic, lr_default = OPTIMIZERS[self.optimizer]
+        return lr_default
+
+    def _check_polyak_options(self):
+        """``eta_max`` and ``L_star``: only for the Polyak rules."""
+        rule, optimizer = self.rule, self.optimizer
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -359,33 +381,36 @@ class FitConfig:
             if rule != "polyak_star":
                 raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
             self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
-        if self.objective:
-            self._validate_objective(data)
-        else:
-            self._validate_margin(data)
-        self.lr = self._check_lr(lr_default)
-        self.steps = check_int("steps", self.steps, minimum=1)
+
+    def _check_rule_options(self):
+        """The step rule's own options (:data:`RULE_OPTIONS`, Adam's constants), by
+        :func:`attnsvm.optim.make_rule` (a ValueError names a bad or foreign option)."""
         opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
-        if rule == "adam":
+        if self.rule == "adam":
             opts.update(betas=self.betas, eps=self.eps)
-        self.rule_obj = make_rule(rule, **opts)       # ValueError naming a bad or foreign option
+        self.rule_obj = make_rule(self.rule, **opts)
+
+    def _check_run_options(self):
+        """``dtype``, ``device``, the record grid and the progress bar."""
         if self.dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
         self.dev = resolve_device(self.device)
         self.grid = record_grid(self.steps, self.record_every, self.n_records)
         if self.progress is None:
             self.progress = self.steps >= 20000 and sys.stderr.isatty()
+
+    def _check_init_and_penalty(self):
         if self.init_scale is not None:
             self.init_scale = check_positive("init_scale", self.init_scale)
         self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
-        self.refs = {} if self.refs is None else dict(self.refs)
-        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
-        if self.objective:
-            self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
-            if not self.obj_batch:
-                raise ValueError("the model's batch(data) returned no tensors")
-            self.trials = int(next(iter(self.obj_batch.values())).shape[0])
-            self._check_lr_trials()
+
+    def _objective_batch(self, data):
+        """A model object's tensors (its ``batch(data)``) and the number of trials."""
+        self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
+        if not self.obj_batch:
+            raise ValueError("the model's batch(data) returned no tensors")
+        self.trials = int(next(iter(self.obj_batch.values())).shape[0])
+        self._check_lr_trials()
 
     def _check_lr(self, default):
         """``lr``: a positive float, or one positive step size per trial (array (B,))."""
@@ -431,6 +456,20 @@ class FitConfig:
         self.net = net
 
     def _validate_margin(self, data):
+        """A margin model (a model name): its loss, the model object and its data, the
+        mini-batches, the default init and ``opt``."""
+        self._check_margin_loss()
+        self._margin_net(data)
+        self.trials = data.trials
+        self._check_batch_size(data.n)
+        if self.init is None:
+            self.init = "random" if self.model == "KQ" else "zeros"
+        if self.opt is not None and self.model == "linear":
+            raise ValueError("opt does not apply to model='linear'")
+        self._check_lr_trials()
+
+    def _check_margin_loss(self):
+        """``loss`` (default logistic) and what the Polyak rules need of it."""
         rule, optimizer = self.rule, self.optimizer
         if self.loss is None:
             self.loss = "logistic"
@@ -443,33 +482,32 @@ class FitConfig:
         if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
             raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
                              f"{optimizer!r}) needs a nonnegative loss")
+
+    def _margin_net(self, data):
+        """The model object of a model name, checked against the kind of ``data``."""
         if self.model == "linear":
             if not isinstance(data, LinearData):
                 raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
             if self.head != "linear" or self.train_v or self.m is not None or self.width is not None:
                 raise ValueError("head, train_v, m and width do not apply to model='linear'")
             self.net = LinearClassifier()
-        else:
-            if not isinstance(data, AttnData):
-                raise ValueError(f"data must be AttnData for model={self.model!r}, "
-                                 f"got {type(data).__name__}")
-            self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
-                                           train_v=self.train_v)
-        self.trials = data.trials
-        n = data.n
+            return
+        if not isinstance(data, AttnData):
+            raise ValueError(f"data must be AttnData for model={self.model!r}, "
+                             f"got {type(data).__name__}")
+        self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
+                                       train_v=self.train_v)
+
+    def _check_batch_size(self, n):
+        """``batch_size`` in [1, n] (required by the stochastic rules; n means full batch)."""
         if self.stochastic and self.batch_size is None:
-            raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
+            raise ValueError(f"batch_size is required for optimizer={self.optimizer!r}")
         if self.batch_size is not None:
             self.batch_size = check_int("batch_size", self.batch_size, minimum=1)
             if self.batch_size > n:
                 raise ValueError(f"batch_size must be <= n = {n}, got {self.batch_size}")
             if self.batch_size == n:
                 self.batch_size = None
-        if self.init is None:
-            self.init = "random" if self.model == "KQ" else "zeros"
-        if self.opt is not None and self.model == "linear":
-            raise ValueError("opt does not apply to model='linear'")
-        self._check_lr_trials()
 
     def as_dict(self, trials):
         """The resolved arguments, as recorded in :attr:`History.config`."""
@@ -710,13 +748,7 @@ def _tensors(cfg, data):
 
 
 # ----------------------------------------------------------------------------- fit
-def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss=None,
-        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8,
-        norm=None, p=None, normalize=None, decay=None, period=None, growth=None, R0=None,
-        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None,
-        refs=None, opt=None, record_every="log",
-        n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
-        progress=None, num_threads=None):
+def fit(data, **options):
     r"""Train ``B`` independent trials of a model at once and record their trajectories.
 
     Parameters
@@ -817,6 +849,24 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     -------
     History
 
+    Notes
+    -----
+    **Recording.** Records are taken only at the steps of the record grid (:func:`record_grid`),
+    never in between: ``record_every="log"`` (``n_records`` log-spaced steps), an int ``k``
+    (every ``k`` steps) or an explicit, strictly increasing sequence of steps (0 and ``steps``
+    are always added). What is recorded at each grid step is in :class:`History` (loss,
+    log-loss, norm, correlations with ``refs``, and for attention models the optimal-token mass
+    and the selected tokens); ``snapshots`` adds any named parameter (``History.trajectory``).
+    A caller that needs its own quantity along a trajectory (e.g. the iterates of
+    :func:`attnsvm.optim_geometry.run`, a rate measured at every step) passes the steps it needs
+    as ``record_every`` and the parameters as ``snapshots``, and computes from
+    ``History.trajectory``: there is no second training loop.
+
+    **Options.** The keyword options are the fields of :class:`FitConfig` (:data:`OPTIONS`,
+    declared there once); ``fit(data, **options)`` validates them with
+    :meth:`FitConfig.build` (an unknown keyword raises TypeError, a bad value ValueError naming
+    it) and runs them with :func:`run`.
+
     Raises
     ------
     ValueError
@@ -824,14 +874,17 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     NonFiniteError
         A trial's iterate became NaN/inf (the message names the trial and the step).
     """
-    cfg = FitConfig.build(
-        data, model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
-        optimizer=optimizer, lr=lr, eta_max=eta_max, L_star=L_star, betas=betas, eps=eps,
-        norm=norm, p=p, normalize=normalize, decay=decay, period=period, growth=growth, R0=R0,
-        step_power=step_power, steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
-        refs=refs, opt=opt, record_every=record_every, n_records=n_records, snapshots=snapshots,
-        seed=seed, device=device, dtype=dtype, progress=progress, num_threads=num_threads)
-    return run(cfg, data)
+    return run(FitConfig.build(data, **options), data)
+
+
+#: the options of :func:`fit`: the fields of :class:`FitConfig` (declared there, once)
+OPTIONS = tuple(f.name for f in fields(FitConfig) if f.init)
+# the keyword-only signature of fit, with the defaults of the fields (for help() and
+# introspection; the call itself is fit(data, **options) validated by FitConfig.build)
+fit.__signature__ = inspect.Signature(
+    [inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+       for f in fields(FitConfig) if f.init])
 
 
 def run(cfg, data):
