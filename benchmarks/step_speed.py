@@ -9,8 +9,8 @@ and "KQ" and the rules "ngd" and "gd", at ``B = 100`` and ``B = 1000``.
 * The reference (:func:`reference_step`) is a verbatim copy of the step before the rewrite:
   scores as ``(X * Wz).sum(-1)``, a log-softmax and boolean masks over the whole (B,n,T)
   block, ``X^T q`` as ``(X * q).sum(-2)``, the rule of :mod:`attnsvm.optim` of that day.
-* The new step is the engine's own (:class:`attnsvm.train._Step`, built from the same options
-  as :func:`attnsvm.train.fit`).
+* The new step is the engine's own (:class:`attnsvm.train._Step` on
+  :class:`attnsvm.train._MarginTerms`, built from the options of :func:`attnsvm.train.fit`).
 
 Both start from the same parameters and data; the benchmark checks they agree (relative
 difference of the updated parameters) before timing them. Times are process CPU times, best
@@ -38,7 +38,7 @@ import torch
 
 from attnsvm.data import random_unit
 from attnsvm.losses import get_loss
-from attnsvm.train import FitConfig, _Step, _tensors
+from attnsvm.train import FitConfig, _MarginTerms, _Step
 
 N, T, D = 6, 8, 10
 F64 = 8
@@ -125,8 +125,8 @@ def engine_step(data, param, rule, lr):
     if param == "KQ":
         opts["init"] = "random"
     cfg = FitConfig.build(data, **opts)
-    full, params, _, _, keys32 = _tensors(cfg, data)
-    return _Step(cfg, cfg.net, full, params, keys32, data.n), full, params
+    terms = _MarginTerms(cfg, data)
+    return _Step(cfg, terms, terms.params), terms.full, terms.params
 
 
 def bytes_per_step(B, param, n=N, t=T, d=D):

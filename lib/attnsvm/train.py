@@ -17,9 +17,13 @@ One step, for every trial at once:
 Metrics are computed only on the record grid (log-spaced by default).
 
 The pieces: :class:`FitConfig` (the arguments, validated against the data before anything
-runs), a recorder (what is recorded at the record steps, snapshots of any named parameter), a
-finite-value guard (:class:`NonFiniteError` naming the trial and the step) and the step;
-:func:`fit` builds the configuration and :func:`run` runs it.
+runs); the model's terms, one interface for both kinds of model (``_MarginTerms`` for a
+model name, ``_ObjectiveTerms`` for a model object on the objective interface of
+:mod:`attnsvm.models.objective`): the gradient of a step and the records of a record step;
+then one step (the rule's increment), one recorder (what is recorded at the record steps,
+snapshots of any named parameter), one finite-value guard (:class:`NonFiniteError` naming
+the trial and the step) and one loop. :func:`fit` builds the configuration and :func:`run`
+runs it.
 """
 from __future__ import annotations
 
@@ -548,78 +552,6 @@ def _snapshot_names(snapshots, model, net):
     return names
 
 
-# ----------------------------------------------------------------------------- recorder
-class _Recorder:
-    """What is recorded at a record step: loss, log-loss, norm and correlations of the main
-    matrix, optimal-token mass and selected tokens (attention) or the normalized margin
-    (linear), and snapshots of the parameters named in ``cfg.snapshots``."""
-
-    def __init__(self, cfg, net, full, B, ref_t, opt_t):
-        self.cfg, self.net, self.full, self.B = cfg, net, full, B
-        self.ref_t = ref_t
-        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
-        self.opt_t = opt_t
-        self.rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
-                    "margin": []}
-        self.corr = {name: [] for name in ref_t}
-        self.snap = {name: [] for name in cfg.snapshots}
-        self.opt_init = None
-
-    def __call__(self, params):
-        cfg, net, full, rec = self.cfg, self.net, self.full, self.rec
-        lossobj = cfg.lossobj
-        u, cache = net.forward(params, full)
-        rec["loss"].append(lossobj.value(u).mean(-1))
-        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
-                               else torch.full((self.B,), float("nan"), **cfg.kw))
-        M = net.matrix(params)
-        nrm = M.flatten(1).norm(dim=1)
-        rec["norm"].append(nrm)
-        for name, R in self.ref_t.items():
-            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
-        main = _main_name(cfg.model)
-        for name in self.snap:
-            self.snap[name].append((M if name == main else params[name]).clone())
-        if cfg.model == "linear":
-            rec["margin"].append(u.amin(-1) / nrm)
-            return
-        o = self.opt_t
-        if o is None:
-            o = net.token_scores(params, full).argmax(-1)
-            if self.opt_init is None:
-                self.opt_init = o
-        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
-        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
-
-    def history(self, params, B):
-        """The records as a :class:`History` (numpy arrays)."""
-        cfg = self.cfg
-
-        def stack(lst):
-            return torch.stack(lst).cpu().numpy() if lst else None
-
-        opt_src = self.opt_t if self.opt_t is not None else self.opt_init
-        final = {k: p.cpu().numpy() for k, p in params.items()}
-        if cfg.model == "KQ":
-            final["W"] = self.net.matrix(params).cpu().numpy()
-        traj = {name: stack(v) for name, v in self.snap.items()}
-        return History(
-            steps=cfg.grid,
-            loss=stack(self.rec["loss"]),
-            log_loss=stack(self.rec["log_loss"]),
-            norm=stack(self.rec["norm"]),
-            corr={name: stack(v) for name, v in self.corr.items()},
-            opt_mass=stack(self.rec["opt_mass"]),
-            selected=stack(self.rec["selected"]),
-            margin=stack(self.rec["margin"]),
-            opt=None if opt_src is None else opt_src.cpu().numpy(),
-            params=final,
-            snapshots=traj.get(_main_name(cfg.model)),
-            trajectory=traj,
-            config=cfg.as_dict(B),
-        )
-
-
 # ----------------------------------------------------------------------------- finite guard
 class _FiniteGuard:
     """Non-finite detection without per-step host syncs: each step writes
@@ -660,55 +592,6 @@ class _FiniteGuard:
         torch.sum(u, -1, out=self.buf[0])
         self.first = steps
         self.check(steps + 1)
-
-
-# ----------------------------------------------------------------------------- step
-class _Step:
-    """One update of every trial: (mini-batch) gradient, optional penalty merged into the log
-    scale, the loss (or excess loss) the Polyak rules need, and the rule's increment
-    (:func:`attnsvm.optim.update`). ``__call__`` returns the margins of the batch."""
-
-    def __init__(self, cfg, net, full, params, keys32, n):
-        self.cfg, self.net, self.full = cfg, net, full
-        self.trainable = net.trainable
-        self.rule = cfg.rule_obj
-        self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
-        self.keys32, self.n = keys32, n
-        self.ar_n = torch.arange(n, device=cfg.dev)
-        self.want_log_loss = self.rule.needs_log_loss
-        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
-        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
-
-    def __call__(self, params, k):
-        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
-        penalty, trainable = cfg.penalty, self.trainable
-        batch = self.full if cfg.batch_size is None else _gather(
-            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        u, grads, sigma = net.grad(params, batch, lossobj)
-        if penalty:
-            log2pen = self.log2pen
-            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
-                sg = torch.clamp(sigma[name], min=log2pen)
-                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
-                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
-                sigma[name] = sg
-        log_loss = log_mean_loss(lossobj, u) if self.want_log_loss else None
-        if self.want_log_loss and penalty:
-            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
-            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-        if cfg.rule == "polyak_star":
-            log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                             batch["G"] * batch["y"][..., None])
-                        if cfg.L_star is None else
-                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
-        ctx = self.ctx
-        ctx.log_scale = [sigma[name] for name in trainable]
-        ctx.log_loss, ctx.params = log_loss, [params[name] for name in trainable]
-        deltas = self.rule.update([grads[name] for name in trainable], self.state, ctx)
-        for name, dl in zip(trainable, deltas):
-            params[name] = params[name] + dl
-        return u
 
 
 # ----------------------------------------------------------------------------- setup
@@ -888,18 +771,17 @@ fit.__signature__ = inspect.Signature(
 
 
 def run(cfg, data):
-    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
-    if cfg.objective:
-        return _run_objective(cfg)
-    net = cfg.net
-    B, d, n = data.trials, data.d, data.n
-    full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
-    record = _Recorder(cfg, net, full, B, ref_t, opt_t)
-    step = _Step(cfg, net, full, params, keys32, n)
-    Tn = data.T if cfg.model != "linear" else 1
-    small = B * n * Tn * max(Tn, d) < 2 ** 18
-    _loop(cfg, B, params, record, step, lambda: net.forward(params, full)[0], small)
-    return record.history(params, B)
+    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation).
+
+    One path for every model: the model's terms (:class:`_MarginTerms` for a model name,
+    :class:`_ObjectiveTerms` for a model object) give the step's gradient and the records;
+    one :class:`_Step`, one :class:`_Recorder` and one loop do the rest."""
+    terms = _ObjectiveTerms(cfg) if cfg.objective else _MarginTerms(cfg, data)
+    params = terms.params
+    record = _Recorder(cfg, terms)
+    step = _Step(cfg, terms, params)
+    _loop(cfg, terms.trials, params, record, step, lambda: terms.final_check(params), terms.small)
+    return record.history(params)
 
 
 def _loop(cfg, B, params, record, step, final_u, small):
@@ -939,7 +821,90 @@ def _loop(cfg, B, params, record, step, final_u, small):
             pbar.close()
 
 
-# ----------------------------------------------------------------------------- model objects
+# ----------------------------------------------------------------------------- the model's terms
+class _MarginTerms:
+    r"""A margin model (``model`` a name: "W", "KQ", "prompt", "linear") on the engine's one
+    interface: the data tensors and initial parameters, the log-scaled gradient of a step
+    (mini-batch, penalty merged into the log scale, and the loss or excess loss the Polyak
+    rules need) and the records (loss, log-loss; the normalized margin of the linear model,
+    or the optimal-token mass and the selected tokens of an attention model)."""
+
+    def __init__(self, cfg, data):
+        self.cfg, self.net = cfg, cfg.net
+        self.full, self.params, self.ref_t, self.opt_t, self.keys32 = _tensors(cfg, data)
+        self.trials, self.n = data.trials, data.n
+        self.trainable = tuple(self.net.trainable)
+        self.main = _main_name(cfg.model)
+        self.ar_n = torch.arange(data.n, device=cfg.dev)
+        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
+        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
+        self.opt_init = None
+        Tn = data.T if cfg.model != "linear" else 1
+        self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
+
+    def step_terms(self, params, k, want_log_loss):
+        """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
+        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
+        penalty = cfg.penalty
+        batch = self.full if cfg.batch_size is None else _gather(
+            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
+        u, grads, sigma = net.grad(params, batch, lossobj)
+        if penalty:
+            log2pen = self.log2pen
+            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
+                sg = torch.clamp(sigma[name], min=log2pen)
+                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
+                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
+                sigma[name] = sg
+        log_loss = log_mean_loss(lossobj, u) if want_log_loss else None
+        if want_log_loss and penalty:
+            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
+            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+        if cfg.rule == "polyak_star":
+            log_loss = (_log_excess_logistic(net.scores(params, batch),
+                                             batch["G"] * batch["y"][..., None])
+                        if cfg.L_star is None else
+                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        return grads, sigma, log_loss, u
+
+    def matrix(self, params):
+        return self.net.matrix(params)
+
+    def metrics(self, params, nrm):
+        """The records of one record step, name -> (B,) (or (B, n) for ``selected``)."""
+        cfg, net, full = self.cfg, self.net, self.full
+        lossobj = cfg.lossobj
+        u, cache = net.forward(params, full)
+        out = {"loss": lossobj.value(u).mean(-1),
+               "log_loss": (log_mean_loss(lossobj, u) if lossobj.nonnegative
+                            else torch.full((self.trials,), float("nan"), **cfg.kw))}
+        if cfg.model == "linear":
+            out["margin"] = u.amin(-1) / nrm
+            return out
+        o = self.opt_t
+        if o is None:
+            o = net.token_scores(params, full).argmax(-1)
+            if self.opt_init is None:
+                self.opt_init = o
+        out["opt_mass"] = cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1)
+        out["selected"] = net.scores(params, full, cache.get("W")).argmax(-1)
+        return out
+
+    def final_params(self, params):
+        final = {k: p.cpu().numpy() for k, p in params.items()}
+        if self.cfg.model == "KQ":
+            final["W"] = self.net.matrix(params).cpu().numpy()
+        return final
+
+    def opt(self):
+        src = self.opt_t if self.opt_t is not None else self.opt_init
+        return None if src is None else src.cpu().numpy()
+
+    def final_check(self, params):
+        """The margins of the final iterate (the finite guard's last check)."""
+        return self.net.forward(params, self.full)[0]
+
+
 def _evaluate(net, params, batch):
     """``net.objective`` as ``(loss (B,), grads, log_scale dict or None, log_loss (B,))``."""
     out = net.objective(params, batch)
@@ -951,23 +916,36 @@ def _evaluate(net, params, batch):
     return loss, grads, ls, log_loss
 
 
-class _ObjectiveStep:
-    """One update of every trial of a model object: its objective, the loss (or excess loss)
-    the Polyak rules need, and the rule's increment."""
+class _ObjectiveTerms:
+    r"""A model object (the objective interface of :mod:`attnsvm.models.objective`) on the
+    engine's one interface: its batch and initial parameters, the gradient of a step (its
+    ``gradient`` when the rule needs no loss, else its ``objective``, and the excess loss
+    :math:`L - L^\star` for ``polyak_star``) and the records (loss, log-loss, excess)."""
 
-    def __init__(self, cfg, net, batch, params):
-        self.cfg, self.net, self.batch = cfg, net, batch
+    def __init__(self, cfg):
+        net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
+        self.cfg, self.net, self.batch, self.trials = cfg, net, batch, B
+        rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
+        self.params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale,
+                                           **cfg.kw))
+        missing = [k for k in net.trainable if k not in self.params]
+        if missing:
+            raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
         self.trainable = tuple(net.trainable)
-        self.rule = cfg.rule_obj
-        self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
-        self.fast = not self.rule.needs_log_loss and callable(getattr(net, "gradient", None))
-        self.L_star = None
+        self.main = _main_name(net)
+        shape = tuple(self.params[self.main].shape[1:])
+        self.ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
+        self.fast = (not cfg.rule_obj.needs_log_loss
+                     and callable(getattr(net, "gradient", None)))
+        self.L_star_step = None
         if cfg.rule == "polyak_star":
-            self.L_star = (net.L_star(batch) if cfg.L_star is None
-                           else torch.full((cfg.trials,), cfg.L_star, **cfg.kw))
+            self.L_star_step = (net.L_star(batch) if cfg.L_star is None
+                                else torch.full((B,), cfg.L_star, **cfg.kw))
+        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
+        self.small = sum(v.numel() for v in batch.values()) < 2 ** 18
 
-    def __call__(self, params, k):
+    def step_terms(self, params, k, want_log_loss):
+        """``(grads, log_scales, log_loss, check)``; ``check`` (B, 1) is finite iff the step is."""
         if self.fast:                     # the rule needs no loss: the model's gradient alone
             grads, ls = self.net.gradient(params, self.batch)
             log_loss = None
@@ -976,72 +954,97 @@ class _ObjectiveStep:
         else:
             loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
             check = loss
+        if self.L_star_step is not None:
+            log_loss = torch.log(torch.clamp(loss - self.L_star_step, min=0.0))
+        return grads, ls, log_loss, check.unsqueeze(-1)
+
+    def matrix(self, params):
+        return params[self.main]
+
+    def metrics(self, params, nrm):
+        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
+        out = {"loss": loss, "log_loss": log_loss}
         if self.L_star is not None:
-            log_loss = torch.log(torch.clamp(loss - self.L_star, min=0.0))
-        names = self.trainable
-        ctx = self.ctx
-        ctx.log_scale = [None if ls is None else ls[n] for n in names]
+            out["excess"] = loss - self.L_star
+        return out
+
+    def final_params(self, params):
+        return {k: p.cpu().numpy() for k, p in params.items()}
+
+    def opt(self):
+        return None
+
+    def final_check(self, params):
+        return _evaluate(self.net, params, self.batch)[0].unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------- step
+class _Step:
+    """One update of every trial, for every kind of model: the model's terms (gradient in
+    log-scaled form, the loss the Polyak rules need) and the rule's increment
+    (:mod:`attnsvm.optim`). ``__call__`` returns what the finite guard checks (the margins of
+    the batch, or the loss of a model object)."""
+
+    def __init__(self, cfg, terms, params):
+        self.terms, self.trainable = terms, terms.trainable
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.want_log_loss = self.rule.needs_log_loss
+
+    @property
+    def net(self):
+        return self.terms.net
+
+    def __call__(self, params, k):
+        grads, sigma, log_loss, check = self.terms.step_terms(params, k, self.want_log_loss)
+        names, ctx = self.trainable, self.ctx
+        ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
         deltas = self.rule.update([grads[n] for n in names], self.state, ctx)
         for n, dl in zip(names, deltas):
             params[n] = params[n] + dl
-        return check.unsqueeze(-1)
+        return check
 
 
-class _ObjectiveRecorder:
-    r"""Records of a model object: its loss and log-loss, the excess :math:`L - L^\star` (when
-    the model has ``L_star``), the norm and correlations of the main parameter, snapshots."""
+# ----------------------------------------------------------------------------- recorder
+class _Recorder:
+    """What is recorded at a record step, for every kind of model: the model's metrics
+    (loss, log-loss, and what the model adds), the norm and correlations of the main matrix
+    and snapshots of the parameters named in ``cfg.snapshots``."""
 
-    def __init__(self, cfg, net, batch, ref_t):
-        self.cfg, self.net, self.batch, self.ref_t = cfg, net, batch, ref_t
-        self.main = _main_name(net)
-        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
-        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
-        self.rec = {"loss": [], "log_loss": [], "norm": [], "excess": []}
-        self.corr = {name: [] for name in ref_t}
+    def __init__(self, cfg, terms):
+        self.cfg, self.terms = cfg, terms
+        self.ref_t = terms.ref_t
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in self.ref_t.items()}
+        self.rec = {"norm": []}
+        self.corr = {name: [] for name in self.ref_t}
         self.snap = {name: [] for name in cfg.snapshots}
 
     def __call__(self, params):
-        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
-        self.rec["loss"].append(loss)
-        self.rec["log_loss"].append(log_loss)
-        if self.L_star is not None:
-            self.rec["excess"].append(loss - self.L_star)
-        M = params[self.main]
+        M = self.terms.matrix(params)
         nrm = M.flatten(1).norm(dim=1)
+        for name, val in self.terms.metrics(params, nrm).items():
+            self.rec.setdefault(name, []).append(val)
         self.rec["norm"].append(nrm)
         for name, R in self.ref_t.items():
             self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        main = self.terms.main
         for name in self.snap:
-            self.snap[name].append(params[name].clone())
+            self.snap[name].append((M if name == main else params[name]).clone())
 
-    def history(self, params, B):
-        def stack(lst):
+    def history(self, params):
+        """The records as a :class:`History` (numpy arrays)."""
+        def stack(name):
+            lst = self.rec.get(name)
             return torch.stack(lst).cpu().numpy() if lst else None
 
-        traj = {name: stack(v) for name, v in self.snap.items()}
+        traj = {name: torch.stack(v).cpu().numpy() for name, v in self.snap.items() if v}
         return History(
-            steps=self.cfg.grid, loss=stack(self.rec["loss"]), log_loss=stack(self.rec["log_loss"]),
-            norm=stack(self.rec["norm"]), corr={n: stack(v) for n, v in self.corr.items()},
-            excess=stack(self.rec["excess"]),
-            params={k: p.cpu().numpy() for k, p in params.items()},
-            snapshots=traj.get(self.main), trajectory=traj, config=self.cfg.as_dict(B))
-
-
-def _run_objective(cfg):
-    """:func:`run` for a model object (the objective interface of :mod:`attnsvm.models`)."""
-    net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
-    rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
-    params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale, **cfg.kw))
-    missing = [k for k in net.trainable if k not in params]
-    if missing:
-        raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
-    main = _main_name(net)
-    shape = tuple(params[main].shape[1:])
-    ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
-    record = _ObjectiveRecorder(cfg, net, batch, ref_t)
-    step = _ObjectiveStep(cfg, net, batch, params)
-    small = sum(v.numel() for v in batch.values()) < 2 ** 18
-    _loop(cfg, B, params, record, step,
-          lambda: _evaluate(net, params, batch)[0].unsqueeze(-1), small)
-    return record.history(params, B)
+            steps=self.cfg.grid, loss=stack("loss"), log_loss=stack("log_loss"),
+            norm=stack("norm"),
+            corr={name: torch.stack(v).cpu().numpy() for name, v in self.corr.items()},
+            opt_mass=stack("opt_mass"), selected=stack("selected"), margin=stack("margin"),
+            excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
+            snapshots=traj.get(self.terms.main), trajectory=traj,
+            config=self.cfg.as_dict(self.terms.trials))
