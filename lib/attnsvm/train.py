@@ -10,7 +10,7 @@ One step, for every trial at once:
 
 1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
 2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
-   formulas (autograd only for the MLP head), see
+   formulas (for the MLP head, with the head linearized at :math:`h_i`), see
    :func:`attnsvm.losses.grad_coefficients`;
 3. the step rule's increment (:func:`attnsvm.optim.update`).
 
@@ -612,7 +612,7 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
-    if model != "linear" and net.head == "linear":
+    if model != "linear":
         # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
         full["Xt"] = full["X"].transpose(-1, -2).contiguous()
     main_shape = (d,) if model in ("prompt", "linear") else (d, d)

@@ -44,7 +44,9 @@ and with :math:`q_{it} = c_i y_i r_{it}` and :math:`\bar x_i = \sum_t q_{it} x_{
 (:math:`\nabla_W = \sum_i c_i y_i \sum_t s_{it}(g_{it} - f_i)\, x_{it} z_i^\top
 = \sum_i c_i y_i X_i^\top(\mathrm{diag}(s_i) - s_i s_i^\top) X_i v\, z_i^\top`.)
 The linear classifier :math:`f(x) = w^\top x` has :math:`\nabla_w = \sum_i c_i y_i x_i`.
-The MLP head uses autograd.
+A nonlinear head :math:`\psi` (the ReLU MLP) has the same formulas with :math:`v` replaced,
+in sequence :math:`i`, by :math:`\nabla\psi(h_i)` (the head linearized at :math:`h_i`), so it
+shares the linear head's cancellation-free evaluation (derivation in :mod:`attnsvm.models.heads`).
 
 The losses live in :mod:`attnsvm.losses`.
 

@@ -12,7 +12,7 @@ from .._checks import check_choice, check_int
 from ..losses import grad_coefficients
 from ._init import _broadcast_init, _stack
 from .heads import HEADS
-from .parameterizations import PARAMETERIZATIONS, token_sums
+from .parameterizations import PARAMETERIZATIONS, token_products, token_sums
 
 __all__ = ["AttentionClassifier", "softmax_jacobian"]
 
@@ -81,7 +81,8 @@ class AttentionClassifier:
     head : {"linear", "mlp"}
         ``"linear"``: :math:`\psi(h) = v^\top h` with the data's ``v``.
         ``"mlp"``: :math:`\psi(h) = c^\top \mathrm{relu}(U h)`, ``U`` (width, d) and ``c`` (width,)
-        drawn at init (seeded per trial); gradients by autograd.
+        drawn at init (seeded per trial); gradients by the head linearized at
+        :math:`h_i` (:mod:`attnsvm.models.heads`), exact at any saturation.
     width : int, optional
         Hidden width of the MLP head (default ``2 d``).
     train_v : bool
@@ -113,7 +114,6 @@ class AttentionClassifier:
         base, headp = self.scoring.names, self.psi.names
         self.param_names = base + headp
         self.trainable = base + (headp if self.train_v else ())
-        self.autograd = head == "mlp"
 
     # -- initialization -------------------------------------------------------------
     def init_params(self, d, v, rngs, *, init="zeros", init_scale=None, dtype=torch.float64,
@@ -241,34 +241,47 @@ class AttentionClassifier:
         maximum over the trial's sequences is :math:`e^{\sigma}`, so
         :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
         :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
+        A nonlinear head enters through its linearization at :math:`h_i = X_i^\top s_i`
+        (:mod:`attnsvm.models.heads`): :math:`g_{it} = \nabla\psi(h_i)^\top x_{it}` in the formulas
+        above and :math:`u_i = y_i\psi(h_i)`; its own parameters' gradients come from
+        ``param_grads`` with the same log-scale as ``v``.
         """
-        if self.autograd:
-            return self._autograd_grad(params, batch, loss)
         X, y = batch["X"], batch["y"]
         W = self.matrix(params) if self.scoring.query else None
         a = self.scores(params, batch, W)
-        G = batch.get("G")
-        if G is None or self.train_v:
-            G = self.head_values(params, X)
+        Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
+        h = None
+        if self.head == "linear":
+            G = batch.get("G")
+            if G is None or self.train_v:
+                G = self.head_values(params, X)
+        else:                                # the head linearized at h_i (models.heads)
+            s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
+            h = token_sums(X, s, Xt)                               # (B,n,d)
+            psi, w = self.psi.linearize(params, h)
+            G = token_products(X, w)                               # g~_it = w_i^T x_it
         rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
-        u = y * f
+        u = y * (f if h is None else psi)
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
         lw = logc + lam2
         sig = lw.amax(-1)
         rho.mul_((torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1))   # q, in place
-        xbar = token_sums(X, rho, batch.get("Xt"))              # (B,n,d)
+        xbar = token_sums(X, rho, Xt)                           # (B,n,d)
         grads, scales = self.scoring.grads(params, xbar, batch, sig)
         if self.train_v:
             sv = logc.amax(-1)
             cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
-            s = torch.exp(a - (a_top - log_s_top.unsqueeze(-1)))    # softmax (B,n,T)
-            h = token_sums(X, s, batch.get("Xt"))                  # (B,n,d)
-            grads["v"] = (cy.unsqueeze(-1) * h).sum(-2)
-            scales["v"] = sv
+            if h is None:
+                s = torch.exp(a - (a_top - log_s_top.unsqueeze(-1)))    # softmax (B,n,T)
+                h = token_sums(X, s, Xt)                           # (B,n,d)
+            for name, g in self.psi.param_grads(params, h, cy).items():
+                grads[name] = g
+                scales[name] = sv
         return u, grads, scales
 
-    def _autograd_grad(self, params, batch, loss):
-        r"""Autograd version of :meth:`grad` (used for the MLP head): backpropagates
+    def autograd_grad(self, params, batch, loss):
+        r"""Autograd version of :meth:`grad`, the reference the tests compare with away from
+        saturation (where it is exact) and show wrong at saturation: backpropagates
         :math:`\sum_{b,i} c_{bi} u_{bi}` with :math:`c = -e^{\log(-\ell'/n) - \sigma}` detached;
         trials are independent, so one backward pass gives every trial's gradient."""
         with torch.enable_grad():

@@ -58,8 +58,9 @@ smaller margin raises :class:`SolverError`. Nothing returns ``None`` or NaN.
 
 Layout
 ------
-``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm`, :func:`linear_svm`,
-              :func:`head_svm`) and the choice of solver path
+``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm` strict or relaxed,
+              :func:`head_support`, :func:`linear_svm`, :func:`head_svm`) and the choice of
+              solver path
 ``graph``     the priority-graph Att-SVM of next-token prediction and its finite part
 ``local``     support tokens, local optimality, cones, numerical rank
 ``_ipm``      the dense interior point (Frobenius norm)
@@ -68,7 +69,7 @@ Layout
 """
 from ._common import CLARABEL_OPTIONS, InfeasibleError, SolverError
 from ._ipm import choose_formulation
-from .attsvm import att_svm, att_svm_batch, head_svm, linear_svm, p_svm
+from .attsvm import att_svm, att_svm_batch, head_support, head_svm, linear_svm, p_svm
 from .graph import graph_finite, graph_subspace, graph_svm
 from .local import in_cone, is_locally_optimal, rank, support_tokens
 
@@ -80,6 +81,7 @@ __all__ = [
     "att_svm_batch",
     "choose_formulation",
     "p_svm",
+    "head_support",
     "linear_svm",
     "head_svm",
     "graph_svm",
