@@ -372,11 +372,11 @@ GOOD = inst(3, 4, 5, seed=15)
     (dict(X=np.zeros((3, 4))), "X"),
     (dict(Z=np.zeros((3, 4))), "Z"),
     (dict(Z=np.full((3, 5), np.inf)), "Z"),
-    (dict(opt=np.array([0, 1, 4])), "opt"),
-    (dict(opt=np.array([0, 1])), "opt"),
-    (dict(opt=np.array([0.5, 1, 2])), "opt"),
-    (dict(opt=[{0, 1}, {0}, set()]), "opt"),
-    (dict(opt=[{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}]), "opt"),
+    (dict(alpha=np.array([0, 1, 4])), "alpha"),
+    (dict(alpha=np.array([0, 1])), "alpha"),
+    (dict(alpha=np.array([0.5, 1, 2])), "alpha"),
+    (dict(alpha=[{0, 1}, {0}, set()]), "alpha"),
+    (dict(alpha=[{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}]), "alpha"),
     (dict(norm="operator"), "norm"),
     (dict(norm=0.5), "norm"),
     (dict(solver="NOPE"), "solver"),
@@ -384,11 +384,11 @@ GOOD = inst(3, 4, 5, seed=15)
 ])
 def test_att_svm_malformed(kwargs, match):
     X, y, Z, v, opt = GOOD
-    args = dict(X=X, Z=Z, opt=opt)
+    args = dict(X=X, Z=Z, alpha=opt)
     args.update(kwargs)
     extra = {k: args.pop(k) for k in ("norm", "solver") if k in args}
     with pytest.raises(ValueError, match=match):
-        att_svm(args["X"], args["Z"], args["opt"], **extra)
+        att_svm(args["X"], args["Z"], args["alpha"], **extra)
 
 
 def test_other_malformed():
@@ -411,7 +411,7 @@ def test_other_malformed():
         in_cone(np.eye(2), np.zeros((2, 2)), R0=0, eps=0.1)
     with pytest.raises(ValueError, match="rtol"):
         rank(np.eye(2), rtol=0)
-    with pytest.raises(ValueError, match="opt"):
+    with pytest.raises(ValueError, match="alpha"):
         att_svm_batch(X[None], Z[None], opt)
 
 

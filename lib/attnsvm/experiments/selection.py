@@ -13,7 +13,7 @@ Data models
 
 Selections and SVMs
 -------------------
-* :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
+* :func:`attnsvm.tokens.selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
   parameter (argmax of the scores; the set of tokens keeping softmax mass).
 * the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
   ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
@@ -46,7 +46,6 @@ from .. import train as _train
 __all__ = [
     "unit_instances",
     "prompt_instances",
-    "selected_tokens",
     "selected_sets",
     "balanced_factors",
     "factor_cost",
@@ -98,17 +97,6 @@ def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
 
 
 # ----------------------------------------------------------------------------- selections
-def selected_tokens(X, W, Z=None):
-    r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
-    :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
-
-    Shapes broadcast over a leading trials axis: X (..., n, T, d), W (..., d, d) or (..., d).
-    """
-    X = as_float_array("X", X, min_ndim=3)
-    W = as_float_array("W", W)
-    return np.argmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
-
-
 def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
     r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
     :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
@@ -312,7 +300,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
                                      snapshots=True, seed=seed, device=device, **kw)
     sel = {"opt": opt}
     for model in ("W", "KQ"):
-        sel[model] = selected_tokens(X, hist[model].params["W"], Z)
+        sel[model] = _tokens.selected_tokens(X, hist[model].params["W"], Z)
     svms, feas = {}, {}
     for norm in ("fro", "nuc"):
         s, f = _svm_cache(X, Z, sel, norm)
@@ -498,7 +486,7 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
                        lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
                        seed=seed, device=device)
     p = h.params["p"]
-    sel = selected_tokens(X, p)
+    sel = _tokens.selected_tokens(X, p)
     p_mm = np.zeros((B, d))
     v_mm = np.zeros((B, d))
     fp = np.zeros(B, dtype=bool)
@@ -645,7 +633,7 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     idx = np.flatnonzero(resolved)
     if idx.size:
         Wg[idx], fg[idx] = _svm.att_svm_batch(X[idx], Z[idx], [sets[b] for b in idx])
-    single = selected_tokens(X, W, Z)
+    single = _tokens.selected_tokens(X, W, Z)
     Ws, fs = _svm.att_svm_batch(X, Z, single)
     cg = _metrics.corr(h.snapshots, Wg[None])
     cs = _metrics.corr(h.snapshots, Ws[None])

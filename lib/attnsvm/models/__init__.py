@@ -84,7 +84,7 @@ self-attention layer).
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
-from .ntp_attention import SelfAttentionNTP, ntp_attention_objective
+from .ntp_attention import SelfAttentionNTP
 from .ntp_linear import NTPLinear
 from .ntp_ufm import NTPUFM
 from .objective import MarginObjective, ObjectiveModel, is_objective_model
@@ -92,4 +92,4 @@ from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
            "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear", "NTPUFM",
-           "is_objective_model", "SelfAttentionNTP", "ntp_attention_objective"]
+           "is_objective_model", "SelfAttentionNTP"]

@@ -13,7 +13,7 @@ from ._common import _RESCALE_TOL, CLARABEL_OPTIONS, SolverError
 def _cvx_solve(prob, norm, solver, form):
     """Solve with cvxpy; ``norm`` is "fro", "nuc", "spectral" or a float p; ``form``
     "primal"/"dual". The solver's status is left in ``prob.status``."""
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     opts = dict(CLARABEL_OPTIONS) if solver == "CLARABEL" else {}
     ineq = ~prob.eq
@@ -81,7 +81,7 @@ def _cvx_solve(prob, norm, solver, form):
 
 
 def _cvx_run(pr, solver, opts):
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     try:
         pr.solve(solver=solver, **opts)

@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice
+from .._checks import as_float_array, check_choice, renamed
 from ._common import (InfeasibleError, SolverError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
                       _lam_array, _parse_selection, _Problem)
 from ._cvx import _cvx_solve, _post_check
@@ -42,7 +42,7 @@ def _parse_solver(solver, norm):
             raise ValueError(f"solver={solver!r} selects a Frobenius formulation; "
                              f"norm={norm!r} needs a cvxpy solver name or None")
         return "ipm", solver
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     name = solver.upper()
     if name not in cp.installed_solvers():
@@ -75,13 +75,14 @@ def _solve(prob, norm, solver):
     return _post_check(prob, W, lam)
 
 
-def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_status=False):
-    r"""The attention SVM :math:`W^{\alpha}_{mm}` for the selected tokens ``opt``.
+@renamed(opt="alpha")
+def att_svm(X, Z, alpha, *, norm="fro", solver=None, return_dual=False, return_status=False):
+    r"""The attention SVM :math:`W^{\alpha}_{mm}` for the selected tokens ``alpha``.
 
     .. math::
 
-        \min_W \|W\| \quad\text{s.t.}\quad (x_{i,\mathrm{opt}_i} - x_{it})^\top W z_i \ge 1
-        \quad \forall i,\ t \ne \mathrm{opt}_i .
+        \min_W \|W\| \quad\text{s.t.}\quad (x_{i,\alpha_i} - x_{it})^\top W z_i \ge 1
+        \quad \forall i,\ t \ne \alpha_i .
 
     Parameters
     ----------
@@ -89,9 +90,9 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
         Tokens; ``n >= 1``, ``T >= 2``, finite.
     Z : array_like, shape (n, d)
         Queries :math:`z_i`.
-    opt : array_like of int, shape (n,), or list of n token sets
-        The selected token of each sequence (``opt`` from :func:`optimal_tokens`, or any
-        choice ``alpha``). A list whose entries are sets (or lists) of tokens asks for a
+    alpha : array_like of int, shape (n,), or list of n token sets
+        The selected token of each sequence (e.g. ``opt`` from :func:`optimal_tokens`, or any
+        choice). A list whose entries are sets (or lists) of tokens asks for a
         multi-token selection: the tokens :math:`s \in S_i` get equal scores,
         :math:`(x_{is} - x_{is'})^\top W z_i = 0`, and every other token scores at least 1
         lower, :math:`(x_{is} - x_{it})^\top W z_i \ge 1` for :math:`s\in S_i, t \notin S_i`.
@@ -129,7 +130,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
         sequence ``i`` (0 at the selected token), or (n, T, T) for a multi-token selection
         with ``lam[i, s, t]`` that of the pair (s selected, t); equality rows (t the first
         token of :math:`S_i`) may have either sign. Then
-        :math:`\sum_{i,t} \lambda_{it} (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` equals ``W``
+        :math:`\sum_{i,t} \lambda_{it} (x_{i,\alpha_i} - x_{it}) z_i^\top` equals ``W``
         for ``norm="fro"`` (the multipliers of :math:`\tfrac12\|W\|_F^2`); for the other
         norms the sum lies in the subdifferential of the norm at ``W`` (its dual norm is
         at most 1) and :math:`\sum \lambda = \|W\|` (multipliers of :math:`\|W\|`).
@@ -148,7 +149,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
     n, T, d = X.shape
     Z = _check_Z(Z, n, d)
     norm = _parse_norm(norm)
-    alpha, sets = _parse_selection(opt, n, T, "opt")
+    alpha, sets = _parse_selection(alpha, n, T, "alpha")
     c = _constraints(X, alpha, sets)
     prob = _Problem("att", c.U, Z[c.seq], c.eq, "Att-SVM", f"n={n}, T={T}, d={d}")
     W, lam = _solve(prob, norm, solver)
@@ -162,14 +163,15 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
 BATCH_STATUSES = ("optimal", "optimal_inaccurate", "infeasible", "failed")
 
 
-def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False, return_status=False):
+@renamed(opt="alpha")
+def att_svm_batch(X, Z, alpha, *, norm="fro", solver=None, strict=False, return_status=False):
     r"""Solve :func:`att_svm` for each trial of a batch (the one batched Att-SVM of the library).
 
     Parameters
     ----------
     X : array_like, shape (B, n, T, d)
     Z : array_like, shape (B, n, d)
-    opt : array_like of int, shape (B, n), or a sequence of ``B`` selections
+    alpha : array_like of int, shape (B, n), or a sequence of ``B`` selections
         One token per sequence and trial, or, per trial, anything :func:`att_svm` takes
         (e.g. a list of ``n`` token sets: the multi-token Att-SVM).
     norm, solver
@@ -195,7 +197,7 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False, return_st
     X = as_float_array("X", X, ndim=4)
     B = X.shape[0]
     Z = as_float_array("Z", Z, shape=(B, X.shape[1], X.shape[3]))
-    sels = _batch_selections(opt, X.shape[:2])
+    sels = _batch_selections(alpha, X.shape[:2])
     d = X.shape[-1]
     W = np.zeros((B, d, d))
     feasible = np.zeros(B, dtype=bool)
@@ -224,25 +226,26 @@ def _is_sets(sel):
     return not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel)
 
 
-def _batch_selections(opt, shape):
+def _batch_selections(alpha, shape):
     """Per-trial selections of :func:`att_svm_batch`: an int array (B, n) or B selections."""
     B, n = shape
-    if not isinstance(opt, np.ndarray) and len(opt) == B and any(_is_sets(o) for o in opt):
+    if not isinstance(alpha, np.ndarray) and len(alpha) == B and any(_is_sets(o) for o in alpha):
         return [[tuple(s) for s in o] if _is_sets(o) else np.asarray(o, dtype=np.int64)
-                for o in opt]
-    opt = np.asarray(opt)
-    if opt.shape != (B, n):
-        raise ValueError(f"opt must have shape {(B, n)}, got {opt.shape}")
-    return opt
+                for o in alpha]
+    alpha = np.asarray(alpha)
+    if alpha.shape != (B, n):
+        raise ValueError(f"alpha must have shape {(B, n)}, got {alpha.shape}")
+    return alpha
 
 
-def p_svm(X, opt, *, support=None, solver=None, return_dual=False):
+@renamed(opt="alpha")
+def p_svm(X, alpha, *, support=None, solver=None, return_dual=False):
     r"""The prompt-attention SVM :math:`p_{mm}`, or its relaxed form.
 
     .. math::
 
         p_{mm} = \arg\min_p \|p\|_2 \quad\text{s.t.}\quad
-        (x_{i,\mathrm{opt}_i} - x_{it})^\top p \ge b_i \quad \forall i,\ t\ne \mathrm{opt}_i,
+        (x_{i,\alpha_i} - x_{it})^\top p \ge b_i \quad \forall i,\ t\ne \alpha_i,
 
     with :math:`b_i = 1` for every sequence (the strict p-SVM) or, given ``support``,
     :math:`b_i = 1` on the support sequences and :math:`b_i = 0` elsewhere (the *relaxed* p-SVM:
@@ -252,20 +255,20 @@ def p_svm(X, opt, *, support=None, solver=None, return_dual=False):
     vector of :math:`v_{mm}` decays faster than that of a support sequence, so only the support
     sequences need to push :math:`p` along; the relaxed p-SVM is the reference this suggests
     (:func:`head_support` gives its mask). KKT: :math:`p = \sum_{it}\lambda_{it}
-    (x_{i,\mathrm{opt}_i} - x_{it})`, :math:`\lambda \ge 0`,
-    :math:`\lambda_{it}((x_{i,\mathrm{opt}_i} - x_{it})^\top p - b_i) = 0`. Relaxing can only
+    (x_{i,\alpha_i} - x_{it})`, :math:`\lambda \ge 0`,
+    :math:`\lambda_{it}((x_{i,\alpha_i} - x_{it})^\top p - b_i) = 0`. Relaxing can only
     lower the norm; with every sequence a support sequence it is the strict p-SVM.
 
     Parameters
     ----------
     X : array_like, shape (n, T, d)
-    opt : array_like of int (n,), or list of token sets (as in :func:`att_svm`)
+    alpha : array_like of int (n,), or list of token sets (as in :func:`att_svm`)
     support : array_like of bool, shape (n,), optional
         The sequences that keep margin 1 (at least one); None: all (the strict p-SVM).
     solver : as in :func:`att_svm` (norm is Euclidean; the relaxed problem is solved by cvxpy)
     return_dual : bool
         Also return multipliers ``lam`` (n, T) with
-        :math:`p_{mm} = \sum_{it} \lambda_{it}(x_{i,\mathrm{opt}_i} - x_{it})` (or (n, T, T)
+        :math:`p_{mm} = \sum_{it} \lambda_{it}(x_{i,\alpha_i} - x_{it})` (or (n, T, T)
         for sets).
 
     Returns
@@ -281,7 +284,7 @@ def p_svm(X, opt, *, support=None, solver=None, return_dual=False):
     """
     X = _check_X(X)
     n, T, d = X.shape
-    alpha, sets = _parse_selection(opt, n, T, "opt")
+    alpha, sets = _parse_selection(alpha, n, T, "alpha")
     c = _constraints(X, alpha, sets)
     zero = None
     if support is not None:
