@@ -444,4 +444,12 @@ def test_zen_and_ufm_experiments_small():
     s, c = ufm.summary(), ufm.claims()
     assert set(c) == UFM_CLAIMS and _pairs(c)
     assert c["ufm_finite_bound"][0] and c["ufm_monotone"][0] and c["ufm_nuc_rank"][0]
-    assert s["ufm_step_early"] == 20 and s["ufm_nuc_ratio"] >= 1 - 1e-6
+    assert 20 <= s["ufm_step_early"] < 40 and s["ufm_nuc_ratio"] >= 1 - 1e-6    # first record >= T/100
+
+
+@pytest.mark.slow
+def test_quick_profile_claims():
+    """The notebooks' quick-profile runs (ch15_ntp, ch15b_ntp_geometry): every claim holds."""
+    for r in (X.ntp_linear_experiment(), X.zen_experiment(), X.ufm_experiment()):
+        c = r.claims()
+        assert all(h for h, _ in c.values()), {k: t for k, (h, t) in c.items() if not h}
