@@ -15,8 +15,8 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``book``     the book's build (``python -m attnsvm.book build``)
-``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
-             rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
+``svm_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, linear next-token prediction
+             (the geometry rules, steepest, mirror, PRGD and scheduled Adam, are ``optim``'s)
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
                "bounds", "claims", "experiments",
-               "svm_geometry", "optim_geometry", "ntp")   # Part IV
+               "svm_geometry", "ntp")   # Part IV
 
 #: public name -> submodule that defines it
 _EXPORTS = {
