@@ -2,8 +2,8 @@ r"""Optimizer geometry (Part IV, chapters 13-14): which margin, in which norm, a
 
 The driver owns no mathematics: the step rules are :mod:`attnsvm.optim`'s (trained by
 :func:`attnsvm.train.fit`, the model wrapped as an :class:`attnsvm.models.MarginObjective`), the
-max-margin problems :mod:`attnsvm.svm` / :mod:`attnsvm.svm_geometry`'s, the fits
-:mod:`attnsvm.experiments.rates`'s. It batches over trials what the chapters compare:
+max-margin problems :mod:`attnsvm.svm`'s, the fits :mod:`attnsvm.metrics`'s. It batches over
+trials what the chapters compare:
 
 * linear (chapter 13): :func:`margin_ratios` (the table :math:`\bar\gamma_q(w_T)/\gamma_q`),
   :func:`margin_gaps` (:math:`\gamma_q - \bar\gamma_q(w_t)` along a run),
@@ -11,7 +11,7 @@ max-margin problems :mod:`attnsvm.svm` / :mod:`attnsvm.svm_geometry`'s, the fits
   ``thm-sd-margin`` and where it holds), :func:`gap_slopes` (fitted log-log slopes of a gap),
   :func:`phase_fit` (PRGD's log-gap against its phase index, with :math:`R^2`);
 * attention (chapter 14): :func:`att_margin_gap` (the relative Att-SVM margin gap along a run),
-  :func:`selected_tokens` and :func:`compare_att_svms`, which solves
+  :func:`attnsvm.tokens.selected_tokens` and :func:`compare_att_svms`, which solves
   the Att-SVM of every (run, norm) on the tokens each run selects, with each trial's solver
   status, and returns correlations and own-norm margin ratios (:class:`AttSVMComparison`).
 """
@@ -23,16 +23,15 @@ import numpy as np
 import torch
 
 from .. import data as _data
-from .. import metrics, svm, svm_geometry
+from .. import metrics, svm, tokens
 from .. import train as _train
-from .._checks import as_float_array, check_int, check_positive
+from .._checks import as_float_array, check_int, check_positive, renamed
 from ..devices import resolve_device
 from ..models import AttentionClassifier, LinearClassifier, MarginObjective
-from .rates import slopes
 
 __all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry",
            "margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
-           "phase_fit", "att_margin_gap", "selected_tokens", "AttSVMComparison", "compare_att_svms"]
+           "phase_fit", "att_margin_gap", "AttSVMComparison", "compare_att_svms"]
 
 
 # ----------------------------------------------------------------------------- linear
@@ -58,13 +57,13 @@ def margin_ratios(w, X, y, norms, gammas):
     -------
     dict name -> ndarray (..., B)
     """
-    return {k: svm_geometry.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
+    return {k: svm.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
             for k, q in norms.items()}
 
 
 def margin_gaps(iterates, X, y, q, gamma):
     r""":math:`\gamma_q - \bar\gamma_q(w_t)` for recorded iterates (K, B, d): shape (K, B)."""
-    return np.asarray(gamma)[None] - svm_geometry.margin_in_norm(iterates, X[None], y[None], q)
+    return np.asarray(gamma)[None] - svm.margin_in_norm(iterates, X[None], y[None], q)
 
 
 def sd_margin_radius(steps, X, norm, *, lr, decay):
@@ -121,9 +120,9 @@ def check_sd_bound(run, X, y, norm, gamma, *, lr, decay):
 
 def gap_slopes(t, gap, *, tail=0.1):
     r"""Per-trial fitted log-log slope of a positive gap (K, B) on the last decade
-    ``[tail * t_max, t_max]`` (``rates.slopes``): :math:`\mathrm{gap} \approx c\,t^{\beta}`.
+    ``[tail * t_max, t_max]`` (:func:`attnsvm.metrics.slopes`): :math:`\mathrm{gap} \approx c\,t^{\beta}`.
     NaN for trials whose gap is not positive there."""
-    return slopes(t, gap, tail=tail)
+    return metrics.slopes(t, gap, tail=tail)
 
 
 def phase_fit(t, gap, period, *, start=0, stop=None):
@@ -164,18 +163,14 @@ def phase_fit(t, gap, period, *, start=0, stop=None):
 
 # ----------------------------------------------------------------------------- attention
 
-def att_margin_gap(iterates, X, Z, sel, W_svm, norm="fro"):
+@renamed(sel="alpha")
+def att_margin_gap(iterates, X, Z, alpha, W_svm, norm="fro"):
     r"""Relative Att-SVM margin gap :math:`1 - \bar\gamma(W_t)/\bar\gamma(W^\alpha)` of recorded
     iterates (K, B, d, d) against the Att-SVM ``W_svm`` (B, d, d) of the same norm and token
-    choice ``sel`` (B, n) (``svm_geometry.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
+    choice ``alpha`` (B, n) (``attnsvm.svm.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
     exactly at the maximizers of the normalized margin."""
-    best = svm_geometry.att_margin_in_norm(W_svm, X, Z, sel, norm)
-    return 1.0 - svm_geometry.att_margin_in_norm(iterates, X, Z, sel, norm) / best[None]
-
-
-def selected_tokens(X, Z, W):
-    """The token of largest attention weight of every sequence: (B, n) for ``W`` (B, d, d)."""
-    return metrics.attention(X, W, Z).argmax(-1)
+    best = svm.att_margin_in_norm(W_svm, X, Z, alpha, norm)
+    return 1.0 - svm.att_margin_in_norm(iterates, X, Z, alpha, norm) / best[None]
 
 
 @dataclass
@@ -187,7 +182,7 @@ class AttSVMComparison:
     (B,) (``attnsvm.svm.att_svm_batch(..., return_status=True)``), the correlation ``corr``
     (B,) of the iterate with it, and the own-norm margin ratio
     ``ratio`` (B,) :math:`\bar\gamma_q(W_T)/\bar\gamma_q(W^{\alpha}_q) \le 1`
-    (``svm_geometry.att_margin_in_norm``), which does not depend on which minimizer the solver
+    (``attnsvm.svm.att_margin_in_norm``), which does not depend on which minimizer the solver
     returns when the norm is not strictly convex. Trials without a solution give NaN.
     """
 
@@ -247,7 +242,7 @@ def compare_att_svms(X, Z, finals, norms, *, opt=None):
     unknown = sorted(set(norms) - set(finals))
     if unknown:
         raise ValueError(f"norms names runs {unknown} that are not in finals {sorted(finals)}")
-    sel = {k: selected_tokens(X, Z, np.asarray(W, dtype=float)) for k, W in finals.items()}
+    sel = {k: tokens.selected_tokens(X, np.asarray(W, dtype=float), Z) for k, W in finals.items()}
     opt_frac = {} if opt is None else {k: float(np.mean(s == np.asarray(opt))) for k, s in sel.items()}
     out = AttSVMComparison(sel=sel, opt_frac=opt_frac)
     cache = {}
@@ -260,8 +255,8 @@ def compare_att_svms(X, Z, finals, norms, *, opt=None):
             Ws, ok, status = cache[ck]
             nq = "fro" if q == 2.0 else q
             c = metrics.corr(W, Ws, elem_ndim=2)
-            own = svm_geometry.att_margin_in_norm(W, X, Z, sel[k], nq)
-            best = svm_geometry.att_margin_in_norm(Ws, X, Z, sel[k], nq)
+            own = svm.att_margin_in_norm(W, X, Z, sel[k], nq)
+            best = svm.att_margin_in_norm(Ws, X, Z, sel[k], nq)
             with np.errstate(invalid="ignore", divide="ignore"):
                 r = own / best
             out.svms[k, q], out.status[k, q] = Ws, status
@@ -472,8 +467,8 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
     model = LinearClassifier()
     w0 = model.init_params(d, None, [None] * trials, device=dev)      # w_0 = 0
     norms = {"1": 1.0, "1_5": p_md_small, "2": 2.0, "3": 3.0, "inf": np.inf}
-    w_p = {k: svm_geometry.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
-    gam = {k: 1.0 / svm_geometry.vector_norm(w_p[k], q) for k, q in norms.items()}
+    w_p = {k: svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
+    gam = {k: 1.0 / svm.vector_norm(w_p[k], q) for k, q in norms.items()}
     methods = {"cd": _sd(1, lr_sd, decay), "ngd": _sd(2, lr_sd, decay),
                "md_small": _md(p_md_small, lr_md, decay), "md": _md(p_md, lr_md, decay),
                "sign": _sd("inf", lr_sd, decay),
@@ -666,7 +661,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     rate_rules = {"ngd": _sd(2, lr_md, 0.0), "prgd": _prgd(lr_md, prgd_period, prgd_growth)}
     rate_runs = {k: _fit_margin(model, W0, batch, steps=rate_steps, loss="logistic",
                                 record_steps=rec, **kw) for k, kw in rate_rules.items()}
-    sel = {k: selected_tokens(data.X, data.Z, r["iterates"][-1]) for k, r in rate_runs.items()}
+    sel = {k: tokens.selected_tokens(data.X, r["iterates"][-1], data.Z) for k, r in rate_runs.items()}
     W_ref = {k: svm.att_svm_batch(data.X, data.Z, s, strict=True)[0] for k, s in sel.items()}
     att_gap = {k: att_margin_gap(r["iterates"], data.X, data.Z, sel[k], W_ref[k])
                for k, r in rate_runs.items()}

@@ -1,8 +1,8 @@
 r"""Chapter 15 drivers: the two limits of linear next-token prediction (Thrampoulidis 2024) for
 several step rules, and the logit geometry of the NTP unconstrained-features model, read off
 training runs of :func:`attnsvm.train.fit` that are batched over trials. The mathematics is
-:mod:`attnsvm.ntp`'s and :mod:`attnsvm.svm_geometry`'s; the metric is
-:func:`attnsvm.metrics.corr`.
+:mod:`attnsvm.data`'s, :mod:`attnsvm.losses`'s, :mod:`attnsvm.svm`'s and
+:mod:`attnsvm.bounds`'s; the metric is :func:`attnsvm.metrics.corr`.
 
 * :func:`ntp_linear_experiment` (synthetic data) and :func:`zen_experiment` (the Zen of Python)
   train the linear decoder with GD, NGD and Adam (:class:`NTPLinearRun`, :class:`ZenRun`);
@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import log_softmax
 
-from .. import metrics, ntp
-from .. import svm_geometry as SG
+from .. import bounds as _bounds
+from .. import data as _data
+from .. import losses as _losses
+from .. import metrics
+from .. import svm as _svm
 from .. import train as _train
 from ..models import NTPUFM, NTPLinear
 
@@ -62,10 +65,10 @@ def linear_limits(data, *, rules, W_star=None, W_mm=None):
     """
     if not data.batched:
         raise ValueError("data must be batched (a leading trials axis)")
-    W_star = SG.ntp_finite(data.H, data.P) if W_star is None else W_star
-    W_mm = SG.ntp_svm(data.H, data.P) if W_mm is None else W_mm
-    PF = ntp.projector_F(data)
-    H_ent = ntp.entropy(data)
+    W_star = _svm.ntp_finite(data.H, data.P) if W_star is None else W_star
+    W_mm = _svm.ntp_svm(data.H, data.P) if W_mm is None else W_mm
+    PF = _svm.projector_F(data)
+    H_ent = _losses.entropy(data)
     runs, res = {}, {}
     for name, kw in rules.items():
         kw = dict(kw)
@@ -182,7 +185,7 @@ class NTPLinearRun:
 
 
 def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
-    return {"gd": dict(optimizer="gd", steps=steps, lr=1.0 / (2.0 * ntp.smoothness(data)),
+    return {"gd": dict(optimizer="gd", steps=steps, lr=1.0 / (2.0 * _losses.ce_smoothness(data)),
                        record_steps=_log_grid(steps, n_records, steps_fast, *extra)),
             "ngd": dict(optimizer="ngd", steps=steps_fast, lr=lr_ngd),
             "adam": dict(optimizer="adam", steps=steps_fast, lr=lr_adam)}
@@ -191,7 +194,7 @@ def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
 def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
                           steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0):
     r"""Chapter 15: the linear NTP decoder on ``trials`` data sets of
-    :func:`attnsvm.ntp.synthetic`, GD with :math:`\eta = 1/(2L)` (:func:`attnsvm.ntp.smoothness`,
+    :func:`attnsvm._data.ntp_synthetic`, GD with :math:`\eta = 1/(2L)` (:func:`attnsvm._losses.ce_smoothness`,
     one per trial) for ``steps`` steps (recorded at 50 log-spaced steps, ``steps_fast`` and
     ``steps // 100``), NGD and Adam for ``steps_fast`` steps.
 
@@ -199,11 +202,11 @@ def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
     -------
     NTPLinearRun
     """
-    data = ntp.synthetic(m, V, d, support=support, trials=trials, seed=seed)
-    W_star, W_mm = SG.ntp_finite(data.H, data.P), SG.ntp_svm(data.H, data.P)
+    data = _data.ntp_synthetic(m, V, d, support=support, trials=trials, seed=seed)
+    W_star, W_mm = _svm.ntp_finite(data.H, data.P), _svm.ntp_svm(data.H, data.P)
     out = linear_limits(data, W_star=W_star, W_mm=W_mm, rules=_rules(
         data, steps, steps_fast, lr_ngd, lr_adam, 50, steps // 100))
-    return NTPLinearRun(data, W_star, W_mm, ntp.projector_F(data), out["runs"], out["res"],
+    return NTPLinearRun(data, W_star, W_mm, _svm.projector_F(data), out["runs"], out["res"],
                         config=dict(m=m, V=V, d=d, support=support, trials=trials, steps=steps,
                                     steps_fast=steps_fast, lr_ngd=lr_ngd, lr_adam=lr_adam,
                                     seed=seed))
@@ -212,7 +215,7 @@ def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
 @dataclass
 class ZenRun(NTPLinearRun):
     r"""Result of :func:`zen_experiment`: :class:`NTPLinearRun` on the Zen of Python
-    (``corpus`` the :class:`attnsvm.ntp.Corpus`); its numbers carry the prefix ``zen_``."""
+    (``corpus`` the :class:`attnsvm.data.Corpus`); its numbers carry the prefix ``zen_``."""
 
     corpus: object = None
 
@@ -256,7 +259,7 @@ class ZenRun(NTPLinearRun):
 
 def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
                    steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0):
-    r"""Chapter 15: the linear NTP decoder on the Zen of Python (:func:`attnsvm.ntp.corpus`,
+    r"""Chapter 15: the linear NTP decoder on the Zen of Python (:func:`attnsvm._data.ntp_corpus`,
     contexts of ``k`` words, ``vocab_size`` tokens, :math:`d = m +` ``extra_dims``, ``trials``
     draws of the embeddings), trained as in :func:`ntp_linear_experiment` (GD recorded at 40
     log-spaced steps and ``steps_fast``).
@@ -265,11 +268,11 @@ def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
     -------
     ZenRun
     """
-    m = len(ntp.corpus(k=k, vocab_size=vocab_size, trials=1, seed=seed).contexts)
-    zen = ntp.corpus(k=k, vocab_size=vocab_size, d=m + extra_dims, trials=trials, seed=seed)
+    m = len(_data.ntp_corpus(k=k, vocab_size=vocab_size, trials=1, seed=seed).contexts)
+    zen = _data.ntp_corpus(k=k, vocab_size=vocab_size, d=m + extra_dims, trials=trials, seed=seed)
     data = zen.data
     out = linear_limits(data, rules=_rules(data, steps, steps_fast, lr_ngd, lr_adam, 40))
-    return ZenRun(data, out["W_star"], out["W_mm"], ntp.projector_F(data), out["runs"],
+    return ZenRun(data, out["W_star"], out["W_mm"], _svm.projector_F(data), out["runs"],
                   out["res"], config=dict(k=k, vocab_size=vocab_size, extra_dims=extra_dims,
                                           trials=trials, steps=steps, steps_fast=steps_fast,
                                           lr_ngd=lr_ngd, lr_adam=lr_adam, seed=seed),
@@ -280,20 +283,20 @@ def ufm_geometry(P, pi, groups, run):
     r"""The logit geometry of a UFM run (a dict of recorded ``steps``, ``W``, ``H``, ``loss``, as
     :func:`ufm_experiment` trains it), at every recorded step.
 
-    With :math:`L_t = H_tW_t^\top`, :math:`L^* =` :func:`attnsvm.ntp.logit_finite` and the logit
-    SVMs :math:`L^{mm}_F, L^{mm}_*` (:func:`attnsvm.ntp.logit_svm`, Frobenius and nuclear):
+    With :math:`L_t = H_tW_t^\top`, :math:`L^* =` :func:`attnsvm._svm.logit_finite` and the logit
+    SVMs :math:`L^{mm}_F, L^{mm}_*` (:func:`attnsvm._svm.logit_svm`, Frobenius and nuclear):
 
     - ``relerr``: :math:`\|P_{F_L}L_t - L^*\|_F/\|L^*\|_F`;
     - ``bound_ok``: every entry of :math:`P_{F_L}L_t - L^*` within
-      :func:`attnsvm.ntp.finite_part_bound` of the per-context excess loss (bool);
+      :func:`attnsvm._bounds.finite_part_bound` of the per-context excess loss (bool);
     - ``corr_nuc``, ``corr_fro``: correlation of :math:`L_t - P_{F_L}L_t` with the two SVMs;
     - ``tail``: share of :math:`\|L_t - P_{F_L}L_t\|_F^2` outside its top-G singular values
       (G = number of support patterns);
-    - ``collapse``: :func:`attnsvm.ntp.collapse_ratio` of the context embeddings :math:`H_t`;
+    - ``collapse``: :func:`attnsvm.metrics.collapse_ratio` of the context embeddings :math:`H_t`;
     - ``bound_ratio``: the largest ratio, over contexts where the bound is finite, of the entry
       error of :math:`P_{F_L}L_t - L^*` to the bound (at most 1 by the lemma);
     - ``nuc_ratio``: :math:`\|L_t - P_{F_L}L_t\|_*/\gamma_t` over :math:`\|L^{mm}_*\|_*`, with
-      :math:`\gamma_t` the margin of :math:`L_t - P_{F_L}L_t` (:func:`attnsvm.ntp.logit_margin`;
+      :math:`\gamma_t` the margin of :math:`L_t - P_{F_L}L_t` (:func:`attnsvm._svm.logit_margin`;
       ``inf`` while :math:`\gamma_t \le 0`). The rescaled orthogonal part is feasible for the
       nuclear-norm logit SVM, so the ratio is at least 1, and it equals 1 exactly when the rescaled
       part is one of the SVM's minimizers;
@@ -309,26 +312,26 @@ def ufm_geometry(P, pi, groups, run):
     ``rank_nuc`` (B,), the numerical rank of :math:`L^{mm}_*`.
     """
     L = np.einsum("kbmd,kbvd->kbmv", run["H"], run["W"])
-    Lstar = ntp.logit_finite(P)
-    PFL = ntp.logit_project_F(L, np.broadcast_to(P, L.shape))
+    Lstar = _svm.logit_finite(P)
+    PFL = _svm.logit_project_F(L, np.broadcast_to(P, L.shape))
     Lperp = L - PFL
-    L_fro = ntp.logit_svm(P, "fro")
-    L_nuc = ntp.logit_svm(P, "nuc")
+    L_fro = _svm.logit_svm(P, "fro")
+    L_nuc = _svm.logit_svm(P, "nuc")
     G = int(len(np.unique(groups)))
     sv = np.linalg.svd(Lperp, compute_uv=False)
     tail = (sv[..., G:] ** 2).sum(-1) / (sv ** 2).sum(-1)
-    data = ntp.NTPData(np.zeros(P.shape[:2] + (1,)), P, pi)
-    ent = ntp.entropy(data)
+    data = _data.NTPData(np.zeros(P.shape[:2] + (1,)), P, pi)
+    ent = _losses.entropy(data)
     # per-context KL(p_j || softmax(L_j)) and the proved bound on the finite part
     lq = log_softmax(L, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1.0)) - lq), 0.0).sum(-1)
-    bound = ntp.finite_part_bound(np.maximum(kl, 0.0), np.broadcast_to(P, L.shape))
+    bound = _bounds.finite_part_bound(np.maximum(kl, 0.0), np.broadcast_to(P, L.shape))
     err = np.abs(PFL - Lstar).max(-1)
     ok = np.isfinite(bound) & (bound > 0)
     bound_ratio = np.where(ok, err / np.where(ok, bound, 1.0), 0.0).max(-1)
-    gam = ntp.logit_margin(Lperp, np.broadcast_to(P, L.shape))
-    nuc_svm = np.linalg.svd(L_nuc, compute_uv=False).sum(-1) / ntp.logit_margin(L_nuc, P)
+    gam = _svm.logit_margin(Lperp, np.broadcast_to(P, L.shape))
+    nuc_svm = np.linalg.svd(L_nuc, compute_uv=False).sum(-1) / _svm.logit_margin(L_nuc, P)
     with np.errstate(divide="ignore", invalid="ignore"):
         nuc_ratio = np.where(gam > 0, np.linalg.svd(Lperp, compute_uv=False).sum(-1)
                              / np.where(gam > 0, gam, 1.0) / nuc_svm, np.inf)
@@ -342,7 +345,7 @@ def ufm_geometry(P, pi, groups, run):
             "nuc_ratio": nuc_ratio,
             "corr_nuc": metrics.corr(Lperp, L_nuc, elem_ndim=2),
             "corr_fro": metrics.corr(Lperp, L_fro, elem_ndim=2),
-            "tail": tail, "collapse": ntp.collapse_ratio(run["H"], groups),
+            "tail": tail, "collapse": metrics.collapse_ratio(run["H"], groups),
             "gap": run["loss"] - ent, "pattern_corr": pc, "L_nuc": L_nuc, "L_fro": L_fro,
             "L_perp": Lperp[-1],
             "rank_nuc": (s_nuc > 1e-6 * s_nuc[..., :1]).sum(-1),
@@ -367,7 +370,7 @@ class UFMRun:
 
     Attributes
     ----------
-    P, pi, groups : the data (:func:`attnsvm.ntp.pattern_synthetic`)
+    P, pi, groups : the data (:func:`attnsvm._data.ntp_patterns`)
     geo : dict, :func:`ufm_geometry` of the run (at 40 log-spaced steps)
     geo_control : dict, :func:`ufm_geometry` of the control run (other support patterns, final
         step only)
@@ -458,7 +461,7 @@ class UFMRun:
 def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_scale=0.01,
                    lr=0.5, steps=100000, seed=0):
     r"""Chapter 15: GD on the NTP unconstrained-features model (:class:`attnsvm.models.NTPUFM`)
-    from a small random start, on ``trials`` draws of :func:`attnsvm.ntp.pattern_synthetic`
+    from a small random start, on ``trials`` draws of :func:`attnsvm._data.ntp_patterns`
     (``patterns`` support sets, the same in every trial), recorded at 40 log-spaced steps and
     read by :func:`ufm_geometry`; a control run (``seed + 1``, ``pattern_seed=1``: other
     support sets of the same sizes) gives the cross-pattern correlations.
@@ -467,11 +470,11 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     -------
     UFMRun
     """
-    P, pi, groups = ntp.pattern_synthetic(m, V, patterns, support=support, trials=trials,
+    P, pi, groups = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                           seed=seed)
     kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale)
     geo = ufm_geometry(P, pi, groups, _train_ufm(P, pi, seed=seed, rec=_log_grid(steps, 40), **kw))
-    P2, pi2, groups2 = ntp.pattern_synthetic(m, V, patterns, support=support, trials=trials,
+    P2, pi2, groups2 = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                              seed=seed + 1, pattern_seed=1)
     geo2 = ufm_geometry(P2, pi2, groups2,
                         _train_ufm(P2, pi2, seed=seed + 1, rec=np.array([steps]), **kw))
