@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import attnsvm as A
-from attnsvm import optim_geometry as OG
 from attnsvm.experiments import geometry as G
 
 N, D, B = 20, 5, 4
@@ -96,17 +95,17 @@ def test_lem_dual_grad(setup):
 @pytest.mark.parametrize("norm", [1, 2, "inf", 3.0, 1.5])
 def test_steepest_direction_attains_dual_norm(norm):
     g = torch.as_tensor(np.random.default_rng(2).standard_normal((6, 7)))
-    d = OG.steepest_direction(g, norm)
+    d = A.optim.steepest_direction(g, norm)
     p = np.inf if norm == "inf" else float(norm)
     np.testing.assert_allclose(np.linalg.norm(d.numpy(), ord=p, axis=1), 1.0, rtol=1e-12)
-    np.testing.assert_allclose((g * d).sum(1).numpy(), OG.dual_norm(g, norm).numpy(), rtol=1e-12)
+    np.testing.assert_allclose((g * d).sum(1).numpy(), A.optim.dual_norm(g, norm).numpy(), rtol=1e-12)
 
 
 def test_spectral_direction():
     g = torch.as_tensor(np.random.default_rng(3).standard_normal((3, 4, 4)))
-    d = OG.steepest_direction(g, "spectral")
+    d = A.optim.steepest_direction(g, "spectral")
     np.testing.assert_allclose(torch.linalg.matrix_norm(d, ord=2).numpy(), 1.0, rtol=1e-10)
-    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), OG.dual_norm(g, "spectral").numpy(), rtol=1e-10)
+    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.optim.dual_norm(g, "spectral").numpy(), rtol=1e-10)
 
 
 @pytest.mark.parametrize("q,lr,decay", [(2.0, 0.2, 0.5), (np.inf, 0.2, 0.5), (1.0, 0.2, 0.5),
@@ -114,7 +113,7 @@ def test_spectral_direction():
 def test_thm_sd_margin_bound(setup, q, lr, decay):
     data, batch, model, w0, gam = setup
     steps = 20000
-    r = OG.run(model, w0, batch, rule="sd", norm=q, lr=lr, decay=decay, steps=steps)
+    r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
     s = lr * (np.arange(steps) + 1.0) ** (-decay)
     Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
     checked = 0
@@ -139,14 +138,14 @@ def test_thm_sd_margin_bound(setup, q, lr, decay):
 def test_mirror_map_inverse():
     w = torch.as_tensor(np.random.default_rng(4).standard_normal((5, 6)))
     for p in (1.5, 2.0, 3.0):
-        np.testing.assert_allclose(OG.mirror_map(OG.mirror_map(w, p), p, inverse=True).numpy(),
+        np.testing.assert_allclose(A.optim.mirror_map(A.optim.mirror_map(w, p), p, inverse=True).numpy(),
                                    w.numpy(), rtol=1e-12)
 
 
 def test_md_p2_is_ngd(setup):
     data, batch, model, w0, _ = setup
-    a = OG.run(model, w0, batch, rule="md", p=2.0, lr=0.1, normalize=True, steps=200)
-    b = OG.run(model, w0, batch, rule="sd", norm=2, lr=0.1, steps=200)
+    a = G._fit_margin(model, w0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=200)
+    b = G._fit_margin(model, w0, batch, optimizer="sd", norm=2, lr=0.1, steps=200)
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
@@ -155,9 +154,9 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
     """The normalized mirror step g/||g||_{p/(p-1)} has dual norm 1 before eta is applied."""
     data, batch, model, w0, _ = setup
     eta, q = 0.05, p / (p - 1)
-    out = OG.run(model, w0, batch, rule="md", p=p, lr=eta, normalize=True, steps=3,
+    out = G._fit_margin(model, w0, batch, optimizer="md", p=p, lr=eta, normalize=True, steps=3,
                  record_steps=[0, 1, 2, 3])
-    th = OG.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
+    th = A.optim.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
     steps = (th[:-1] - th[1:]) / eta                      # (3, B, D)
     np.testing.assert_allclose(np.linalg.norm(steps, ord=q, axis=-1), 1.0, rtol=1e-9)
     # and it points along the gradient at each recorded iterate
@@ -171,7 +170,7 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
 def test_adam_matches_direct_implementation(setup, eps, decay):
     """The log-scaled moments give the same iterates as plain float64 Adam on the true gradient."""
     data, batch, model, w0, _ = setup
-    r = OG.run(model, w0, batch, rule="adam", lr=0.05, decay=decay, eps=eps, steps=300,
+    r = G._fit_margin(model, w0, batch, optimizer="adam", lr=0.05, decay=decay, eps=eps, steps=300,
                betas=(0.9, 0.99), record_steps=[300])
     b1, b2 = 0.9, 0.99
     for b in range(B):
@@ -191,9 +190,9 @@ def test_rates_order(setup):
     """Observed in the chapter, checked here on other seeds: PRGD < NGD < GD in margin gap."""
     data, batch, model, w0, gam = setup
     gaps = {}
-    for k, kw in {"gd": dict(rule="gd", lr=1.0), "ngd": dict(rule="sd", norm=2, lr=0.1),
-                  "prgd": dict(rule="prgd", lr=0.1, period=100, growth=1.5)}.items():
-        r = OG.run(model, w0, batch, steps=3000, record_steps=[3000], **kw)
+    for k, kw in {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="sd", norm=2, lr=0.1),
+                  "prgd": dict(optimizer="prgd", lr=0.1, period=100, growth=1.5)}.items():
+        r = G._fit_margin(model, w0, batch, steps=3000, record_steps=[3000], **kw)
         gaps[k] = np.median(gam[2.0] - A.svm.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
     assert gaps["prgd"] < gaps["ngd"] < gaps["gd"]
 
@@ -205,16 +204,16 @@ def test_errors():
     with pytest.raises(ValueError, match="p must"):
         A.svm.linear_svm_p(X, np.array([1.0, 1.0]), 0.5)
     with pytest.raises(ValueError, match="norm"):
-        OG.steepest_direction(torch.zeros(2, 3), 0.3)
+        A.optim.steepest_direction(torch.zeros(2, 3), 0.3)
     model = A.models.LinearClassifier()
     w0 = model.init_params(2, None, [None])
     batch = {"X": torch.as_tensor(X[None]), "y": torch.ones(1, 2, dtype=torch.float64)}
-    with pytest.raises(ValueError, match="rule"):
-        OG.run(model, w0, batch, rule="bogus", steps=1, lr=0.1)
+    with pytest.raises(ValueError, match="optimizer"):
+        G._fit_margin(model, w0, batch, optimizer="bogus", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="p must"):
-        OG.run(model, w0, batch, rule="md", steps=1, lr=0.1)
+        G._fit_margin(model, w0, batch, optimizer="md", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
-        OG.run(model, w0, batch, rule="gd", steps=1, lr=-1.0)
+        G._fit_margin(model, w0, batch, optimizer="gd", steps=1, lr=-1.0)
 
 
 # ----------------------------------------------------------------------------- the driver, batched
@@ -250,7 +249,7 @@ def test_check_sd_bound_equals_inline(setup):
     data, batch, model, w0, gam = setup
     lr, decay, steps = 0.2, 0.5, 20000
     for q in (1.0, 2.0, np.inf):
-        r = OG.run(model, w0, batch, rule="sd", norm=q, lr=lr, decay=decay, steps=steps)
+        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
         s = lr * (np.arange(steps) + 1.0) ** (-decay)
         Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
         rt = G.sd_margin_radius(r["steps"], data.X, q, lr=lr, decay=decay)
@@ -317,10 +316,10 @@ def test_observed_rates_in_each_geometry():
     model = A.models.LinearClassifier()
     w0 = model.init_params(8, None, [None] * 4)
     slope = {}
-    for k, p, kw in [("ngd", 2.0, dict(rule="sd", norm=2, lr=1.0)),
-                     ("md15", 1.5, dict(rule="md", p=1.5, lr=3.0, normalize=True)),
-                     ("md3", 3.0, dict(rule="md", p=3.0, lr=3.0, normalize=True))]:
-        r = OG.run(model, w0, batch, steps=20000, decay=0.5, **kw)
+    for k, p, kw in [("ngd", 2.0, dict(optimizer="sd", norm=2, lr=1.0)),
+                     ("md15", 1.5, dict(optimizer="md", p=1.5, lr=3.0, normalize=True)),
+                     ("md3", 3.0, dict(optimizer="md", p=3.0, lr=3.0, normalize=True))]:
+        r = G._fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
         gam = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
         slope[k] = np.median(G.gap_slopes(r["steps"], G.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4
@@ -458,3 +457,34 @@ def test_prgd_ideal():
     assert np.any(ratio > 1 / 3) and ratio.max() < 1, ratio
     with pytest.raises(ValueError, match="delta"):
         A.bounds.prgd_ideal_gap_bound(1.0, 3, -1.0)
+
+
+# ----------------------------------------------------------------------------- the chapter's result
+CLAIMS = {"sd_own_best", "sd_own_close", "md_l3", "md_small_own", "md_slower", "adam_linf",
+          "adam999_worse", "adam_const_linf", "adam_eps_noop", "adam_eps_below",
+          "adam999_const_below", "bound", "sd_rate_half", "md_small_faster", "md_large_slower",
+          "order", "ngd_1_over_t", "prgd_line", "prgd_rate_constant", "prgd_exp"}
+
+
+def test_linear_geometry_small():
+    """The chapter's driver at a small size: the claims the notebook checks (a (bool, str) pair
+    each), those that hold already at this size, the summary in range, and a claim that turns
+    false when the numbers contradict it."""
+    r = G.linear_geometry(20, 5, trials=2, steps=3000, rate_steps=1000, device="cpu")
+    c, s = r.claims(), r.summary()
+    assert set(c) == CLAIMS
+    assert all(isinstance(h, bool) and isinstance(t, str) for h, t in c.values())
+    for name in ("sd_own_best", "md_l3", "md_small_own", "order", "sd_rate_half"):
+        assert c[name][0], c[name][1]
+    ratios = np.array([v for k, v in s.items() if k.startswith("ratio_")])
+    assert ratios.size == 10 * 5 and np.all((ratios > 0) & (ratios <= 1 + 1e-9))
+    assert s["records"] == 2 * np.sum(r.runs["sign"]["steps"] > 0) and s["prgd_phases"] >= 3
+    r.ratio["cd"]["inf"] = 1.5                             # coordinate descent best in l_inf
+    assert not r.claims()["sd_own_best"][0]
+
+
+@pytest.mark.slow
+def test_quick_profile_claims():
+    """The notebook's quick-profile run: every claim of the chapter holds."""
+    c = G.linear_geometry(device="cpu").claims()
+    assert all(h for h, _ in c.values()), {k: t for k, (h, t) in c.items() if not h}
