@@ -260,8 +260,9 @@ def test_prgd_attention_rate_observed():
 
 
 
-CLAIMS = {"md_l3_corr", "md_diag", "sign_linf", "adam_far", "spec", "svms_solved",
-          "prgd_beats_ngd_att", "prgd_att_rate_constant", "prgd_att_gap"}
+CLAIMS = {"md_diag", "md_l3_rises", "md_l3_short", "sign_linf", "spec", "adam_linf_rises",
+          "adam_large_beta2_slow", "adam_beta2_order", "adam_fro_flat", "adam_lags_sign",
+          "svms_solved", "prgd_beats_ngd_att", "prgd_att_rate_constant", "prgd_att_gap"}
 
 
 def test_attention_geometry_small():
@@ -271,13 +272,31 @@ def test_attention_geometry_small():
     c, s = r.claims(), r.summary()
     assert set(c) == CLAIMS
     assert all(isinstance(h, bool) and isinstance(t, str) for h, t in c.values())
-    for name in ("md_diag", "sign_linf", "spec", "svms_solved", "prgd_beats_ngd_att"):
+    for name in ("md_diag", "sign_linf", "spec", "svms_solved", "prgd_beats_ngd_att",
+                 "adam_linf_rises", "adam_beta2_order", "md_l3_short"):
         assert c[name][0], c[name][1]
     assert s["n_solves"] == sum(s.size for s in r.cmp.status.values()) > 0
     assert all(0 <= s[k] <= 1 + 1e-9 for k in s if k.startswith("own_ratio_"))
     assert r.flagged_solves() == "none"
-    r.cmp.corr["sign", np.inf][:] = 0.0                    # sign descent far from the l_inf SVM
+    # the Adam records: one run per beta_2, at steps, 10 steps / 3, 10 steps, ratios in [0, 1]
+    assert [s[f"adam_h{i}"] for i in range(3)] == [300, 1000, 3000]
+    assert all(0 <= s[k] <= 1 + 1e-9 for k in s if k.startswith(("adam_linf_", "adam_fro_")))
+    W = r.adam_cmp.svms["adam_0.99_1000", np.inf]
+    assert np.allclose(W, A.svm.att_svm_batch(r.data.X, r.data.Z, r.adam_cmp.sel["adam_0.99_1000"],
+                                              norm=np.inf)[0], atol=1e-12)
+    # each claim is computed from the ratios: break the numbers, the claim turns false
+    r.cmp.ratio["sign", np.inf][:] = 0.0                   # sign descent far from the l_inf SVM
     assert not r.claims()["sign_linf"][0]
+    r.cmp.ratio["md3", 2.0][:] = 1.0                       # MD-3 best in the l_2 norm
+    assert not r.claims()["md_diag"][0]
+    r.adam_cmp.ratio["adam_0.99_3000", np.inf][:] = 0.0    # Adam's l_inf ratio falls at the end
+    c = r.claims()
+    assert not c["adam_linf_rises"][0] and not c["adam_fro_flat"][0]
+    r.adam_cmp.ratio["adam_0.999_3000", np.inf][:] = 0.99  # beta_2 = 0.999 fastest
+    c = r.claims()
+    assert not c["adam_beta2_order"][0] and not c["adam_large_beta2_slow"][0]
+    r.md_ratio[3.0][-1] = 0.99                             # MD-3 at its l_3 Att-SVM
+    assert not r.claims()["md_l3_short"][0]
     with pytest.raises(ValueError, match="ps must contain 2.0"):
         G.attention_geometry(4, 5, 6, trials=1, steps=2, ps=(3.0,))
 

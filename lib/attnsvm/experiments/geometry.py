@@ -652,8 +652,9 @@ class AttentionGeometryRun:
         0.95 at the last (``md_l3_short``); sign descent's :math:`\ell_\infty` ratio exceeds its
         Frobenius one (``sign_linf``), spectral descent's spectral ratio its Frobenius one and
         NGD's Frobenius ratio its spectral one (``spec``); Adam's :math:`\ell_\infty` ratio rises
-        by more than 0.01 between consecutive ``adam_horizons`` for every :math:`\beta_2`
-        (``adam_linf_rises``), falls with :math:`\beta_2` at the last horizon
+        by more than 0.01 between consecutive ``adam_horizons`` for every :math:`\beta_2 \le 0.99`
+        (``adam_linf_rises``), is still below 0.6 at the last horizon for every
+        :math:`\beta_2 > 0.99` (``adam_large_beta2_slow``), falls with :math:`\beta_2` at the last horizon
         (``adam_beta2_order``), moves more than its Frobenius ratio at :math:`\beta_2 = 0.99`
         (``adam_fro_flat``) and lies at least 0.1 below sign descent's after ``steps`` steps
         (``adam_lags_sign``); every Att-SVM solved; PRGD beats NGD with a constant per-phase rate
@@ -663,7 +664,8 @@ class AttentionGeometryRun:
         md_diag = all(rc[(p, p)] > max(rc[(p, q)] for q in self.ps if q != p) for p in self.ps)
         l3 = [v for _, v in md.get(3.0, [(0, np.nan)])]
         b2s = self.config["adam_beta2s"]
-        rises = {b2: np.diff([v for _, v in ad[(b2, np.inf)]]) for b2 in b2s}
+        rises = {b2: np.diff([v for _, v in ad[(b2, np.inf)]]) for b2 in b2s if b2 <= 0.99}
+        slow = [ad[(b2, np.inf)][-1] for b2 in b2s if b2 > 0.99]
         last = [ad[(b2, np.inf)][-1][1] for b2 in b2s]
         lin, fro = ad.get((0.99, np.inf)), ad.get((0.99, 2.0))
         fro_flat = (lin is not None and abs(fro[-1][1] - fro[0][1]) < lin[-1][1] - lin[0][1])
@@ -680,8 +682,10 @@ class AttentionGeometryRun:
             "spec": (bool(obs[("spectral", "spectral")] > obs[("spectral", "2.0")]
                           and obs[("ngd", "2.0")] > obs[("ngd", "spectral")]),
                      f"own-norm ratios {obs}"),
-            "adam_linf_rises": (all(bool(np.all(d > 0.01)) for d in rises.values()),
+            "adam_linf_rises": (bool(rises) and all(bool(np.all(d > 0.01)) for d in rises.values()),
                                 f"Adam l_inf ratios along the horizons {ad}"),
+            "adam_large_beta2_slow": (all(v < 0.6 for _, v in slow),
+                                      f"Adam l_inf ratios at the last horizon, beta_2 > 0.99: {slow}"),
             "adam_beta2_order": (bool(np.all(np.diff(last) < 0)) if np.all(np.diff(b2s) > 0)
                                  else False, f"Adam l_inf ratios at the last horizon {last} "
                                  f"for beta_2 {b2s} (increasing)"),
@@ -706,7 +710,7 @@ class AttentionGeometryRun:
 def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1.75, 2.0, 3.0),
                        lr_sign=0.01, lr_adam=0.01, lr_adam_decay=0.1, lr_spec=0.1,
                        rate_steps=4000, prgd_period=100, prgd_growth=1.5,
-                       adam_horizons=(1500, 5000, 15000), adam_beta2s=(0.9, 0.99, 0.999),
+                       adam_horizons=None, adam_beta2s=(0.9, 0.99, 0.999),
                        md_horizons=None, seed=0, device="auto"):
     r"""Chapter 14: the attention classifier with trained :math:`W` (cross-attention on
     :func:`attnsvm.data.random_unit`, logistic loss, per-trial random start) trained for
@@ -718,7 +722,8 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     tokens each selects at the end. Mirror descent's own-norm margin ratios are also recorded at
     ``md_horizons`` (default ``steps // 5, steps // 2, steps``), on the tokens of the final
     iterate; Adam (constant step ``lr_adam``, :math:`\epsilon = 0`) is run once for every
-    :math:`\beta_2` of ``adam_beta2s`` up to the last of ``adam_horizons`` and each record
+    :math:`\beta_2` of ``adam_beta2s`` up to the last of ``adam_horizons`` (default ``steps``,
+    ``10 steps / 3``, ``10 steps``) and each record
     compared with the :math:`\ell_\infty` and Frobenius Att-SVMs of the tokens it selects
     (``adam_cmp``), so the trend of the ratios with the horizon is measured on one run.
 
@@ -740,6 +745,8 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     rules.update({"sign": _sd("inf", lr_sign, 0.0), "adam": _adam(lr_adam, 0.99),
                   "adam_decay": _adam(lr_adam_decay, 0.99, decay=0.5),
                   "spectral": _sd("spectral", lr_spec, 0.0)})
+    if adam_horizons is None:
+        adam_horizons = (steps, round(10 * steps / 3), 10 * steps)
     adam_horizons = sorted({check_int("adam_horizons", t, minimum=1) for t in adam_horizons})
     adam_beta2s = [float(b) for b in adam_beta2s]
     md_horizons = (sorted({max(1, steps // 5), max(1, steps // 2), steps}) if md_horizons is None
