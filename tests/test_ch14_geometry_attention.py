@@ -115,7 +115,8 @@ def test_att_svm_dual_certificate(inst, norm):
 def test_adam_without_moments_is_sign_descent(inst, decay):
     """Adam with beta_1 = beta_2 = 0 and eps = 0 takes m = g, v = g^2, so its step
     eta_t g / sqrt(g^2) = eta_t sign(g) is sign descent's, step for step (same schedule), on the
-    attention model (to 1e-13 over 100 steps). The check can fail: with beta_2 = 0.5 the iterates differ after one step."""
+    attention model (to 1e-13 over 100 steps). The check can fail: with beta_2 = 0.5 the iterates
+    differ after one step."""
     model = A.models.AttentionClassifier("W")
     batch = {k: torch.as_tensor(getattr(inst, k)) for k in ("X", "y", "Z")}
     W0 = model.init_params(6, torch.as_tensor(inst.v), [np.random.default_rng(b) for b in range(4)])

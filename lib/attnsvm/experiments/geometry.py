@@ -494,16 +494,6 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
         t, data.X, norms[OWN_NORM[k]], lr=lr_sd, decay=decay)))) for k in _SD}
     rate_methods = {"gd": dict(optimizer="gd", lr=lr_gd, decay=0.0), "ngd": _sd(2, lr_ngd, 0.0),
                     "prgd": _prgd(prgd_lr, prgd_period, prgd_growth)}
-    md_ratio = {p: 1.0 - att_margin_gap(runs[f"md{p:g}"]["iterates"], data.X, data.Z,
-                                        cmp.sel[f"md{p:g}"], cmp.svms[f"md{p:g}", p], norm=p)
-                for p in ps}
-    adam_finals = {}
-    for b2 in adam_beta2s:
-        a = _fit_margin(model, W0, batch, steps=adam_horizons[-1], loss="logistic",
-                        record_steps=adam_horizons, **_adam(lr_adam, b2))
-        adam_finals.update({_adam_key(b2, t): W for t, W in zip(a["steps"], a["iterates"])})
-    adam_cmp = compare_att_svms(data.X, data.Z, adam_finals,
-                                {k: [np.inf, 2.0] for k in adam_finals}, opt=data.opt)
     rec = _rate_grid(rate_steps, prgd_period)
     rate_runs = {k: _fit_margin(model, w0, batch, steps=rate_steps, record_steps=rec, **kw)
                  for k, kw in rate_methods.items()}
