@@ -155,7 +155,8 @@ class NTPLinearRun:
         r"""Lemma 1's condition; :math:`W^{mm} \perp F`; GD approaches both limits (correlation at
         least 0.95 at the end and larger than at ``steps_fast``, relative error at most 0.05)
         with a decreasing loss and a norm growing slower than linearly (factor below 10 over two
-        decades); at the same step NGD aligns faster and fits :math:`W^*` slower; Adam fits :math:`W^*` best and aligns worst."""
+        decades); at the same step NGD aligns faster and fits :math:`W^*` slower; Adam fits
+        :math:`W^*` best and aligns worst."""
         s = self.summary()
         m, d = self.data.H.shape[-2:]
         fast = {k: (s[f"relerr_{k}"], s[f"corr_{k}"]) for k in ("ngd", "adam")}
