@@ -18,7 +18,7 @@ def full_build(tmp_path_factory):
     import os
     from pathlib import Path
 
-    from attnsvm import book
+    import attnsvm_book as book
 
     reuse = os.environ.get("ATTNSVM_TEST_BUILD_DIR")
     if reuse:

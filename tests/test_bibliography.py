@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pybtex.database import parse_file
 
-from attnsvm.book import bibstyle
+from attnsvm_book import bibstyle
 
 REPO = Path(__file__).resolve().parents[1]
 BIB = REPO / "book" / "references.bib"

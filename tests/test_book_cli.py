@@ -8,7 +8,7 @@ import math
 import nbformat
 import pytest
 
-from attnsvm import book
+import attnsvm_book as book
 from minibook import REPO, _notebook
 
 NB = REPO / "notebooks" / "ch01_separable.ipynb"

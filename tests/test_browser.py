@@ -3,7 +3,7 @@
 Every page of ``_build/html`` (the session's full quick build, shared with
 ``test_book_full.py``) must show zero MathJax errors, no formula left as raw TeX and no broken
 image, both from ``file://`` and when the HTML tree is copied to another directory and served
-over HTTP on 127.0.0.1 (MathJax ships with the book: ``attnsvm.book.assets``). The checker
+over HTTP on 127.0.0.1 (MathJax ships with the book: ``attnsvm_book.assets``). The checker
 itself is tested on a tiny page holding a double superscript, so these tests can fail.
 
 Needs the system Chromium (``apt-get install chromium``); without it the tests are skipped with
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsvm.book import assets, browser
+import browser_check as browser
+from attnsvm_book import assets
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +129,7 @@ def test_every_page_renders_from_a_copy_over_http(chromium, full_build, tmp_path
 @pytest.mark.slow
 def test_whole_book_pdf(chromium, full_build):
     """``make pdf``: the single-page build renders (math, images) and prints to a PDF."""
-    from attnsvm.book import pdf
+    import pdf  # tools/pdf.py (tools/ is on the path: browser_check)
 
     out, _ = full_build
     page = pdf.singlehtml(out)

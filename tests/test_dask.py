@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from attnsvm import book  # noqa: E402
-from attnsvm.book import parallel  # noqa: E402
-from attnsvm.book.build import report_markdown  # noqa: E402
+import attnsvm_book as book  # noqa: E402
+from attnsvm_book import parallel  # noqa: E402
+from attnsvm_book.build import report_markdown  # noqa: E402
 from minibook import _add_notebook, _runs  # noqa: E402
 
 SLEEP = 2.0

@@ -268,7 +268,9 @@ def _sweep_rows(table):
     import os
 
     if isinstance(table, (str, os.PathLike)):
-        from .book.sweep import read_table
+        # the build's table reader (the sibling package attnsvm_book, which needs only the
+        # standard library for this): imported here so that plot never loads the build
+        from attnsvm_book.sweep import read_table
 
         return read_table(table)
     if hasattr(table, "to_dict") and not isinstance(table, dict):  # a pandas DataFrame
@@ -287,7 +289,7 @@ def sweep_plot(table, x: str, y: str, *, by: str | None = None, ax=None, logx: b
     Parameters
     ----------
     table : list of dict, path, dict of columns or pandas DataFrame
-        The table of ``python -m attnsvm.book sweep`` (:func:`attnsvm.book.sweep`), or its CSV
+        The table of ``python -m attnsvm_book sweep`` (:func:`attnsvm_book.sweep`), or its CSV
         or Parquet file.
     x, y : str
         Column names: a swept parameter and a glued value.
