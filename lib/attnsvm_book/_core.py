@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -282,15 +283,22 @@ class BuildLock:
         fh.write(str(os.getpid()))
         fh.flush()
         self._fh = fh
-        # under the lock no other writer exists: half-written files are left-overs of a killed one
-        for tmp in self.build_dir.rglob(".tmp-*"):
-            if tmp.is_file():
-                tmp.unlink()
+        self._remove_leftovers()
         return self
 
+    def _remove_leftovers(self) -> None:
+        """Under the lock no other writer exists: half-written files (``.tmp-*``) are left-overs
+        of a killed build or of a killed worker's execution."""
+        for tmp in self.build_dir.rglob(".tmp-*"):
+            if tmp.is_file():
+                tmp.unlink(missing_ok=True)
+
     def __exit__(self, *exc):
-        self._fh.close()  # closing the descriptor releases the lock
-        self._fh = None
+        try:
+            self._remove_leftovers()
+        finally:
+            self._fh.close()  # closing the descriptor releases the lock
+            self._fh = None
         return False
 
 
@@ -428,7 +436,7 @@ def render(stage_dir: Path, out_root: Path, *, strict: bool = True,
         cmd += ["-W", "-n", "--keep-going"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
+        output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # no colour codes
         pages = failing_pages(output, stage_dir, sources)
         where = "; ".join(pages) if pages else "no page named in its output"
         tail = "\n".join(output.splitlines()[-60:])

@@ -11,7 +11,9 @@
 
 Errors are one line on stderr (``error: ...``). A ``-p`` that names no parameter of the notebook,
 or gives a value of the wrong type, is refused before anything runs with exit status 2; other
-errors (an unknown profile or notebook, a failed execution or render) exit with status 1.
+errors (an unknown profile or notebook, a failed execution or render, an unwritable build
+directory, another build writing to it) exit with status 1; an interrupt (Ctrl-C, SIGINT) with
+status 130, nothing of the interrupted execution cached.
 """
 from __future__ import annotations
 
@@ -178,5 +180,9 @@ def main(argv=None) -> int:
     except ValueError as exc:  # e.g. a bad --resources, a device that is not available
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; the execution under way was not cached (the notebooks that "
+              "finished are, and the next build resumes from them)", file=sys.stderr)
+        return 130
     return 0
 
