@@ -192,22 +192,27 @@ def test_sigint_to_a_build_process_caches_nothing_partial_and_the_next_build_res
     _assert_one_valid_entry(minibook, "notebooks/slow.ipynb")
 
 
-def test_two_builds_at_once_in_one_directory_never_both_write(minibook, capsys):
+def test_two_builds_at_once_in_one_directory_never_both_write(minibook):
     started, block = _blocking_notebook(minibook)
     first = _build_process(minibook, "--workers", "1")
+    second = None
     try:
         _wait_for(started, first)
-        code = book.main(["build", "--root", str(minibook), "--no-render", "--workers", "1"])
-        err = capsys.readouterr().err
-        assert code == 1
+        second = _build_process(minibook, "--workers", "1")
+        try:
+            _, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the second build did not refuse: it is executing too") from None
+        assert second.returncode == 1
         assert err.startswith("error: another build is writing to ") and err.count("\n") == 1, err
         assert str(minibook / "_build") in err and f"pid {first.pid}" in err
         assert _runs(minibook) == ["3"]  # the second build executed nothing
         block.unlink()
         out, err = first.communicate(timeout=120)
     finally:
-        if first.poll() is None:
-            first.kill()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
         block.unlink(missing_ok=True)
     assert first.returncode == 0, err
     _assert_one_valid_entry(minibook, "notebooks/slow.ipynb")
