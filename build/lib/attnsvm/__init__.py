@@ -1,0 +1,73 @@
+"""attnsvm: the implicit bias of gradient descent in self-attention.
+
+The helper library of the book *Attention as an SVM*. Modules, by concept:
+
+``tokens``   token scores, optimal tokens, attention scores, margins, lifted features
+``losses``   margin losses with stable log-space companions
+``data``     seeded data models (one seeding contract, named streams)
+``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality (a package)
+``models``   the attention classifier: score parameterizations and heads (a package)
+``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
+``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
+``metrics``  correlations, direction errors, attention sparsity, rate fits
+``plot``     the book's figure style
+``devices``  CPU/CUDA resolution and thread control
+``bounds``   proved bounds of the book, as functions
+``claims``   checked claims: a chapter's interpretive sentences, computed and checked
+``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
+             rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
+
+The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_book build``, the
+``book`` extra); nothing here imports it.
+
+``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
+module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
+``rates``, ``joint``, ``nets``, ``realdata``.
+
+Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
+``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
+               "bounds", "claims", "experiments",
+               "svm_geometry", "optim_geometry", "ntp")   # Part IV
+
+#: public name -> submodule that defines it
+_EXPORTS = {
+    "data": ["AttnData", "LinearData", "random_unit", "score_gap", "orthogonal",
+             "overparameterized", "prompt_2d", "separable", "prescribed_scores", "planted_token",
+             "planted_prompt"],
+    "tokens": ["token_scores", "optimal_tokens", "attention_scores", "selection_margins",
+               "lifted_features"],
+    "losses": ["Loss", "get_loss", "loss_floor"],
+    "svm": ["InfeasibleError", "SolverError", "att_svm",
+            "att_svm_batch", "p_svm", "linear_svm", "head_svm", "support_tokens",
+            "is_locally_optimal", "in_cone", "rank"],
+    "models": ["AttentionClassifier", "LinearClassifier"],
+    "train": ["fit", "FitConfig", "History", "NonFiniteError"],
+    "devices": ["resolve_device", "cpu_threads"],
+    "metrics": ["corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+                "opt_mass", "fit_rate"],
+    "plot": ["use_style", "figure", "trial_band", "save_or_glue", "sweep_plot"],
+}
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    for mod, names in _EXPORTS.items():
+        if name in names:
+            return getattr(importlib.import_module(f".{mod}", __name__), name)
+    raise AttributeError(f"module 'attnsvm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES) | {n for v in _EXPORTS.values() for n in v})
+
+
+__all__ = [n for v in _EXPORTS.values() for n in v]

@@ -1,0 +1,340 @@
+r"""Proved bounds of the book, as functions (the chapters state and prove them; tests and
+notebooks evaluate them here).
+
+* :func:`direction_from_margin`: for any :math:`W` whose smallest Att-SVM margin
+  :math:`m_{\min}(W) = \min_{i,t\ne\mathrm{opt}_i}\langle A_{it}, W\rangle` is positive,
+  :math:`\mathrm{corr}(W, W_{mm}) \ge \gamma(W)/\gamma_A` with :math:`\gamma(W) = m_{\min}(W)/\|W\|_F`
+  and :math:`\gamma_A = 1/\|W_{mm}\|_F` (book: ``lem-dir-margin``);
+* :func:`ngd_direction_bound`: the explicit, decaying upper bound on
+  :math:`1 - \mathrm{corr}(W_t, W_{mm})` along NGD in the equal-score model, from the first step
+  :math:`t_0` in the region :math:`E \le \varepsilon_0`, for any steps below the theorem's
+  (book: ``cor-ngd-direction``);
+* global convergence under the cross-sequence condition (Cx) (book: ``lem-no-attention-loss``,
+  ``thm-global-region``, ``cor-sparsity-global``): :func:`noloss_steps`, :func:`s0_lower`,
+  :func:`global_mu0`, :func:`global_steps`, :func:`t_reach`, :func:`global_excess_bound`,
+  :func:`mass_from_excess`.
+* :func:`gd_error_constant` and :func:`gd_direction_bound`: GD's logarithmic upper bound on
+  :math:`1 - \mathrm{corr}(W_t, W_{mm})` from the first step :math:`t_0` at which the hypotheses
+  of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
+  capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
+           "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
+           "global_excess_bound", "mass_from_excess"]
+
+
+
+def direction_from_margin(m_min, norm, gamma_A):
+    r"""Upper bound :math:`1 - m_{\min}(W)/(\gamma_A\|W\|_F)` on :math:`1 - \mathrm{corr}(W, W_{mm})`.
+
+    Valid where ``m_min > 0``; elsewhere the trivial bound 2 is returned. Arrays broadcast.
+
+    Parameters
+    ----------
+    m_min : array_like, smallest margin :math:`\min_{i,t}\langle A_{it}, W\rangle`
+    norm : array_like, :math:`\|W\|_F` (> 0)
+    gamma_A : array_like, :math:`1/\|W_{mm}\|_F` (> 0)
+    """
+    m_min, norm, gamma_A = (np.asarray(a, dtype=float) for a in (m_min, norm, gamma_A))
+    if np.any(norm <= 0):
+        raise ValueError("norm must be positive")
+    if np.any(gamma_A <= 0):
+        raise ValueError("gamma_A must be positive")
+    return np.where(m_min > 0, 1.0 - m_min / (gamma_A * norm), 2.0)
+
+
+def ngd_direction_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H):
+    r"""NGD's decaying directional bound (book: ``cor-ngd-direction``), at every step from
+    :math:`t_0` on, for steps :math:`\eta_s \le \min(\log 2/R_A, \mu/H)` and
+    :math:`E(W_{t_0}) \le \varepsilon_0` (equal-score model):
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le
+        \frac{\|W_{t_0}\|_F - \log(2\varepsilon_0/E(W_{t_0}))/\gamma_A
+              + \frac{2E(W_{t_0})}{3\varepsilon_0\mu}(1 - P_t)
+              + \frac{H}{2\gamma_A}\sum_{s<t}\eta_s^2}
+             {\|W_{t_0}\|_F + \sum_{s<t}\eta_s},
+        \qquad P_t = \prod_{s<t}\Big(1 - \frac{\eta_s\mu}{2}\Big),
+
+    sums and product over :math:`s = t_0, \dots, t-1`. With a constant step it tends to
+    :math:`\eta H/(2\gamma_A)`; with :math:`\eta_s = \eta_0/\sqrt{s - t_0 + 1}` it is
+    :math:`O(\log t/\sqrt t)`.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,) or (K, B)
+        The steps :math:`\eta_{t_0}, \dots, \eta_{t_0+K-1}` (> 0); a (K,) schedule with
+        per-trial (B,) constants gives a (K + 1, B) result.
+    E_t0, norm_t0 : array_like, shape () or (B,)
+        :math:`E(W_{t_0})` (in :math:`(0, \varepsilon_0]`) and :math:`\|W_{t_0}\|_F` (> 0).
+    mu, eps0, gamma_A, H : array_like, shape () or (B,)
+        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+
+    Returns
+    -------
+    ndarray, shape (K + 1,) or (K + 1, B)
+        The bound at :math:`t = t_0, \dots, t_0 + K`.
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim not in (1, 2) or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d or 2-d array of positive steps")
+    E_t0, norm_t0, mu, eps0, gamma_A, H = (np.asarray(a, dtype=float)
+                                           for a in (E_t0, norm_t0, mu, eps0, gamma_A, H))
+    if np.any(E_t0 <= 0) or np.any(E_t0 > eps0):
+        raise ValueError("E_t0 must lie in (0, eps0] (the hypothesis of the bound)")
+    if np.any(norm_t0 <= 0):
+        raise ValueError("norm_t0 must be positive")
+    if etas.ndim == 1 and np.broadcast(E_t0, norm_t0, mu, eps0, gamma_A, H).ndim:
+        etas = etas[:, None]                                  # one schedule, per-trial constants
+    if np.any(etas * mu / 2 >= 1):
+        raise ValueError("etas must satisfy eta * mu / 2 < 1")
+    def csum(x):                                              # sums over s < t, t = t0..t0+K
+        return np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+
+    S1, S2 = csum(etas), csum(etas ** 2)
+    P = np.exp(csum(np.log1p(-etas * mu / 2)))
+    num = (norm_t0 - np.log(2 * eps0 / E_t0) / gamma_A + 2 * E_t0 / (3 * eps0 * mu) * (1 - P)
+           + H / (2 * gamma_A) * S2)
+    return num / (norm_t0 + S1)
+
+
+def _gd_args(E_t0, eta, eps0, H):
+    E_t0, eps0, H = (np.asarray(a, dtype=float) for a in (E_t0, eps0, H))
+    eta = np.asarray(eta, dtype=float)
+    if np.any(eta <= 0):
+        raise ValueError("eta must be positive")
+    if np.any(E_t0 <= 0) or np.any(E_t0 > eps0):
+        raise ValueError("E_t0 must lie in (0, eps0] (the hypothesis of the bound)")
+    if np.any(eta * E_t0 * H > 1 + 1e-12):
+        raise ValueError("eta * E_t0 must be at most 1/H (the step condition of the bound)")
+    return E_t0, eta, eps0, H
+
+
+def gd_error_constant(E_t0, *, eta, eps0, H):
+    r"""The summed error of GD's directional bound (book: ``thm-gd-direction``),
+
+    .. math::
+
+        C = \Big(\frac{1}{\varepsilon_0} + \frac{3\eta H}{2}\Big)E(W_{t_0}) \le \frac52,
+
+    which bounds :math:`\log E_t - \log E_{t_0} + \gamma_A\sum_{s<t}\|W_{s+1} - W_s\|_F` for
+    every :math:`t \ge t_0`.
+
+    Parameters
+    ----------
+    E_t0 : array_like, :math:`E(W_{t_0})` in :math:`(0, \varepsilon_0]`
+    eta : array_like, the step (> 0), with :math:`\eta E(W_{t_0}) \le 1/H`
+    eps0, H : array_like, the constants of the chapter (``attnsvm.experiments.rates.constants``)
+    """
+    E_t0, eta, eps0, H = _gd_args(E_t0, eta, eps0, H)
+    return (1 / eps0 + 1.5 * eta * H) * E_t0
+
+
+def gd_direction_bound(steps, E_t0, norm_t0, *, eta, mu, eps0, gamma_A, H, norm=None):
+    r"""GD's logarithmic directional bound (book: ``thm-gd-direction``): in the equal-score
+    model, if at :math:`t_0` the hypotheses of the GD rate theorem hold
+    (:math:`E_0 = E(W_{t_0}) \le \varepsilon_0` and :math:`\eta E_0 \le \min(1/H,
+    \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; only :math:`E_0 \le \varepsilon_0` and
+    :math:`\eta E_0 H \le 1` are checked here, ``attnsvm.experiments.rates.gd_step_condition``
+    checks them all), then for :math:`t \ge t_0`
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le \frac{D}{\|W_t\|_F}
+        \le \frac{\gamma_A D}{\log\big(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t - t_0)\big)},
+        \qquad D = \|W_{t_0}\|_F - \frac{\log(2\varepsilon_0/E_0)}{\gamma_A} + \frac{C}{\gamma_A} \ge 0,
+
+    with :math:`C` of :func:`gd_error_constant`: :math:`O(1/\log t)`. The same holds for the
+    capped Polyak step from the step at which it is capped, with :math:`\eta = \eta_{\max}`.
+
+    Parameters
+    ----------
+    steps : array_like, shape (K,) or (K, B)
+        :math:`t - t_0 \ge 0`.
+    E_t0, norm_t0 : array_like, shape () or (B,)
+        :math:`E(W_{t_0})` and :math:`\|W_{t_0}\|_F` (> 0).
+    eta : array_like, the step (> 0).
+    mu, eps0, gamma_A, H : array_like, shape () or (B,)
+        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+    norm : array_like, optional
+        The measured :math:`\|W_t\|_F`, broadcastable to the result: then the sharper first
+        bound :math:`D/\|W_t\|_F` is returned.
+
+    Returns
+    -------
+    ndarray, shape of ``steps`` broadcast with the constants
+        The bound at :math:`t = t_0 + ` ``steps``.
+    """
+    steps = np.asarray(steps, dtype=float)
+    if steps.ndim not in (1, 2) or not np.all(steps >= 0):
+        raise ValueError("steps must be a 1-d or 2-d array of t - t0 >= 0")
+    E_t0, eta, eps0, H = _gd_args(E_t0, eta, eps0, H)
+    norm_t0, mu, gamma_A = (np.asarray(a, dtype=float) for a in (norm_t0, mu, gamma_A))
+    if np.any(norm_t0 <= 0):
+        raise ValueError("norm_t0 must be positive")
+    if np.any(gamma_A <= 0) or np.any(mu <= 0):
+        raise ValueError("gamma_A and mu must be positive")
+    if steps.ndim == 1 and np.broadcast(E_t0, norm_t0, eta, mu, eps0, gamma_A, H).ndim:
+        steps = steps[:, None]                                 # one grid, per-trial constants
+    log_ratio = np.log(2 * eps0 / E_t0)
+    if np.any(gamma_A * norm_t0 < log_ratio * (1 - 1e-9)):
+        raise ValueError("norm_t0 must be at least log(2 eps0/E_t0)/gamma_A (no W in the "
+                         "equal-score model has a smaller norm at that excess risk)")
+    D = norm_t0 - log_ratio / gamma_A + gd_error_constant(E_t0, eta=eta, eps0=eps0, H=H) / gamma_A
+    if norm is not None:
+        norm = np.asarray(norm, dtype=float)
+        if np.any(norm <= 0):
+            raise ValueError("norm must be positive")
+        return D / norm + 0 * steps
+    return gamma_A * D / np.log(2 * eps0 / E_t0 + eps0 * eta * mu ** 2 * steps)
+
+
+# ----------------------------------------------------------------------------- global convergence
+def _arrays(**kw):
+    out = {}
+    for name, val in kw.items():
+        a = np.asarray(val, dtype=float)
+        if np.any(~np.isfinite(a)) or np.any(a <= 0):
+            raise ValueError(f"{name} must be finite and positive, got {val!r}")
+        out[name] = a
+    return out.values()
+
+
+def noloss_steps(R_A, gamma_A, bD_plus, n):
+    r"""Step sizes below which no sequence loses attention (book: ``lem-no-attention-loss``;
+    equal-score model under the cross-sequence condition (Cx)):
+
+    .. math::
+
+        \eta_{\mathrm{GD}} = \frac{2n}{R_A^2\max_i b^+_i\Delta_i},\qquad
+        \eta_{\mathrm{NGD}} = \frac{2\gamma_A}{e\,R_A^2}.
+
+    For steps at most these, every :math:`q_i(W_t) = \sum_{t'\ne\mathrm{opt}_i}e^{-m_{it'}(W_t)}`
+    is nonincreasing along GD, respectively NGD.
+
+    Parameters
+    ----------
+    R_A, gamma_A : array_like (> 0)
+    bD_plus : array_like (> 0), :math:`\max_i b^+_i\Delta_i`
+    n : int, number of sequences
+
+    Returns
+    -------
+    eta_gd, eta_ngd : ndarray
+    """
+    R_A, gamma_A, bD_plus, n = _arrays(R_A=R_A, gamma_A=gamma_A, bD_plus=bD_plus, n=n)
+    return 2 * n / (R_A ** 2 * bD_plus), 2 * gamma_A / (np.e * R_A ** 2)
+
+
+def s0_lower(R_A, T, W0_norm):
+    r"""The a-priori lower bound :math:`s_0 \ge 1/(1 + (T-1)e^{R_A\|W_0\|_F})` on the smallest
+    initial attention to an optimal token (book: ``lem-no-attention-loss``), computed without
+    overflow. ``W0_norm`` may be 0."""
+    R_A, T = _arrays(R_A=R_A, T=T)
+    W0_norm = np.asarray(W0_norm, dtype=float)
+    if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
+        raise ValueError(f"W0_norm must be finite and >= 0, got {W0_norm!r}")
+    if np.any(T < 2):
+        raise ValueError(f"T must be at least 2, got {T!r}")
+    return np.exp(-np.logaddexp(0.0, np.log(T - 1) + R_A * W0_norm))
+
+
+def global_mu0(gamma_A, s0):
+    r""":math:`\mu_0 = \gamma_A\min(s_0, 2/3)` (book: ``thm-global-region``), with
+    :math:`s_0 = \min_i s_i(W_0)` in :math:`(0, 1)`."""
+    gamma_A, s0 = _arrays(gamma_A=gamma_A, s0=s0)
+    if np.any(s0 >= 1):
+        raise ValueError(f"s0 must lie in (0, 1), got {s0!r}")
+    return gamma_A * np.minimum(s0, 2.0 / 3.0)
+
+
+def global_steps(mu0, H, E0, *, eta_gd_noloss, lam, R_A):
+    r"""The step conditions of the global theorem (book: ``thm-global-region``):
+
+    .. math::
+
+        \eta^{\mathrm{NGD}} = \frac{\mu_0}{H},\qquad
+        \eta^{\mathrm{GD}} = \min\Big(\eta_{\mathrm{GD}},\ \frac{1}{HE_0},\
+        \frac{\lambda\log 2}{R_A^2E_0},\ \frac{\lambda^2}{3R_A^2E_0}\Big),
+
+    :math:`E_0 = E(W_0)`, :math:`\eta_{\mathrm{GD}}` from :func:`noloss_steps`. (The NGD step
+    implies :math:`\eta \le \eta_{\mathrm{NGD}}` and :math:`\eta\le\log 2/R_A`, since
+    :math:`H \ge 9R_A^2`.)
+
+    Returns
+    -------
+    eta_ngd, eta_gd : ndarray, the largest steps the theorem allows
+    """
+    mu0, H, E0, eta_gd_noloss, lam, R_A = _arrays(mu0=mu0, H=H, E0=E0, eta_gd_noloss=eta_gd_noloss,
+                                                 lam=lam, R_A=R_A)
+    R2 = R_A ** 2
+    eta_gd = np.minimum(np.minimum(eta_gd_noloss, 1 / (H * E0)),
+                        np.minimum(lam * np.log(2) / (R2 * E0), lam ** 2 / (3 * R2 * E0)))
+    return mu0 / H, eta_gd
+
+
+def t_reach(E0, eps0, eta, mu0, *, optimizer):
+    r"""Steps after which :math:`E(W_t) \le \varepsilon_0` holds for good (book:
+    ``thm-global-region``):
+
+    * ``optimizer="ngd"``: :math:`\lceil 2\log(E_0/\varepsilon_0)_+/(\eta\mu_0)\rceil`;
+    * ``optimizer="gd"``: :math:`\lceil 2(1/\varepsilon_0 - 1/E_0)_+/(\eta\mu_0^2)\rceil`.
+
+    Parameters
+    ----------
+    E0, eps0, eta, mu0 : array_like (> 0)
+    optimizer : {"ngd", "gd"}
+    """
+    E0, eps0, eta, mu0 = _arrays(E0=E0, eps0=eps0, eta=eta, mu0=mu0)
+    if optimizer == "ngd":
+        return np.ceil(2 * np.maximum(np.log(E0 / eps0), 0.0) / (eta * mu0))
+    if optimizer == "gd":
+        return np.ceil(2 * np.maximum(1 / eps0 - 1 / E0, 0.0) / (eta * mu0 ** 2))
+    raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
+
+
+def global_excess_bound(t, E0, eta, mu0, *, optimizer):
+    r"""Upper bound on the excess risk :math:`E(W_t)` from :math:`t = 0` (book:
+    ``thm-global-region``), at the theorem's steps:
+
+    * ``optimizer="ngd"``: :math:`E_0(1 - \eta\mu_0/2)^t`;
+    * ``optimizer="gd"``: :math:`(1/E_0 + \eta\mu_0^2t/2)^{-1}`.
+
+    ``t`` (K,) and per-trial (B,) arrays give (K, B).
+    """
+    E0, eta, mu0 = _arrays(E0=E0, eta=eta, mu0=mu0)
+    t = np.asarray(t, dtype=float)
+    if np.any(t < 0):
+        raise ValueError("t must be >= 0")
+    if E0.ndim or eta.ndim or mu0.ndim:
+        t = t[:, None] if t.ndim == 1 else t
+    if optimizer == "ngd":
+        if np.any(eta * mu0 / 2 >= 1):
+            raise ValueError("eta * mu0 / 2 must be < 1")
+        return E0 * np.exp(t * np.log1p(-eta * mu0 / 2))
+    if optimizer == "gd":
+        return 1 / (1 / E0 + eta * mu0 ** 2 * t / 2)
+    raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
+
+
+def mass_from_excess(excess, n, bD_minus):
+    r"""Bound on the largest non-optimal mass from the excess risk (book: ``cor-mass-excess``,
+    used from :math:`t=0` in ``cor-sparsity-global``):
+    :math:`\max_i(1 - s_i) \le nE/\min_i b^-_i\Delta_i`.
+
+    Parameters
+    ----------
+    excess : array_like (>= 0), :math:`E(W)` or a bound on it
+    n : int, number of sequences
+    bD_minus : array_like (> 0), :math:`\min_i b^-_i\Delta_i`
+    """
+    n, bD_minus = _arrays(n=n, bD_minus=bD_minus)
+    excess = np.asarray(excess, dtype=float)
+    if np.any(excess < 0):
+        raise ValueError("excess must be >= 0")
+    return n * excess / bD_minus

@@ -1,0 +1,181 @@
+r"""Checked claims: a qualitative sentence of a chapter, computed in its notebook.
+
+A chapter that says "NGD is faster than GD" must not rely on the reader's eye. The chapter's
+driver computes the statement as a boolean: its result object has ``.claims()``, a dict
+``name -> (holds, detail)`` beside ``.summary()``, and the notebook checks them all with one call:
+
+>>> check(result.claims())                                          # doctest: +SKIP
+
+One claim at a time is :func:`claim`:
+
+>>> claim("ngd_faster", slope_ngd < slope_gd,                       # doctest: +SKIP
+...       f"slope NGD {slope_ngd:.3f} vs GD {slope_gd:.3f}")
+
+* the outcome is glued, so the prose can quote it: ``claim_<name>`` is the word ``"holds"`` or
+  ``"fails"``, ``claim_<name>_detail`` the detail string (the numbers);
+* under the book build (environment variable ``ATTNSVM_STRICT_CLAIMS=1``, set by
+  the book build) a false claim raises :class:`ClaimError`, naming the claim,
+  the notebook and the numbers, and the build fails;
+* in a reader's own run (variable unset or ``0``) a false claim emits a :class:`ClaimWarning`
+  (always shown) and execution goes on.
+
+Papermill gives the kernel no notebook name: a notebook names itself once with
+:func:`set_notebook` (or every call passes ``notebook=``); the environment variable
+``ATTNSVM_NOTEBOOK`` is the fallback.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "check", "set_notebook", "strict",
+           "STRICT_ENV", "NOTEBOOK_ENV"]
+
+#: environment variable that turns false claims into errors
+STRICT_ENV = "ATTNSVM_STRICT_CLAIMS"
+#: environment variable naming the notebook (fallback of :func:`set_notebook`)
+NOTEBOOK_ENV = "ATTNSVM_NOTEBOOK"
+
+_notebook: str | None = None
+
+
+class ClaimError(AssertionError):
+    """A claim of a chapter is false on the numbers its notebook computed (strict mode)."""
+
+
+class ClaimWarning(UserWarning):
+    """A claim of a chapter is false (non-strict mode: execution goes on)."""
+
+
+warnings.simplefilter("always", ClaimWarning)
+
+
+def set_notebook(name: str) -> None:
+    """Name the notebook that the following claims belong to (e.g. ``"ch09_rates"``)."""
+    global _notebook
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    _notebook = name
+
+
+def strict() -> bool:
+    """Whether false claims raise (``ATTNSVM_STRICT_CLAIMS`` set to anything but ``""``/``0``)."""
+    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0", "false", "False")
+
+
+class Word:
+    """A word glued as plain text (``glue:text`` shows it without the quotes of a ``str``)."""
+
+    def __init__(self, text: str):
+        self.text = str(text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return str(other) == self.text
+
+    __hash__ = None
+
+
+def _glue(key, value):
+    try:
+        from myst_nb import glue
+    except ImportError:  # pragma: no cover - myst-nb is a requirement of the book
+        return
+    glue(key, value, display=False)
+
+
+def claim(name: str, holds, detail: str = "", *, notebook: str | None = None) -> bool:
+    """Record, glue and check one claim of a chapter.
+
+    Parameters
+    ----------
+    name : str
+        Identifier of the claim (letters, digits, ``_``); glued as ``claim_<name>`` (the word
+        ``"holds"`` or ``"fails"``) and ``claim_<name>_detail`` (``detail``).
+    holds : bool
+        The outcome, computed from the notebook's numbers (a Python or NumPy boolean; anything
+        else, e.g. a float that may be NaN, is rejected).
+    detail : str
+        The numbers behind the outcome, for the prose and for the error message.
+    notebook : str, optional
+        The notebook's name; default the one given to :func:`set_notebook`, else the
+        environment variable ``ATTNSVM_NOTEBOOK``, else ``"<unnamed notebook>"``.
+
+    Returns
+    -------
+    bool
+        ``holds``.
+
+    Raises
+    ------
+    ClaimError
+        ``holds`` is false and ``ATTNSVM_STRICT_CLAIMS`` is set.
+    TypeError, ValueError
+        Invalid ``name``, ``holds`` or ``detail`` (the message names the argument).
+    """
+    if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"name must be a non-empty identifier (letters, digits, _), got {name!r}")
+    if isinstance(holds, np.ndarray) and holds.shape == ():
+        holds = holds[()]
+    if not isinstance(holds, (bool, np.bool_)):
+        raise TypeError(f"holds must be a boolean (bool or numpy.bool_), got "
+                        f"{type(holds).__name__} {holds!r}")
+    if not isinstance(detail, str):
+        raise TypeError(f"detail must be a string, got {type(detail).__name__}")
+    holds = bool(holds)
+    nb = notebook or _notebook or os.environ.get(NOTEBOOK_ENV) or "<unnamed notebook>"
+    _glue(f"claim_{name}", Word("holds" if holds else "fails"))
+    _glue(f"claim_{name}_detail", Word(detail))
+    if not holds:
+        msg = f"claim {name!r} of notebook {nb} does not hold: {detail}"
+        if strict():
+            raise ClaimError(msg)
+        warnings.warn(msg + f" (set {STRICT_ENV}=1 to make this an error)", ClaimWarning,
+                      stacklevel=2)
+    return holds
+
+
+def check(claims: dict, *, notebook: str | None = None) -> dict:
+    """Record, glue and check every claim of a result object's ``.claims()``.
+
+    Parameters
+    ----------
+    claims : dict
+        ``name -> (holds, detail)``, as returned by a driver's result ``.claims()``.
+    notebook : str, optional
+        As in :func:`claim`.
+
+    Returns
+    -------
+    dict
+        ``name -> bool``, the outcomes. Every claim is glued before the first false one raises
+        (strict mode), so the error names the first false claim in the dict's order.
+
+    Raises
+    ------
+    ClaimError
+        A claim is false and ``ATTNSVM_STRICT_CLAIMS`` is set.
+    TypeError
+        ``claims`` is not a dict of ``(holds, detail)`` pairs (the message names the entry).
+    """
+    if not isinstance(claims, dict):
+        raise TypeError(f"claims must be a dict name -> (holds, detail), got {type(claims).__name__}")
+    for name, value in claims.items():
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"claims[{name!r}] must be a pair (holds, detail), got {value!r}")
+    out, failed = {}, []
+    for name, (holds, detail) in claims.items():
+        try:
+            out[name] = claim(name, holds, detail, notebook=notebook)
+        except ClaimError as err:
+            out[name] = False
+            failed.append(err)
+    if failed:
+        raise failed[0]
+    return out

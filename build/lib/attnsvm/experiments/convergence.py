@@ -1,0 +1,910 @@
+r"""Gradient descent on attention: local and global convergence (the chapter "Gradient descent:
+global and local convergence").
+
+Everything that loops over trials, solves SVMs or trains lives here; the notebooks only call
+these functions and plot.
+
+Notation (the book's): ``X`` (n, T, d) tokens, ``y`` (n,) labels, ``Z`` (n, d) queries, ``v``
+(d,) head, token scores :math:`\gamma_{it} = y_i v^\top x_{it}`, a choice of one selected
+token per sequence :math:`\alpha` (``alpha``, (n,) int), its Att-SVM
+:math:`W^\alpha_{mm}` (``attnsvm.svm.att_svm(X, Z, alpha)``) and the *selection margins*
+:math:`m_{it}(W) = (x_{i\alpha_i} - x_{it})^\top W z_i`.
+
+Theory helpers (numpy, one instance)
+------------------------------------
+* ``selection_margins`` (``attnsvm.tokens``, re-exported), :func:`nonselected_mass`: the
+  margins of a choice and the softmax
+  mass :math:`1 - s_{i\alpha_i}` left on the other tokens (log-sum-exp, exact at any norm).
+* :func:`saturation_bound`, :func:`cone_margin_bound`: the bounds of the saturation lemma and
+  of its cone version.
+* :func:`loss_value`, :func:`loss_grad`: :math:`\mathcal{L}(W)` and :math:`\nabla\mathcal{L}(W)`
+  of the W-parameterization with a fixed linear head.
+* :func:`ray_alignment`, :func:`ray_alignment_limit`: :math:`\langle -\nabla\mathcal{L}(c
+  W^\alpha_{mm}), W^\alpha_{mm}\rangle` (computed in a cancellation-free form) and its
+  asymptotic constant :math:`\Lambda_\alpha`.
+* ``loss_floor`` (``attnsvm.losses``, re-exported): :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
+
+Experiments (batched: one ``attnsvm.train.fit`` call per setting)
+-----------------------------------------------------------------
+* :func:`draw_instances`, :func:`toy_2d`: seeded data.
+* :func:`classify`: the outcome of each trial (global / local / other), see :data:`GLOBAL_CORR`.
+* :func:`local_experiment`: random initializations, correlations with :math:`W_{mm}` (for
+  ``opt``) and with :math:`W^\alpha_{mm}` (for the tokens selected at the end).
+* :func:`cone_experiment`: initializations inside a cone around :math:`W^\alpha_{mm}`.
+* :func:`overparam_sweep`: the fraction of trials converging to the global :math:`W_{mm}`
+  as a function of ``d``.
+* :func:`trajectories_2d`: the W, (K,Q) and prompt trajectories of a two-dimensional instance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._checks import as_float_array, check_choice, check_int, check_positive
+from ..data import AttnData
+from .. import data as _data
+from .. import metrics as _metrics
+from .. import svm as _svm
+from .. import tokens as _tokens
+from .. import train as _train
+from ..losses import get_loss, loss_floor  # noqa: F401  (loss_floor re-exported: ch04's API)
+from ..tokens import selection_margins  # noqa: F401  (re-exported: ch04's API)
+
+__all__ = [
+    "GLOBAL_CORR",
+    "selection_margins",
+    "nonselected_mass",
+    "saturation_bound",
+    "cone_margin_bound",
+    "loss_value",
+    "loss_grad",
+    "ray_alignment",
+    "ray_alignment_limit",
+    "loss_floor",
+    "draw_instances",
+    "toy_2d",
+    "Outcomes",
+    "classify",
+    "LocalRun",
+    "local_experiment",
+    "LocalFollowups",
+    "local_followups",
+    "ConeRun",
+    "cone_experiment",
+    "follow",
+    "find_choices",
+    "OverparamSweep",
+    "overparam_sweep",
+    "Trajectories2D",
+    "trajectories_2d",
+]
+
+#: default correlation threshold of "converged in direction" (see :func:`classify`)
+GLOBAL_CORR = 0.99
+
+
+def _check_batched_choice(data, alpha):
+    """Validate a batched instance and a (B, n) choice of tokens; return (B, n, d)."""
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, d = data.trials, data.n, data.d
+    if np.shape(alpha) != (B, n):
+        raise ValueError(f"alpha must have shape ({B}, {n}), got {np.shape(alpha)}")
+    return B, n, d
+
+
+def _instance(data):
+    if not isinstance(data, AttnData):
+        raise ValueError(f"data must be an AttnData instance, got {type(data).__name__}")
+    if data.batched:
+        raise ValueError("data must be a single (unbatched) instance; use data.trial(b)")
+    return data
+
+
+def _nonneg_loss(loss):
+    """The :class:`attnsvm.losses.Loss` of a nonnegative decreasing loss (logistic or
+    exponential): the theory helpers below need one."""
+    return get_loss(check_choice("loss", loss, ("logistic", "exponential")))
+
+
+def _alpha(alpha, n, T):
+    a = np.asarray(alpha)
+    if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"alpha must be an integer array of shape ({n},), got {a.shape} {a.dtype}")
+    if np.any(a < 0) or np.any(a >= T):
+        raise ValueError(f"alpha entries must lie in [0, {T})")
+    return a.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- theory helpers
+def nonselected_mass(W, X, Z, alpha):
+    r"""Softmax mass on the non-selected tokens, :math:`1 - s_{i\alpha_i}(W)`, shape (n,).
+
+    Computed as :math:`\exp(\mathrm{lse}_{t\ne\alpha_i} a_{it} - \mathrm{lse}_t a_{it})`, so it
+    stays accurate (relative error ~1e-15) when it is far below machine epsilon.
+    """
+    X = as_float_array("X", X, ndim=3)
+    n, T, d = X.shape
+    W = as_float_array("W", W, shape=(d, d))
+    Z = as_float_array("Z", Z, shape=(n, d))
+    alpha = _alpha(alpha, n, T)
+    a = np.einsum("ntd,nd->nt", X, Z @ W.T)
+    other = a.copy()
+    other[np.arange(n), alpha] = -np.inf
+    lse_all = np.logaddexp.reduce(a, axis=1)
+    lse_other = np.logaddexp.reduce(other, axis=1)
+    return np.exp(lse_other - lse_all)
+
+
+def saturation_bound(W_alpha, R, T):
+    r"""The saturation lemma's bound :math:`(T-1)\exp(-R/\|W^\alpha_{mm}\|_F)` on the
+    non-selected mass of every sequence at :math:`W = R\,W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`."""
+    W_alpha = as_float_array("W_alpha", W_alpha, ndim=2)
+    T = check_int("T", T, minimum=2)
+    R = check_positive("R", R, allow_zero=True)
+    return (T - 1) * np.exp(-R / np.linalg.norm(W_alpha))
+
+
+def cone_margin_bound(W, W_alpha, X, Z, alpha):
+    r"""Lower bound on every selection margin of :math:`W` from its norm and its correlation
+    with :math:`W^\alpha_{mm}` (cone lemma):
+
+    .. math::
+
+        \min_{i, t\ne\alpha_i} m_{it}(W) \ \ge\ \|W\|_F\Big(\frac{1}{\|W^\alpha_{mm}\|_F}
+        - D\sqrt{2 - 2\,\mathrm{corr}(W, W^\alpha_{mm})}\Big),\qquad
+        D = \max_{i,t} \|x_{i\alpha_i} - x_{it}\|\,\|z_i\| .
+    """
+    X = as_float_array("X", X, ndim=3)
+    n, T, d = X.shape
+    W = as_float_array("W", W, shape=(d, d))
+    W_alpha = as_float_array("W_alpha", W_alpha, shape=(d, d))
+    Z = as_float_array("Z", Z, shape=(n, d))
+    alpha = _alpha(alpha, n, T)
+    diff = X[np.arange(n), alpha][:, None, :] - X
+    D = float(np.max(np.linalg.norm(diff, axis=-1) * np.linalg.norm(Z, axis=-1)[:, None]))
+    c = float(_metrics.corr(W, W_alpha))
+    return float(np.linalg.norm(W) * (1.0 / np.linalg.norm(W_alpha)
+                                      - D * np.sqrt(max(2.0 - 2.0 * c, 0.0))))
+
+
+def loss_value(W, data, *, loss="logistic"):
+    r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`."""
+    data = _instance(data)
+    W = as_float_array("W", W, shape=(data.d, data.d))
+    ell = _nonneg_loss(loss).value_np
+    s = _metrics.attention(data.X, W, data.Z)
+    g = _tokens.token_scores(data.X, data.y, data.v)
+    return float(np.mean(ell((s * g).sum(-1))))
+
+
+def loss_grad(W, data, *, loss="logistic"):
+    r"""Loss and gradient of the W-parameterization (fixed head), numpy:
+
+    .. math::
+
+        \nabla\mathcal{L}(W) = \frac1n\sum_i \ell'(u_i)\sum_t s_{it}(\gamma_{it} - u_i)\,
+        x_{it} z_i^\top, \qquad u_i = \sum_t s_{it}\gamma_{it}.
+
+    Returns
+    -------
+    L : float
+    G : ndarray (d, d)
+    """
+    data = _instance(data)
+    W = as_float_array("W", W, shape=(data.d, data.d))
+    ell, nd = _nonneg_loss(loss).value_np, _nonneg_loss(loss).neg_deriv_np
+    s = _metrics.attention(data.X, W, data.Z)
+    g = _tokens.token_scores(data.X, data.y, data.v)
+    u = (s * g).sum(-1)
+    q = -nd(u)[:, None] * s * (g - u[:, None]) / data.n          # (n, T)
+    G = np.einsum("nt,ntd,ne->de", q, data.X, data.Z)
+    return float(np.mean(ell(u))), G
+
+
+def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False):
+    r""":math:`\langle -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle` (or times
+    :math:`e^{c}` if ``scaled``), for scalars ``c`` (array_like, any shape).
+
+    Uses the cancellation-free form (:math:`m_{it}` the margins of :math:`W^\alpha_{mm}`,
+    :math:`\Delta_{it} = \gamma_{i\alpha_i} - \gamma_{it}`)
+
+    .. math::
+
+        \langle -\nabla\mathcal{L}(W), W^\alpha_{mm}\rangle = \frac1n\sum_i
+        \big(-\ell'(u_i)\big) \sum_{t\ne\alpha_i} s_{it}\, m_{it}
+        \Big(\Delta_{it} - \sum_{\tau\ne\alpha_i} s_{i\tau}\Delta_{i\tau}\Big),
+
+    with :math:`s_{it}` for :math:`t \ne \alpha_i` from log-softmax, so ``scaled`` values stay
+    exact for large ``c``.
+    """
+    data = _instance(data)
+    n, T = data.n, data.T
+    alpha = _alpha(alpha, n, T)
+    if W_alpha is None:
+        W_alpha = _svm.att_svm(data.X, data.Z, alpha)
+    nd = _nonneg_loss(loss).neg_deriv_np
+    m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
+    g = _tokens.token_scores(data.X, data.y, data.v)
+    delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
+    c = np.asarray(c, dtype=float)
+    out = np.empty(c.shape)
+    for idx, cc in np.ndenumerate(c):
+        # log s_it = -c m_it - log(1 + sum_tau e^{-c m_tau})  (t != alpha), log s_alpha = -log(...)
+        e = np.where(np.isfinite(m), -cc * np.where(np.isfinite(m), m, 0.0), -np.inf)
+        lz = np.logaddexp(0.0, np.logaddexp.reduce(e, axis=1))                   # (n,)
+        ls = e - lz[:, None]                                                     # -inf at alpha
+        s = np.exp(ls)
+        avg = (s * delta).sum(1)                                                 # sum_tau s Δ
+        u = g[np.arange(n), alpha] - avg
+        mm = np.where(np.isfinite(m), m, 0.0)
+        if scaled:
+            inner = (np.exp(ls + cc) * mm * (delta - avg[:, None])).sum(1)
+        else:
+            inner = (s * mm * (delta - avg[:, None])).sum(1)
+        out[idx] = float(np.mean(nd(u) * inner))
+    return out[()] if out.ndim == 0 else out
+
+
+def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6):
+    r"""The constant :math:`\Lambda_\alpha = \lim_{c\to\infty} e^{c}\langle
+    -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle
+    = \frac1n\sum_i -\ell'(\gamma_{i\alpha_i}) \sum_{t\in S_i}(\gamma_{i\alpha_i} - \gamma_{it})`,
+    :math:`S_i` the support tokens (``attnsvm.svm.support_tokens`` with ``tol``)."""
+    data = _instance(data)
+    n, T = data.n, data.T
+    alpha = _alpha(alpha, n, T)
+    if W_alpha is None:
+        W_alpha = _svm.att_svm(data.X, data.Z, alpha)
+    S = _svm.support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
+    nd = _nonneg_loss(loss).neg_deriv_np
+    g = _tokens.token_scores(data.X, data.y, data.v)
+    ga = g[np.arange(n), alpha]
+    return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
+
+
+# ----------------------------------------------------------------------------- data
+def draw_instances(n, T, d, *, trials=1, seed=0, query="cross"):
+    r"""Random instances in the setting of "Transformers as SVMs" (``attnsvm.data.random_unit``):
+    tokens :math:`x_{it}`, queries :math:`z_i` and head :math:`v` drawn :math:`N(0, I_d)` and
+    normalized to unit length, labels random signs; ``query="cross"`` draws the queries
+    separately, ``query="self"`` sets :math:`z_i = x_{i1}` (token 0).
+
+    The data seed is ``numpy.random.SeedSequence([seed, n, T, d])``, so instances of different
+    sizes are independent, and trial ``b`` does not depend on ``trials``.
+
+    Returns
+    -------
+    AttnData, batched (``trials`` trials).
+    """
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    d = check_int("d", d, minimum=1)
+    trials = check_int("trials", trials, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    check_choice("query", query, ("cross", "self"))
+    return _data.random_unit(n, T, d, cross=(query == "cross"), trials=trials,
+                             seed=np.random.SeedSequence([seed, n, T, d]))
+
+
+def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
+    r"""A two-dimensional instance (``d = 2``) for pictures: the first seed-derived draw of
+    :func:`draw_instances` (``trials=1``) whose Frobenius and nuclear-norm Att-SVMs and whose
+    prompt SVM all exist, and whose :math:`W_{mm}` and :math:`W^*_{mm}` differ
+    (:math:`\mathrm{corr} \le 1 -` ``min_corr_gap``), so that the two parameterizations can be
+    told apart.
+
+    Returns
+    -------
+    data : AttnData (unbatched)
+    key : int
+        The seed of :func:`draw_instances` that produced it.
+    """
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    for k in range(max_tries):
+        key = seed * max_tries + k
+        data = draw_instances(n, T, 2, trials=1, seed=key).trial(0)
+        try:
+            opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+            Wf = _svm.att_svm(data.X, data.Z, opt)
+            Wn = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
+            _svm.p_svm(data.X, opt)
+        except (_svm.InfeasibleError, ValueError):
+            continue
+        if _metrics.corr(Wf, Wn) <= 1 - min_corr_gap:
+            return data, key
+    raise RuntimeError(f"no suitable 2-D instance in {max_tries} draws (n={n}, T={T})")
+
+
+# ----------------------------------------------------------------------------- outcomes
+@dataclass
+class Outcomes:
+    r"""The outcome of each trial of a batch (arrays with a leading trials axis ``B``).
+
+    A trial *converges to the global* :math:`W_{mm}` when its final selected tokens (argmax of
+    the attention scores) are ``opt`` in every sequence **and**
+    :math:`\mathrm{corr}(W_{\mathrm{final}}, W_{mm}) \ge` ``threshold``; it *converges to a
+    local* :math:`W^\alpha_{mm}` when the final selection :math:`\alpha` differs from ``opt``
+    in some sequence, :math:`W^\alpha_{mm}` exists and
+    :math:`\mathrm{corr}(W_{\mathrm{final}}, W^\alpha_{mm}) \ge` ``threshold``. Everything else
+    (not yet aligned, or the selection's SVM infeasible) is "other".
+
+    Attributes
+    ----------
+    opt, selected : (B, n) int
+    is_opt : (B,) bool            final selection == opt
+    feasible_opt : (B,) bool      W_mm exists
+    feasible_sel : (B,) bool      W_mm^alpha exists for the final selection alpha
+    corr_opt, corr_sel : (B,)     corr(W_final, W_mm), corr(W_final, W_mm^alpha) (NaN if infeasible)
+    locally_optimal : (B,) bool   the final selection is locally optimal
+    is_global, is_local : (B,) bool
+    W_mm, W_sel : (B, d, d)       zeros where infeasible
+    threshold : float
+    """
+
+    opt: np.ndarray
+    selected: np.ndarray
+    is_opt: np.ndarray
+    feasible_opt: np.ndarray
+    feasible_sel: np.ndarray
+    corr_opt: np.ndarray
+    corr_sel: np.ndarray
+    locally_optimal: np.ndarray
+    is_global: np.ndarray
+    is_local: np.ndarray
+    W_mm: np.ndarray
+    W_sel: np.ndarray
+    threshold: float
+
+    @property
+    def frac_global(self):
+        return float(np.mean(self.is_global))
+
+    @property
+    def frac_local(self):
+        return float(np.mean(self.is_local))
+
+    @property
+    def frac_other(self):
+        return float(1.0 - np.mean(self.is_global | self.is_local))
+
+
+def classify(data, W, selected, *, threshold=GLOBAL_CORR, W_mm=None, feasible_opt=None):
+    r"""Classify each trial's outcome (see :class:`Outcomes` for the definitions).
+
+    Parameters
+    ----------
+    data : AttnData, batched (B trials)
+    W : array_like (B, d, d)
+        Final iterates.
+    selected : int array (B, n)
+        Final selected tokens (argmax of the attention scores).
+    threshold : float in (0, 1)
+        Correlation threshold (default :data:`GLOBAL_CORR`).
+    W_mm, feasible_opt : optional
+        Precomputed ``attnsvm.svm.att_svm_batch(X, Z, opt)``.
+    """
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, d = data.trials, data.n, data.d
+    W = as_float_array("W", W, shape=(B, d, d))
+    selected = np.asarray(selected)
+    if selected.shape != (B, n) or not np.issubdtype(selected.dtype, np.integer):
+        raise ValueError(f"selected must be an integer array of shape ({B}, {n})")
+    threshold = check_positive("threshold", threshold)
+    if threshold >= 1:
+        raise ValueError(f"threshold must be < 1, got {threshold}")
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+    if W_mm is None:
+        W_mm, feasible_opt = _svm.att_svm_batch(data.X, data.Z, opt)
+    is_opt = np.all(selected == opt, axis=-1)
+    W_sel = np.where(is_opt[:, None, None], W_mm, 0.0)
+    feasible_sel = np.where(is_opt, feasible_opt, False)
+    lo = np.where(is_opt, feasible_opt, False)
+    for b in np.flatnonzero(~is_opt):
+        try:
+            W_sel[b] = _svm.att_svm(data.X[b], data.Z[b], selected[b])
+            feasible_sel[b] = True
+            lo[b] = _svm.is_locally_optimal(data.X[b], data.y[b], data.Z[b], data.v[b],
+                                            selected[b])
+        except _svm.InfeasibleError:
+            pass
+    with np.errstate(invalid="ignore"):
+        corr_opt = np.where(feasible_opt, _metrics.corr(W, np.where(feasible_opt[:, None, None],
+                                                                   W_mm, 1.0)), np.nan)
+        corr_sel = np.where(feasible_sel, _metrics.corr(W, np.where(feasible_sel[:, None, None],
+                                                                   W_sel, 1.0)), np.nan)
+    is_global = is_opt & feasible_opt & (np.nan_to_num(corr_opt, nan=-1.0) >= threshold)
+    is_local = ~is_opt & feasible_sel & (np.nan_to_num(corr_sel, nan=-1.0) >= threshold)
+    return Outcomes(opt=opt, selected=selected, is_opt=is_opt, feasible_opt=feasible_opt,
+                    feasible_sel=feasible_sel, corr_opt=corr_opt, corr_sel=corr_sel,
+                    locally_optimal=lo, is_global=is_global, is_local=is_local, W_mm=W_mm,
+                    W_sel=W_sel, threshold=threshold)
+
+
+# ----------------------------------------------------------------------------- local experiment
+@dataclass
+class LocalRun:
+    r"""Trajectories of :func:`local_experiment` (``K`` records, ``B`` trials).
+
+    Attributes
+    ----------
+    steps : (K,)
+    corr_opt : (K, B)      corr(W_t, W_mm), W_mm the SVM of ``opt`` (NaN where infeasible)
+    corr_sel : (K, B)      corr(W_t, W^alpha_mm), alpha = the tokens selected *at the end*
+    mass_opt : (K, B)      mean over sequences of the softmax mass on ``opt``
+    mass_sel : (K, B)      mean over sequences of the softmax mass on the final selection
+    loss : (K, B)
+    loss_floor_opt, loss_floor_sel : (B,)   (1/n) sum_i ell(gamma_{i,opt_i}), ... alpha_i
+    outcomes : Outcomes
+    data : AttnData
+    W_final : (B, d, d)    the last iterates
+    config : dict
+    """
+
+    steps: np.ndarray
+    corr_opt: np.ndarray
+    corr_sel: np.ndarray
+    mass_opt: np.ndarray
+    mass_sel: np.ndarray
+    loss: np.ndarray
+    loss_floor_opt: np.ndarray
+    loss_floor_sel: np.ndarray
+    outcomes: Outcomes
+    data: AttnData
+    W_final: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    def summary(self):
+        r"""The headline numbers (NaN where the set they are taken over is empty).
+
+        ``frac_opt`` (final selection = opt), ``frac_global``, ``frac_local``, ``frac_other``,
+        ``n_local``; over the converged trials (global or local): ``frac_conv_lo`` (locally
+        optimal final selection), ``mass_sel_median`` (final mass on the selection); medians
+        ``corr_global_median`` (corr with :math:`W_{mm}`, global trials),
+        ``corr_local_sel_median`` / ``corr_local_opt_median`` (local trials, against
+        :math:`W^\alpha_{mm}` and :math:`W_{mm}`) and ``excess_local_median`` (final loss above
+        the floor of opt, local trials).
+        """
+        out = self.outcomes
+        g, loc = out.is_global, out.is_local
+        conv = g | loc
+        nan = float("nan")
+        return {
+            "frac_opt": float(out.is_opt.mean()),
+            "frac_global": out.frac_global, "frac_local": out.frac_local, "frac_other": out.frac_other,
+            "n_local": int(loc.sum()),
+            "frac_conv_lo": float(out.locally_optimal[conv].mean()) if conv.any() else nan,
+            "corr_global_median": float(np.median(out.corr_opt[g])) if g.any() else nan,
+            "corr_local_sel_median": float(np.median(out.corr_sel[loc])) if loc.any() else nan,
+            "corr_local_opt_median": float(np.nanmedian(out.corr_opt[loc])) if loc.any() else nan,
+            "mass_sel_median": float(np.median(self.mass_sel[-1, conv])) if conv.any() else nan,
+            "excess_local_median": (float(np.median(self.loss[-1, loc] - self.loss_floor_opt[loc]))
+                                    if loc.any() else nan),
+        }
+
+
+def _masses(S, alpha):
+    """S (K, B, n, T), alpha (B, n) -> mean over n of S[..., alpha] (K, B)."""
+    idx = np.broadcast_to(alpha[None, :, :, None], S.shape[:-1] + (1,))
+    return np.take_along_axis(S, idx, axis=-1)[..., 0].mean(-1)
+
+
+def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimizer="ngd",
+                     lr=0.1, init_scale=0.01, loss="logistic", query="cross",
+                     threshold=GLOBAL_CORR, n_records=60, seed=0, device="auto"):
+    r"""Train ``trials`` random instances from random initializations (one batched fit) and
+    record the correlation of :math:`W_t` with :math:`W_{mm}` (``opt``) and with
+    :math:`W^\alpha_{mm}` for :math:`\alpha` = the tokens selected *at the end of training*,
+    and the softmax mass on both. Default: the sizes of "Transformers as SVMs"
+    (n=6, T=8, d=10) with normalized GD, lr 0.1, random init :math:`N(0, 0.01^2)`.
+
+    Returns
+    -------
+    LocalRun
+    """
+    data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+    W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
+    with _train.cpu_threads(device):
+        h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
+                       init="random", init_scale=init_scale, loss=loss, n_records=n_records,
+                       snapshots=True, seed=seed, device=device)
+    snaps = h.snapshots                                         # (K, B, d, d)
+    sel = h.selected[-1]
+    out = classify(data, h.W, sel, threshold=threshold, W_mm=W_mm, feasible_opt=feas)
+    with np.errstate(invalid="ignore"):
+        corr_opt = np.where(feas, _metrics.corr(snaps, np.where(feas[:, None, None], W_mm, 1.0), elem_ndim=2),
+                            np.nan)
+        corr_sel = np.where(out.feasible_sel,
+                            _metrics.corr(snaps, np.where(out.feasible_sel[:, None, None],
+                                                          out.W_sel, 1.0), elem_ndim=2), np.nan)
+    S = _metrics.attention(data.X[None], snaps, data.Z[None])     # (K, B, n, T)
+    return LocalRun(steps=h.steps, corr_opt=corr_opt, corr_sel=corr_sel,
+                    mass_opt=_masses(S, opt), mass_sel=_masses(S, sel), loss=h.loss,
+                    loss_floor_opt=loss_floor(data, loss=loss),
+                    loss_floor_sel=loss_floor(data, sel, loss=loss), outcomes=out, data=data,
+                    W_final=h.W,
+                    config=dict(n=n, T=T, d=d, trials=trials, steps=steps, model=model,
+                                optimizer=optimizer, lr=lr, init_scale=init_scale, loss=loss,
+                                query=query, threshold=threshold, seed=seed))
+
+
+# ----------------------------------------------------------------------------- cone experiment
+def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
+    r"""For each trial, a choice :math:`\alpha \ne \mathrm{opt}` whose Att-SVM exists and which
+    is (``locally_optimal=True``) or is not (``False``) locally optimal, by seeded random
+    search: each candidate changes the selected token of one random sequence of ``opt`` (or of
+    the last candidate) to a random other token.
+
+    Returns
+    -------
+    alpha : (B, n) int
+    found : (B,) bool      False where no such choice was found in ``max_tries`` candidates
+    """
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, T = data.trials, data.n, data.T
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+    alpha = opt.copy()
+    found = np.zeros(B, dtype=bool)
+    for b in range(B):
+        r = _data.stream(seed, "choice-search", b)
+        cur = opt[b].copy()
+        for _ in range(max_tries):
+            cand = cur.copy()
+            i = r.integers(n)
+            cand[i] = (cand[i] + r.integers(1, T)) % T
+            if np.all(cand == opt[b]):
+                continue
+            lo = _svm.is_locally_optimal(data.X[b], data.y[b], data.Z[b], data.v[b], cand)
+            if lo == locally_optimal:
+                try:
+                    _svm.att_svm(data.X[b], data.Z[b], cand)
+                except _svm.InfeasibleError:
+                    cur = opt[b].copy()
+                    continue
+                alpha[b], found[b] = cand, True
+                break
+            cur = cand if r.random() < 0.5 else opt[b].copy()
+    return alpha, found
+
+
+@dataclass
+class ConeRun:
+    r"""Trajectories of :func:`cone_experiment` (``K`` records, ``B`` trials).
+
+    Attributes
+    ----------
+    steps : (K,)
+    corr_alpha : (K, B)   corr(W_t, W^alpha_mm)
+    corr_opt : (K, B)     corr(W_t, W_mm) (NaN where infeasible)
+    mass_alpha : (K, B)   mean softmax mass on alpha
+    kept : (B,)           the final selection is still alpha
+    selected : (B, n)     the final selection
+    alpha : (B, n)
+    lambda_alpha : (B,)   the constant Lambda_alpha of the ray lemma
+    corr_init : (B,)      corr(W_0, W^alpha_mm)
+    """
+
+    steps: np.ndarray
+    corr_alpha: np.ndarray
+    corr_opt: np.ndarray
+    mass_alpha: np.ndarray
+    kept: np.ndarray
+    selected: np.ndarray
+    alpha: np.ndarray
+    lambda_alpha: np.ndarray
+    corr_init: np.ndarray
+    config: dict = field(default_factory=dict)
+
+
+def cone_experiment(data, alpha, *, R0=5.0, eps=0.05, steps=1000, optimizer="ngd", lr=0.1,
+                    loss="logistic", n_records=60, seed=0, device="auto"):
+    r"""Start gradient descent inside a cone around :math:`W^\alpha_{mm}` and follow it.
+
+    Trial ``b`` starts at :math:`W_0 = R_0\,\widehat{W}` with
+    :math:`\widehat{W} = (\bar W + \epsilon\,G)/\|\bar W + \epsilon\,G\|_F`,
+    :math:`\bar W = W^\alpha_{mm}/\|W^\alpha_{mm}\|_F` and :math:`G` a seeded Gaussian matrix
+    of unit Frobenius norm, so :math:`\|W_0\|_F = R_0` and
+    :math:`\mathrm{corr}(W_0, W^\alpha_{mm}) \approx 1/\sqrt{1+\epsilon^2}`.
+
+    Parameters
+    ----------
+    data : AttnData, batched
+    alpha : int array (B, n): the choices (every Att-SVM must exist)
+
+    Returns
+    -------
+    ConeRun
+    """
+    B, n, d = _check_batched_choice(data, alpha)
+    alpha = np.asarray(alpha)
+    R0 = check_positive("R0", R0)
+    eps = check_positive("eps", eps, allow_zero=True)
+    W_a = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
+    r = _data.stream(seed, "cone-start")
+    G = r.standard_normal((B, d, d))
+    G /= np.linalg.norm(G, axis=(1, 2), keepdims=True)
+    Wbar = W_a / np.linalg.norm(W_a, axis=(1, 2), keepdims=True)
+    W0 = Wbar + eps * G
+    W0 = R0 * W0 / np.linalg.norm(W0, axis=(1, 2), keepdims=True)
+    run = follow(data, alpha, W0, steps=steps, optimizer=optimizer, lr=lr, loss=loss,
+                 n_records=n_records, seed=seed, device=device, W_alpha=W_a)
+    run.config.update(R0=R0, eps=eps)
+    return run
+
+
+def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logistic",
+           n_records=60, seed=0, device="auto", W_alpha=None):
+    r"""Run gradient descent from given initial matrices ``W0`` (B, d, d) and follow the
+    correlation with :math:`W^\alpha_{mm}` and :math:`W_{mm}`, the softmax mass on
+    :math:`\alpha` and whether the final selection is still :math:`\alpha` (used by
+    :func:`cone_experiment`, and to continue the runs of :func:`local_experiment` from their
+    last iterates).
+
+    Returns
+    -------
+    ConeRun
+    """
+    B, n, d = _check_batched_choice(data, alpha)
+    alpha = np.asarray(alpha)
+    W0 = as_float_array("W0", W0, shape=(B, d, d))
+    if W_alpha is None:
+        W_alpha = _svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
+    W_a = W_alpha
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+    W_mm, feas_opt = _svm.att_svm_batch(data.X, data.Z, opt)
+    lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
+                    for b in range(B)])
+    with _train.cpu_threads(device):
+        h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=W0,
+                       loss=loss, n_records=n_records, snapshots=True, seed=seed, device=device)
+    snaps = h.snapshots
+    S = _metrics.attention(data.X[None], snaps, data.Z[None])
+    with np.errstate(invalid="ignore"):
+        corr_opt = np.where(feas_opt, _metrics.corr(snaps, np.where(feas_opt[:, None, None],
+                                                                   W_mm, 1.0), elem_ndim=2),
+                            np.nan)
+    return ConeRun(steps=h.steps, corr_alpha=_metrics.corr(snaps, W_a, elem_ndim=2),
+                   corr_opt=corr_opt, mass_alpha=_masses(S, alpha),
+                   kept=np.all(h.selected[-1] == alpha, axis=-1), selected=h.selected[-1],
+                   alpha=alpha, lambda_alpha=lam,
+                   corr_init=_metrics.corr(W0, W_a, elem_ndim=2),
+                   config=dict(steps=steps, optimizer=optimizer, lr=lr, loss=loss, seed=seed))
+
+
+# ----------------------------------------------------------------------------- over-parameterization
+@dataclass
+class OverparamSweep:
+    r"""Result of :func:`overparam_sweep`: one row per (n, T, d), as equal-length columns.
+
+    ``rows`` keys: ``n, T, d, trials, frac_global, frac_local, frac_other, frac_feasible``
+    (the fraction of trials whose :math:`W_{mm}` exists), ``frac_opt`` (final selection ==
+    opt, whatever the correlation) and ``median_corr_global`` (median corr with
+    :math:`W_{mm}` over the trials that converge globally; NaN if none).
+    """
+
+    rows: dict
+    threshold: float
+    config: dict = field(default_factory=dict)
+
+    def column(self, name, n=None, T=None):
+        """Column ``name`` restricted to the shape (n, T), ordered by d."""
+        keep = np.ones(len(self.rows["d"]), dtype=bool)
+        if n is not None:
+            keep &= self.rows["n"] == n
+        if T is not None:
+            keep &= self.rows["T"] == T
+        order = np.argsort(self.rows["d"][keep], kind="stable")
+        return np.asarray(self.rows[name])[keep][order]
+
+    def summary(self):
+        """The headline numbers: for the first shape ``(n0, T0)`` of the sweep,
+        ``frac_{global,local,other,feasible}_d{d}`` at every d and ``frac_global_dmin``,
+        ``frac_global_dmax``; for every row, ``frac_global_n{n}_T{T}_d{d}``."""
+        n0, T0 = self.config["shapes"][0]
+        out = {}
+        for i, d in enumerate(self.column("d", n0, T0)):
+            for name in ("frac_global", "frac_local", "frac_other", "frac_feasible"):
+                out[f"{name}_d{int(d)}"] = float(self.column(name, n0, T0)[i])
+        ds = self.column("d", n0, T0)
+        out["frac_global_dmin"] = out[f"frac_global_d{int(min(ds))}"]
+        out["frac_global_dmax"] = out[f"frac_global_d{int(max(ds))}"]
+        for row in range(len(self.rows["d"])):
+            n_, T_, d_ = (int(self.rows[k][row]) for k in ("n", "T", "d"))
+            out[f"frac_global_n{n_}_T{T_}_d{d_}"] = float(self.rows["frac_global"][row])
+        return out
+
+
+def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
+                    optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", query="cross",
+                    threshold=GLOBAL_CORR, seed=0, device="auto"):
+    r"""For every (n, T) in ``shapes`` and d in ``ds``: draw ``trials`` instances, train them
+    from random initializations in one batched fit, and classify the outcomes
+    (:func:`classify`).
+
+    Returns
+    -------
+    OverparamSweep
+    """
+    cols = {k: [] for k in ("n", "T", "d", "trials", "frac_global", "frac_local", "frac_other",
+                            "frac_feasible", "frac_opt", "median_corr_global")}
+    for (n, T) in shapes:
+        for d in ds:
+            data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
+            with _train.cpu_threads(device):
+                h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
+                               init="random", init_scale=init_scale, loss=loss,
+                               n_records=2, seed=seed, device=device)
+            out = classify(data, h.W, h.selected[-1], threshold=threshold)
+            for k, val in (("n", n), ("T", T), ("d", d), ("trials", trials),
+                           ("frac_global", out.frac_global), ("frac_local", out.frac_local),
+                           ("frac_other", out.frac_other),
+                           ("frac_feasible", float(np.mean(out.feasible_opt))),
+                           ("frac_opt", float(np.mean(out.is_opt))),
+                           ("median_corr_global", float(np.median(out.corr_opt[out.is_global]))
+                            if out.is_global.any() else np.nan)):
+                cols[k].append(val)
+    rows = {k: np.asarray(v) for k, v in cols.items()}
+    return OverparamSweep(rows=rows, threshold=threshold,
+                          config=dict(shapes=tuple(shapes), ds=tuple(ds), trials=trials,
+                                      steps=steps, optimizer=optimizer, lr=lr,
+                                      init_scale=init_scale, loss=loss, query=query, seed=seed))
+
+
+# ----------------------------------------------------------------------------- 2-D pictures
+@dataclass
+class Trajectories2D:
+    r"""Trajectories of :func:`trajectories_2d` on one two-dimensional instance.
+
+    Attributes
+    ----------
+    data : AttnData (unbatched, d = 2)
+    opt : (n,) int
+    W_mm, W_mm_nuc : (2, 2)     Frobenius and nuclear-norm Att-SVMs of opt
+    p_mm : (2,)                 prompt SVM of opt
+    steps : (K,)
+    W : (K, 2, 2)               W-parameterization iterates
+    W_kq : (K, 2, 2)            K Q^T iterates
+    p : (K, 2)                  prompt iterates
+    corr : dict                 final correlations (W vs W_mm, W vs W_mm_nuc, KQ vs both, p vs p_mm)
+    """
+
+    data: AttnData
+    opt: np.ndarray
+    W_mm: np.ndarray
+    W_mm_nuc: np.ndarray
+    p_mm: np.ndarray
+    steps: np.ndarray
+    W: np.ndarray
+    W_kq: np.ndarray
+    p: np.ndarray
+    corr: dict
+    config: dict = field(default_factory=dict)
+
+    def summary(self):
+        """The final correlations (``corr_w``, ``corr_kq``, ``corr_w_nuc``, ``corr_kq_fro``,
+        ``corr_p``) and the correlation of the two SVMs (``corr_fro_nuc``)."""
+        c = self.corr
+        return {"corr_w": c["W_vs_W_mm"], "corr_kq": c["KQ_vs_W_mm_nuc"],
+                "corr_w_nuc": c["W_vs_W_mm_nuc"], "corr_kq_fro": c["KQ_vs_W_mm"],
+                "corr_p": c["p_vs_p_mm"],
+                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc))}
+
+
+def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, seed=0,
+                    device="auto"):
+    r"""Train the W, (K,Q) and prompt parameterizations on one instance with ``d = 2``
+    (normalized GD: ``"ngd"`` for W and p, ``"ngd_param"`` — each of K, Q normalized by its own
+    gradient norm — for (K,Q); random initialization :math:`N(0,` ``init_scale`` :math:`^2)`)
+    and record the iterates.
+
+    Returns
+    -------
+    Trajectories2D
+    """
+    data = _instance(data)
+    if data.d != 2:
+        raise ValueError(f"trajectories_2d needs d = 2, got d = {data.d}")
+    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
+    W_mm = _svm.att_svm(data.X, data.Z, opt)
+    W_nuc = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
+    p_mm = _svm.p_svm(data.X, opt)
+    kw = dict(steps=steps, lr=lr, init="random", init_scale=init_scale, n_records=n_records,
+              snapshots=True, seed=seed, device=device)
+    with _train.cpu_threads(device):
+        hW = _train.fit(data, model="W", optimizer="ngd", **kw)
+        hK = _train.fit(data, model="KQ", optimizer="ngd_param", **kw)
+        hp = _train.fit(data, model="prompt", optimizer="ngd", **kw)
+    W, Wk, p = hW.snapshots[:, 0], hK.snapshots[:, 0], hp.snapshots[:, 0]
+    corr = {"W_vs_W_mm": float(_metrics.corr(W[-1], W_mm)),
+            "W_vs_W_mm_nuc": float(_metrics.corr(W[-1], W_nuc)),
+            "KQ_vs_W_mm_nuc": float(_metrics.corr(Wk[-1], W_nuc)),
+            "KQ_vs_W_mm": float(_metrics.corr(Wk[-1], W_mm)),
+            "p_vs_p_mm": float(_metrics.corr(p[-1], p_mm))}
+    return Trajectories2D(data=data, opt=opt, W_mm=W_mm, W_mm_nuc=W_nuc, p_mm=p_mm,
+                          steps=hW.steps, W=W, W_kq=Wk, p=p, corr=corr,
+                          config=dict(steps=steps, lr=lr, init_scale=init_scale, seed=seed))
+
+
+# ----------------------------------------------------------------------------- chapter 4 follow-ups
+@dataclass
+class LocalFollowups:
+    r"""Chapter 4's follow-ups of a :class:`LocalRun` (:func:`local_followups`).
+
+    Attributes
+    ----------
+    local : (L,) int        the trials that ended on a selection other than opt (``is_local``)
+    more : ConeRun-like or None   :func:`follow` of those trials from their last iterate
+    cone_lo : ConeRun or None     started in the cone of their (locally optimal or not) selection
+    cone_nlo : ConeRun            started in the cone of a selection that is *not* locally optimal
+    found : (B,) bool       trials where such a selection was found; opt_nlo (F, n) their opt
+    locally_optimal : (L,) bool   whether each local trial's final selection is locally optimal
+    """
+
+    local: np.ndarray
+    more: object
+    cone_lo: ConeRun | None
+    cone_nlo: ConeRun
+    found: np.ndarray
+    opt_nlo: np.ndarray
+    locally_optimal: np.ndarray
+
+    def summary(self):
+        """``more_n_lo``, ``more_n_nlo``, ``more_kept_lo``, ``more_kept_nlo`` (continued local
+        trials, with a locally optimal final selection or not, and the fraction keeping it);
+        ``cone_n_lo``, ``cone_n_nlo``, ``cone_corr_init``, ``cone_kept_lo``,
+        ``cone_corr_lo_median``, ``cone_kept_nlo``, ``cone_nlo_to_opt``,
+        ``cone_nlo_corr_opt_median``, ``cone_nlo_lambda_neg`` (NaN where the set is empty)."""
+        nan = float("nan")
+        lo = self.locally_optimal
+        out = {"more_n_lo": int(lo.sum()), "more_n_nlo": int((~lo).sum())}
+        if self.more is not None:
+            out["more_kept_lo"] = float(self.more.kept[lo].mean()) if lo.any() else nan
+            out["more_kept_nlo"] = float(self.more.kept[~lo].mean()) if (~lo).any() else nan
+        else:
+            out.update(more_n_lo=0, more_n_nlo=0, more_kept_lo=nan, more_kept_nlo=nan)
+        cl, cn = self.cone_lo, self.cone_nlo
+        out.update({
+            "cone_n_lo": int(self.local.size), "cone_n_nlo": int(self.found.sum()),
+            "cone_corr_init": float(np.median(cn.corr_init)),
+            "cone_kept_lo": float(cl.kept.mean()) if cl is not None else nan,
+            "cone_corr_lo_median": float(np.median(cl.corr_alpha[-1])) if cl is not None else nan,
+            "cone_kept_nlo": float(cn.kept.mean()),
+            "cone_nlo_to_opt": float(np.mean(np.all(cn.selected == self.opt_nlo, axis=-1))),
+            "cone_nlo_corr_opt_median": float(np.nanmedian(cn.corr_opt[-1])),
+            "cone_nlo_lambda_neg": float(np.mean(cn.lambda_alpha < 0)),
+        })
+        return out
+
+
+def local_followups(run, *, more_steps=4000, cone_R0=20.0, cone_eps=0.05, cone_steps=2000,
+                    lr=0.1, seed=0, device="auto"):
+    r"""Chapter 4's follow-ups of a :class:`LocalRun`: continue the trials that ended elsewhere
+    than opt for ``more_steps`` (:func:`follow`), start them again in the cone of their final
+    selection (:func:`cone_experiment`), and start every trial where one is found
+    (:func:`find_choices`) in the cone of a selection that is not locally optimal.
+
+    Returns
+    -------
+    LocalFollowups
+    """
+    out = run.outcomes
+    idx = np.flatnonzero(out.is_local)
+    lo = out.locally_optimal[idx]
+    more = cone_lo = None
+    if idx.size:
+        sub = run.data.take(idx)
+        more = follow(sub, out.selected[idx], run.W_final[idx], steps=more_steps, lr=lr, seed=seed,
+                      device=device)
+        cone_lo = cone_experiment(sub, out.selected[idx], R0=cone_R0, eps=cone_eps,
+                                  steps=cone_steps, lr=lr, seed=seed, device=device)
+    alpha_nlo, found = find_choices(run.data, locally_optimal=False, seed=seed)
+    nlo_data = run.data.take(np.flatnonzero(found))
+    cone_nlo = cone_experiment(nlo_data, alpha_nlo[found], R0=cone_R0, eps=cone_eps,
+                               steps=cone_steps, lr=lr, seed=seed, device=device)
+    opt_nlo = _tokens.optimal_tokens(nlo_data.X, nlo_data.y, nlo_data.v)
+    return LocalFollowups(idx, more, cone_lo, cone_nlo, found, opt_nlo, lo)

@@ -1,0 +1,171 @@
+r"""Chapter 16: next-token prediction with one self-attention layer (token-priority graph).
+
+:func:`ntp_attention_experiment` draws ``trials`` NTP data sets (:func:`attnsvm.data.ntp_sequences`),
+computes, per trial, the top components :math:`O_i` of the token-priority graphs
+(:func:`attnsvm.ntp.top_component`), the graph SVM :math:`W^G_{mm}`
+(:func:`attnsvm.svm.graph_svm`), the finite part :math:`W^*` and the subspace :math:`F`
+(:func:`attnsvm.svm.graph_finite`, :func:`attnsvm.svm.graph_subspace`), and trains
+:class:`attnsvm.models.SelfAttentionNTP` with GD and NGD from a small random start, following
+
+* ``corr_perp``: :math:`\mathrm{corr}(P_\perp W_t, W^G_{mm})` (the part orthogonal to :math:`F`);
+* ``corr_full``: :math:`\mathrm{corr}(W_t, W^G_{mm})`;
+* ``relerr``: :math:`\|P_F W_t - W^*\|_F / \|W^*\|_F` (NaN when :math:`F = \{0\}`);
+* ``mass``: the smallest, over sequences, attention mass on :math:`O_i`;
+* ``gap``: :math:`L(W_t) - L_O(W^*)`, the excess over the infimum of the loss;
+* ``norm``: :math:`\|W_t\|_F`.
+
+:meth:`NTPAttentionRun.summary` holds the chapter's headline numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import data as _data
+from .. import metrics as _metrics
+from .. import ntp as _ntp
+from .. import svm as _svm
+from .. import train as _train
+from ..devices import cpu_threads
+from ..models import SelfAttentionNTP
+from ..train import record_grid
+
+__all__ = ["NTPAttentionRun", "ntp_attention_experiment", "smoothness_bound"]
+
+_nanmedian = _metrics.nanmedian
+
+
+def smoothness_bound(data):
+    r"""The smoothness constant of the log-loss in :math:`W` (Frobenius norm), per trial:
+    :math:`L = \tfrac14\max_i\max_{a,b}\|x_{ia} - x_{ib}\|^2\|z_i\|^2` (Chapter 16)."""
+    X, Z = data.X, data.Z
+    diff = np.linalg.norm(X[..., :, None, :] - X[..., None, :, :], axis=-1).max(axis=(-2, -1))
+    return 0.25 * (diff ** 2 * np.sum(Z * Z, axis=-1)).max(axis=-1)
+
+
+@dataclass
+class NTPAttentionRun:
+    r"""Result of :func:`ntp_attention_experiment`.
+
+    Attributes
+    ----------
+    data : NTPSeqData (batched)
+    mask : (B, n, T) bool      the top components :math:`O_i`
+    W_svm, W_fin : (B, d, d)   :math:`W^G_{mm}` and :math:`W^*`
+    L_inf : (B,)               :math:`L_O(W^*)`, the infimum of the loss
+    steps : (R,)               record steps
+    curves : dict rule -> dict of (R, B) arrays (``corr_perp``, ``corr_full``, ``relerr``,
+             ``mass``, ``gap``, ``norm``)
+    """
+
+    data: object
+    mask: np.ndarray
+    W_svm: np.ndarray
+    W_fin: np.ndarray
+    L_inf: np.ndarray
+    steps: np.ndarray
+    curves: dict
+    config: dict = field(default_factory=dict)
+
+    def summary(self):
+        r"""Headline numbers (medians over trials, NaN-safe).
+
+        For each rule (``gd``, ``ngd``): ``corr_<rule>`` and ``corr_full_<rule>`` (final
+        correlations with :math:`W^G_{mm}` of :math:`P_\perp W` and :math:`W`), ``relerr_<rule>``,
+        ``mass_<rule>`` (final smallest mass on :math:`O_i`), ``gap_<rule>`` (final excess loss),
+        ``norm_<rule>`` (final norm), ``gap_monotone_<rule>`` (1 if the excess loss decreases
+        between consecutive records in every trial), ``corr_gain_<rule>`` (median increase of
+        ``corr_perp`` over the last decade of recorded steps), ``relerr_ratio_<rule>`` (median
+        ratio of ``relerr`` at the end to ``relerr`` a decade earlier) and ``late_decrease_<rule>``
+        (1 if the medians of :math:`1 - ` ``corr_perp``, ``relerr``, :math:`1 - ` ``mass`` and
+        ``gap`` are all lower at the end than a decade earlier). Data: ``frac_multi`` (fraction of
+        sequences whose top component holds at least two of their tokens), ``frac_full``
+        (fraction whose tokens all lie in it), ``dim_F`` (median dimension of :math:`F`).
+        """
+        out = {}
+        t = self.steps
+        late = t >= t[-1] / 10
+        first_late = int(np.flatnonzero(late)[0])
+        for rule, c in self.curves.items():
+            out[f"corr_{rule}"] = float(_nanmedian(c["corr_perp"][-1]))
+            out[f"corr_full_{rule}"] = float(_nanmedian(c["corr_full"][-1]))
+            out[f"relerr_{rule}"] = float(_nanmedian(c["relerr"][-1]))
+            out[f"mass_{rule}"] = float(_nanmedian(c["mass"][-1]))
+            out[f"gap_{rule}"] = float(_nanmedian(c["gap"][-1]))
+            out[f"norm_{rule}"] = float(_nanmedian(c["norm"][-1]))
+            out[f"gap_monotone_{rule}"] = int(bool(np.all(np.diff(c["gap"], axis=0) <= 0)))
+            out[f"corr_gain_{rule}"] = float(_nanmedian(c["corr_perp"][-1]
+                                                        - c["corr_perp"][first_late]))
+            with np.errstate(all="ignore"):
+                out[f"relerr_ratio_{rule}"] = float(_nanmedian(c["relerr"][-1]
+                                                               / c["relerr"][first_late]))
+            curves = (1 - c["corr_perp"], c["relerr"], 1 - c["mass"], c["gap"])
+            out[f"late_decrease_{rule}"] = int(all(
+                _nanmedian(x[-1]) < _nanmedian(x[first_late]) for x in curves))
+        sizes = self.mask.sum(-1)
+        out["frac_multi"] = float(np.mean(sizes >= 2))
+        out["frac_full"] = float(np.mean(sizes == self.mask.shape[-1]))
+        out["dim_F"] = float(_nanmedian(self.config["dim_F"]))
+        return out
+
+
+def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
+                             embedding="orthonormal", trials=8, steps=20000, lr=None,
+                             lr_ngd=0.2, init_scale=0.01, n_records=40, seed=0,
+                             device="auto"):
+    r"""Train one self-attention layer by next-token prediction (:func:`attnsvm.train.fit` on
+    :class:`attnsvm.models.SelfAttentionNTP`, all trials at once) with GD (step ``lr``, default
+    :math:`1/L` with :math:`L` of :func:`smoothness_bound`) and NGD (step ``lr_ngd``), each for
+    ``steps`` steps, from :math:`W_0 \sim N(0, \mathrm{init\_scale}^2)` entrywise (fit's
+    per-trial initialization streams), on ``trials`` data sets of
+    :func:`attnsvm.data.ntp_sequences`.
+
+    Returns
+    -------
+    NTPAttentionRun
+    """
+    with cpu_threads("cpu", 1):         # tiny tensors on the CPU: one thread (fit sets its own)
+        return _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ngd,
+                           init_scale, n_records, seed, device)
+
+
+def _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ngd, init_scale,
+                n_records, seed, device):
+    data = _data.ntp_sequences(n, K, T, d, queries=queries, levels=levels, embedding=embedding,
+                               trials=trials, seed=seed)
+    B, dim = data.trials, data.d
+    mask = _ntp.top_component(data)
+    W_svm = _svm.graph_svm(data)
+    W_fin = _svm.graph_finite(data)
+    bases = [_svm.graph_subspace(data.trial(b)) for b in range(B)]
+    Lsm = smoothness_bound(data)
+    lr_gd = 1.0 / Lsm if lr is None else np.full(B, float(lr))
+    model_O = SelfAttentionNTP(mask=mask)
+    L_inf = model_O.objective({"W": torch.as_tensor(W_fin)}, model_O.batch(data))[0].numpy()
+    model = SelfAttentionNTP(floor=L_inf)
+    cpu_batch = model.batch(data)
+    fin_norm = np.linalg.norm(W_fin, axis=(-2, -1))
+    grid = record_grid(steps, "log", n_records)
+    curves = {}
+    for rule, step in (("gd", lr_gd), ("ngd", float(lr_ngd))):
+        h = _train.fit(data, model=model, optimizer=rule, lr=step, steps=steps, init="random",
+                       init_scale=init_scale, refs={"svm": W_svm}, snapshots=True,
+                       record_every=grid[1:-1], seed=seed, device=device)
+        Wt = h.snapshots                                             # (R, B, d, d)
+        flat = Wt.reshape(Wt.shape[:2] + (-1,))
+        pf = np.stack([flat[:, b] @ Q @ Q.T for b, Q in enumerate(bases)], axis=1)
+        with np.errstate(all="ignore"):
+            relerr = np.where(fin_norm > 0, np.linalg.norm(pf - W_fin.reshape(B, -1), axis=-1)
+                              / np.where(fin_norm > 0, fin_norm, 1.0), np.nan)
+        A = np.stack([model.attention({"W": torch.as_tensor(w)}, cpu_batch).numpy() for w in Wt])
+        curves[rule] = {"corr_perp": _metrics.corr(flat - pf, W_svm.reshape(B, -1), elem_ndim=1),
+                        "corr_full": h.corr["svm"], "relerr": relerr,
+                        "mass": (A * mask).sum(-1).min(-1), "gap": h.excess, "norm": h.norm}
+        steps_rec = h.steps
+    return NTPAttentionRun(data, mask, W_svm, W_fin, L_inf, steps_rec, curves,
+                           config=dict(n=n, K=K, T=T, d=dim, queries=queries, levels=levels,
+                                       embedding=embedding, trials=trials, steps=steps,
+                                       lr=lr_gd, lr_ngd=lr_ngd, init_scale=init_scale, seed=seed,
+                                       dim_F=np.array([Q.shape[1] for Q in bases])))

@@ -1,0 +1,593 @@
+r"""Attention as token selection: the experiments of Part II (chapters on the nuclear norm,
+prompt attention and multi-token selection).
+
+Everything that loops over trials, calls a solver or trains lives here; the notebooks only
+call these functions and plot.
+
+Data models
+-----------
+* :func:`unit_instances`: the setting of "Transformers as SVMs" (tokens, queries and head
+  drawn :math:`N(0, I)` and normalized to unit length, labels random signs).
+* :func:`prompt_instances`: a planted token-selection model with a controlled *score gap*
+  for prompt attention (``d = 2`` gives the two-dimensional picture).
+
+Selections and SVMs
+-------------------
+* :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
+  parameter (argmax of the scores; the set of tokens keeping softmax mass).
+* the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
+  ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
+  selections solved once.
+* :func:`balanced_factors`, :func:`factor_cost`: the factorization that attains
+  :math:`\|W\|_* = \min_{KQ^\top = W} (\|K\|_F^2 + \|Q\|_F^2)/2`.
+
+Experiments
+-----------
+* :func:`compare_w_kq` (chapter "(K,Q) and the nuclear norm");
+* :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
+  attention");
+* :func:`multi_token_selection` (chapter "Beyond a single token").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._checks import as_float_array, check_int, check_positive
+from ..data import AttnData, Stream, planted_prompt, random_unit, stream, stream_seed
+from .. import metrics as _metrics
+from .. import svm as _svm
+from .. import tokens as _tokens
+from .. import train as _train
+
+__all__ = [
+    "unit_instances",
+    "prompt_instances",
+    "selected_tokens",
+    "selected_sets",
+    "balanced_factors",
+    "factor_cost",
+    "imbalance",
+    "KQComparison",
+    "compare_w_kq",
+    "PromptRun",
+    "prompt_joint",
+    "prompt_loss_sweep",
+    "prompt_gap_sweep",
+    "MultiTokenRun",
+    "multi_token_selection",
+]
+
+
+# ----------------------------------------------------------------------------- data
+def unit_instances(n, T, d, *, trials=1, seed=0):
+    r"""Random instances in the setting of "Transformers as SVMs": tokens, queries and head
+    uniform unit vectors, random signs, queries drawn separately (cross-attention).
+
+    :func:`attnsvm.data.random_unit` with ``cross=True`` on the named data stream
+    ``"unit-instances"`` of ``seed``; trial ``b`` does not depend on ``trials``.
+
+    Returns
+    -------
+    AttnData, batched with ``trials`` trials.
+    """
+    trials = check_int("trials", trials, minimum=1)
+    return random_unit(n, T, d, cross=True, trials=trials,
+                       seed=stream_seed(seed, "unit-instances"))
+
+
+def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
+    r"""The planted prompt-attention model :func:`attnsvm.data.planted_prompt` (score gap
+    ``gap``, noise ``noise``), batched with ``trials`` trials, on the named data stream
+    ``"prompt-instances"`` of ``seed``.
+
+    Returns
+    -------
+    data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
+    planted : ndarray of int, shape (trials, n): the position of the relevant token
+    """
+    trials = check_int("trials", trials, minimum=1)
+    return planted_prompt(n, T, d, gap=gap, noise=noise, trials=trials,
+                          seed=Stream(seed, "prompt-instances"))
+
+
+# ----------------------------------------------------------------------------- selections
+def selected_tokens(X, W, Z=None):
+    r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
+    :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
+
+    Shapes broadcast over a leading trials axis: X (..., n, T, d), W (..., d, d) or (..., d).
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    W = as_float_array("W", W)
+    return np.argmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
+
+
+def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
+    r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
+    :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
+
+    Returns a list (one per trial; a single list for unbatched input) of ``n`` sorted tuples.
+    The argmax token is always in its set.
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    mass_tol = check_positive("mass_tol", mass_tol)
+    if mass_tol >= 1:
+        raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
+    W = as_float_array("W", W)
+    S = _metrics.softmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)))
+    keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
+
+    def sets(k):
+        return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
+
+    return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
+
+
+# ----------------------------------------------------------------------------- factorization
+def balanced_factors(W, m=None):
+    r"""Factors :math:`K = A\Sigma^{1/2}`, :math:`Q = B\Sigma^{1/2}` of :math:`W = A\Sigma B^\top`
+    (SVD), padded with zero columns to width ``m`` (default ``d``; needs ``m >= rank W``).
+    They satisfy :math:`KQ^\top = W`, :math:`K^\top K = Q^\top Q` and
+    :math:`(\|K\|_F^2 + \|Q\|_F^2)/2 = \|W\|_*`."""
+    W = as_float_array("W", W, ndim=2)
+    d1, d2 = W.shape
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    r = int(np.sum(s > 1e-12 * max(s[0], 1e-300))) if s.size else 0
+    m = min(d1, d2) if m is None else check_int("m", m, minimum=1)
+    if m < r:
+        raise ValueError(f"m = {m} is smaller than rank(W) = {r}: W = K Q^T needs m >= rank W")
+    K = np.zeros((d1, m))
+    Q = np.zeros((d2, m))
+    k = min(m, s.size)
+    K[:, :k] = U[:, :k] * np.sqrt(s[:k])
+    Q[:, :k] = Vt[:k].T * np.sqrt(s[:k])
+    return K, Q
+
+
+def factor_cost(K, Q):
+    r""":math:`(\|K\|_F^2 + \|Q\|_F^2)/2`, batched over leading axes."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    return 0.5 * (np.sum(K * K, axis=(-2, -1)) + np.sum(Q * Q, axis=(-2, -1)))
+
+
+def imbalance(K, Q):
+    r"""Relative imbalance :math:`\|K^\top K - Q^\top Q\|_F / (\|K\|_F^2 + \|Q\|_F^2)`,
+    batched over leading axes (0 for balanced factors)."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    D = np.swapaxes(K, -1, -2) @ K - np.swapaxes(Q, -1, -2) @ Q
+    return np.linalg.norm(D, axis=(-2, -1)) / (2 * factor_cost(K, Q))
+
+
+# ----------------------------------------------------------------------------- chapter: (K,Q)
+@dataclass
+class KQComparison:
+    """Result of :func:`compare_w_kq` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    data : AttnData
+    opt : (B, n) optimal tokens
+    selected : dict model -> (B, n) tokens selected at the end ("W", "KQ")
+    svm : dict (norm, basis) -> (B, d, d); norm "fro"/"nuc", basis "opt", "W" or "KQ" (the
+        tokens selected at the end by that model)
+    feasible : dict (norm, basis) -> (B,) bool
+    history : dict model -> History (with snapshots of the main matrix)
+    corr : dict (model, norm, basis) -> (K, B) correlation of the iterate with that SVM
+    steps : (K,) record steps
+    """
+
+    data: AttnData
+    opt: np.ndarray
+    selected: dict
+    svm: dict
+    feasible: dict
+    history: dict
+    corr: dict
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    def final_corr(self, model, norm, basis=None):
+        """Final correlation per trial; ``basis`` defaults to the model's own selection.
+        NaN on trials whose SVM is infeasible."""
+        c = self.corr[(model, norm, basis or model)][-1].copy()
+        c[~self.feasible[(norm, basis or model)]] = np.nan
+        return c
+
+    def singular_values(self, which):
+        """Singular values normalized by the largest, (B, d): ``which`` is a key of
+        :attr:`svm` or ``"iter_W"`` / ``"iter_KQ"`` (the final iterates)."""
+        M = self.history[which[5:]].params["W"] if isinstance(which, str) else self.svm[which]
+        s = np.linalg.svd(M, compute_uv=False)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s / s[:, :1]
+
+    def summary(self, unpenalized=None):
+        """The headline numbers (NaN-safe medians over trials; an infeasible SVM counts as NaN).
+
+        Final correlations with the SVMs of each model's own final selection (``corr_w_fro``,
+        ``corr_kq_nuc``, ``corr_w_nuc``, ``corr_kq_fro``) and of opt (``corr_w_fro_opt``,
+        ``corr_kq_nuc_opt``), the minima ``min_corr_w_fro`` and ``min_corr_kq_nuc``;
+        ``frac_opt_w`` and ``frac_opt_kq`` (final selection equal to opt); ``n_infeasible``
+        (over all SVMs); on the ``rank_trials`` trials where both SVMs of opt exist,
+        ``rank_fro_median``, ``rank_nuc_median``, ``rank_fro_max`` and ``frac_rank_gap`` (the
+        nuclear SVM of strictly smaller rank); for (K,Q), ``kq_cost_ratio`` (the factor cost
+        over the nuclear norm of the product) and ``kq_imbalance``. With ``unpenalized`` (the
+        same runs without the penalty), ``corr_kq_nuc_nopen``.
+        """
+        med = _metrics.nanmedian
+
+        def nanmin(x):
+            x = np.asarray(x, dtype=float)
+            return float(np.nanmin(x)) if np.any(~np.isnan(x)) else float("nan")
+
+        out = {
+            "corr_w_fro": med(self.final_corr("W", "fro")),
+            "corr_kq_nuc": med(self.final_corr("KQ", "nuc")),
+        }
+        if unpenalized is not None:
+            out["corr_kq_nuc_nopen"] = med(unpenalized.final_corr("KQ", "nuc"))
+        out.update({
+            "corr_w_nuc": med(self.final_corr("W", "nuc")),
+            "corr_kq_fro": med(self.final_corr("KQ", "fro")),
+            "corr_w_fro_opt": med(self.final_corr("W", "fro", "opt")),
+            "corr_kq_nuc_opt": med(self.final_corr("KQ", "nuc", "opt")),
+            "min_corr_w_fro": nanmin(self.final_corr("W", "fro")),
+            "min_corr_kq_nuc": nanmin(self.final_corr("KQ", "nuc")),
+            "frac_opt_w": float(np.mean((self.selected["W"] == self.opt).all(axis=1))),
+            "frac_opt_kq": float(np.mean((self.selected["KQ"] == self.opt).all(axis=1))),
+            "n_infeasible": int(sum((~f).sum() for f in self.feasible.values())),
+        })
+        both = self.feasible[("fro", "opt")] & self.feasible[("nuc", "opt")]
+        rank_fro = _svm.rank(self.svm[("fro", "opt")][both])
+        rank_nuc = _svm.rank(self.svm[("nuc", "opt")][both])
+        out["rank_trials"] = int(both.sum())
+        if both.any():
+            out["rank_fro_median"] = float(np.median(rank_fro))
+            out["rank_nuc_median"] = float(np.median(rank_nuc))
+            out["rank_fro_max"] = int(rank_fro.max())
+            out["frac_rank_gap"] = float(np.mean(rank_nuc < rank_fro))
+        else:
+            out.update(rank_fro_median=float("nan"), rank_nuc_median=float("nan"),
+                       rank_fro_max=-1, frac_rank_gap=float("nan"))
+        h = self.history["KQ"]
+        nuc = np.linalg.svd(h.params["W"], compute_uv=False).sum(-1)
+        out["kq_cost_ratio"] = med(factor_cost(h.params["K"], h.params["Q"]) / nuc)
+        out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
+        return out
+
+
+def _svm_cache(X, Z, sels, norm):
+    """Solve each distinct (trial, selection) once."""
+    B = X.shape[0]
+    out, feas = {}, {}
+    cache = {}
+    for key, sel in sels.items():
+        W = np.zeros((B,) + (X.shape[-1],) * 2)
+        f = np.zeros(B, dtype=bool)
+        for b in range(B):
+            ck = (b, tuple(int(t) for t in sel[b]))
+            if ck not in cache:
+                Wb, fb = _svm.att_svm_batch(X[b:b + 1], Z[b:b + 1], sel[b:b + 1], norm=norm)
+                cache[ck] = (Wb[0], fb[0])
+            W[b], f[b] = cache[ck]
+        out[(norm, key)], feas[(norm, key)] = W, f
+    return out, feas
+
+
+def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, init_scale=0.01,
+                 penalty=0.0, n_records=60, seed=0, device="auto"):
+    r"""Train the ``W`` and the ``(K, Q)`` parameterizations on the same instances and compare
+    their final directions with the Frobenius and nuclear-norm SVMs.
+
+    Both models start from small random parameters (scale ``init_scale``; ``(K,Q)`` cannot
+    start at zero, a saddle), use the same step rule (default ``"ngd_param"``: each
+    parameter's gradient divided by its own Frobenius norm, step ``lr``) and the logistic
+    loss. ``penalty`` adds :math:`\epsilon(\|K\|_F^2 + \|Q\|_F^2)` to the ``(K, Q)`` run only
+    (the earlier public code used :math:`\epsilon \approx 2.2\times10^{-16}`; by the variational
+    form of the nuclear norm it is a vanishing nuclear-norm penalty). SVMs are solved for three
+    selections per trial: ``opt``, and the tokens selected at the end by each model.
+
+    Returns
+    -------
+    KQComparison
+    """
+    steps = check_int("steps", steps, minimum=1)
+    X, Z, y, v = data.X, data.Z, data.y, data.v
+    opt = _tokens.optimal_tokens(X, y, v)
+    hist = {}
+    with _train.cpu_threads(device):
+        for model in ("W", "KQ"):
+            kw = dict(m=m, penalty=penalty) if model == "KQ" else {}
+            hist[model] = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
+                                     init="random", init_scale=init_scale, n_records=n_records,
+                                     snapshots=True, seed=seed, device=device, **kw)
+    sel = {"opt": opt}
+    for model in ("W", "KQ"):
+        sel[model] = selected_tokens(X, hist[model].params["W"], Z)
+    svms, feas = {}, {}
+    for norm in ("fro", "nuc"):
+        s, f = _svm_cache(X, Z, sel, norm)
+        svms.update(s)
+        feas.update(f)
+    corr = {}
+    for model in ("W", "KQ"):
+        snaps = hist[model].snapshots                       # (K, B, d, d)
+        for (norm, basis), R in svms.items():
+            corr[(model, norm, basis)] = _metrics.corr(snaps, R[None])
+    return KQComparison(data=data, opt=opt, selected={k: sel[k] for k in ("W", "KQ")}, svm=svms,
+                        feasible=feas, history=hist, corr=corr, steps=hist["W"].steps,
+                        config=dict(steps=steps, lr=lr, optimizer=optimizer, m=m,
+                                    init_scale=init_scale, penalty=penalty, seed=seed))
+
+
+# ----------------------------------------------------------------------------- chapter: prompt
+@dataclass
+class PromptRun:
+    r"""Result of :func:`prompt_joint` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    history : History (snapshots of p; final p and v in ``history.params``)
+    selected : (B, n) tokens selected by the final p
+    planted : (B, n) or None, the planted relevant tokens
+    p_mm, v_mm : (B, d) SVMs built from ``selected`` (``p_svm`` and ``head_svm``); zeros where
+        infeasible (``feasible_p``, ``feasible_v``)
+    centroid : (B, d) :math:`\frac1n\sum_i y_i x_{i\alpha_i}` on the selected tokens
+    corr_p : (K, B) corr of :math:`p_t` with ``p_mm``
+    corr_v, corr_v_centroid : (K, B) corr of :math:`v_t` with ``v_mm`` / ``centroid``
+        (only when the head is trained; recorded only at the end otherwise)
+    """
+
+    history: object
+    selected: np.ndarray
+    planted: np.ndarray | None
+    p_mm: np.ndarray
+    v_mm: np.ndarray
+    feasible_p: np.ndarray
+    feasible_v: np.ndarray
+    centroid: np.ndarray
+    corr_p: np.ndarray
+    corr_v: np.ndarray | None
+    corr_v_centroid: np.ndarray | None
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    def final(self, what):
+        """Final value per trial of ``"corr_p"``, ``"corr_v"`` or ``"corr_v_centroid"``,
+        NaN where the corresponding SVM is infeasible."""
+        c = getattr(self, what)[-1].copy()
+        bad = ~(self.feasible_p if what == "corr_p" else self.feasible_v)
+        c[bad] = np.nan
+        return c
+
+    def learned_references(self, data):
+        """Correlations of the final ``p`` and ``v`` with the SVMs (``p_svm``, ``head_svm``) of
+        the tokens optimal under the learned head :math:`v_T`: ``(corr_p, corr_v, opt_T)``,
+        (B,), (B,) with NaN where that SVM is infeasible, and (B, n)."""
+        p, vT = self.history.params["p"], self.history.params["v"]
+        opt_T = _tokens.optimal_tokens(data.X, data.y, vT)                  # (B, n)
+        cp, cv = [], []
+        for b in range(data.trials):
+            try:
+                cp.append(_metrics.corr(p[b], _svm.p_svm(data.X[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cp.append(np.nan)
+            try:
+                cv.append(_metrics.corr(vT[b], _svm.head_svm(data.X[b], data.y[b], opt_T[b])))
+            except _svm.InfeasibleError:
+                cv.append(np.nan)
+        return np.array(cp, dtype=float), np.array(cv, dtype=float), opt_T
+
+    def summary(self, data=None):
+        """The headline numbers (NaN-safe medians over trials): ``corr_p`` (final, with
+        :math:`p_{mm}`), ``opt_mass`` (final mean mass on opt), ``frac_planted`` (selected =
+        planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
+        is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
+        given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
+        (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
+        med = _metrics.nanmedian
+        h = self.history
+        out = {"corr_p": med(self.final("corr_p")),
+               "opt_mass": med(h.final("opt_mass")) if h.opt_mass is not None else float("nan"),
+               "frac_planted": (float(np.mean(self.selected == self.planted))
+                                if self.planted is not None else float("nan")),
+               "n_infeasible": int((~self.feasible_p).sum() + (~self.feasible_v).sum())}
+        if self.config.get("train_v"):
+            out["corr_v"] = med(self.final("corr_v"))
+            out["corr_vc"] = med(self.final("corr_v_centroid"))
+            if data is not None:
+                cp, cv, opt_T = self.learned_references(data)
+                out["corr_p_learned"] = med(cp)
+                out["corr_v_learned"] = med(cv)
+                out["frac_selected_is_opt"] = float(np.mean(self.selected == opt_T))
+        return out
+
+
+def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
+                 lr=0.1, steps=2000, v_init_scale=0.01, n_records=60, seed=0, device="auto"):
+    r"""Train prompt attention :math:`f(X) = v^\top X^\top\mathrm{softmax}(Xp)` from
+    :math:`p_0 = 0`, jointly with the head when ``train_v`` (then :math:`v_0` is random with
+    scale ``v_init_scale``, drawn from the named stream ``"prompt-head-init"`` of trial ``b``),
+    and compare the final
+    directions with :math:`p_{mm}` and :math:`v_{mm}` built from the tokens selected at the end.
+
+    Returns
+    -------
+    PromptRun
+    """
+    X, y = data.X, data.y
+    B, n, T, d = X.shape
+    if train_v:
+        v0 = np.stack([stream(seed, "prompt-head-init", b).standard_normal(d) * v_init_scale
+                       for b in range(B)])
+        init = {"p": np.zeros((B, d)), "v": v0}
+    else:
+        init = "zeros"
+    with _train.cpu_threads(device):
+        h = _train.fit(data, model="prompt", train_v=train_v, loss=loss, optimizer=optimizer,
+                       lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
+                       seed=seed, device=device)
+    p = h.params["p"]
+    sel = selected_tokens(X, p)
+    p_mm = np.zeros((B, d))
+    v_mm = np.zeros((B, d))
+    fp = np.zeros(B, dtype=bool)
+    fv = np.zeros(B, dtype=bool)
+    cen = np.zeros((B, d))
+    for b in range(B):
+        try:
+            p_mm[b] = _svm.p_svm(X[b], sel[b])
+            fp[b] = True
+        except _svm.InfeasibleError:
+            pass
+        try:
+            v_mm[b] = _svm.head_svm(X[b], y[b], sel[b])
+            fv[b] = True
+        except _svm.InfeasibleError:
+            pass
+        cen[b] = (y[b][:, None] * X[b][np.arange(n), sel[b]]).mean(0)
+    corr_p = _metrics.corr(h.snapshots, p_mm[None], elem_ndim=1)
+    if train_v:
+        vfin = h.params["v"]
+        # v is not snapshotted by the engine: its trajectory is recorded only at the end
+        corr_v = _metrics.corr(vfin, v_mm, elem_ndim=1)[None]
+        corr_vc = _metrics.corr(vfin, cen, elem_ndim=1)[None]
+    else:
+        corr_v = corr_vc = None
+    return PromptRun(history=h, selected=sel, planted=planted, p_mm=p_mm, v_mm=v_mm,
+                     feasible_p=fp, feasible_v=fv, centroid=cen, corr_p=corr_p, corr_v=corr_v,
+                     corr_v_centroid=corr_vc, steps=h.steps,
+                     config=dict(train_v=train_v, loss=loss, optimizer=optimizer, lr=lr,
+                                 steps=steps, seed=seed))
+
+
+def prompt_loss_sweep(data, *, losses=("logistic", "exponential", "correlation"), **kw):
+    """:func:`prompt_joint` for each loss; returns ``{loss: PromptRun}``."""
+    return {loss: prompt_joint(data, loss=loss, **kw) for loss in losses}
+
+
+def prompt_gap_sweep(n, T, d, *, gaps, trials=8, noise=0.1, seed=0, **kw):
+    r""":func:`prompt_joint` on :func:`prompt_instances` for each score gap in ``gaps``
+    (same seed, so the same noise draws); returns ``{gap: PromptRun}``."""
+    out = {}
+    for g in gaps:
+        data, planted = prompt_instances(n, T, d, trials=trials, gap=g, noise=noise, seed=seed)
+        out[float(g)] = prompt_joint(data, planted=planted, seed=seed, **kw)
+    return out
+
+
+# ----------------------------------------------------------------------------- chapter: beyond
+@dataclass
+class MultiTokenRun:
+    """Result of :func:`multi_token_selection` (arrays over ``B`` trials).
+
+    Attributes
+    ----------
+    history : History (snapshots of W)
+    sets : list of B lists of n tuples: tokens with final softmax mass >= ``mass_tol``
+    set_sizes : (B, n) int
+    resolved : (B,) bool: every sequence leaves at least one token out of its set (otherwise
+        the trial has selected nothing in some sequence and no SVM is built)
+    W_gen : (B, d, d) the generalized SVM of ``sets`` (zeros where infeasible or unresolved)
+    feasible : (B,) bool: resolved and the generalized SVM is feasible
+    W_single : (B, d, d) the single-token SVM of the argmax tokens (for comparison)
+    feasible_single : (B,) bool
+    corr_gen, corr_single : (K, B) correlation of :math:`W_t` with ``W_gen`` / ``W_single``
+    predicted : (B,) bool: feasible and final ``corr_gen >= threshold``
+    """
+
+    history: object
+    sets: list
+    set_sizes: np.ndarray
+    resolved: np.ndarray
+    W_gen: np.ndarray
+    feasible: np.ndarray
+    W_single: np.ndarray
+    feasible_single: np.ndarray
+    corr_gen: np.ndarray
+    corr_single: np.ndarray
+    predicted: np.ndarray
+    steps: np.ndarray
+    config: dict = field(default_factory=dict)
+
+    @property
+    def fraction_predicted(self):
+        """Fraction of all trials on which the generalized SVM predicts the limit direction."""
+        return float(np.mean(self.predicted))
+
+    @property
+    def multi(self):
+        """(B,) bool: some sequence keeps more than one token."""
+        return (self.set_sizes > 1).any(axis=1)
+
+    def summary(self):
+        r"""The headline numbers (medians NaN-safe): ``frac_pred``, final median correlations
+        ``corr_gen`` / ``corr_single``, ``frac_multi``, ``mean_set_size``, ``n_unresolved``,
+        ``n_infeasible`` (resolved but infeasible), ``frac_gen_better`` (final corr with the
+        generalized SVM at least that with the single-token SVM, NaN counted as -1),
+        ``norm_growth`` (median :math:`\|W_T\| / \|W_{T/2}\|`) and ``loss_final`` (median)."""
+        h, T = self.history, int(self.steps[-1])
+        return {
+            "frac_pred": self.fraction_predicted,
+            "corr_gen": _metrics.nanmedian(self.corr_gen[-1]),
+            "corr_single": _metrics.nanmedian(self.corr_single[-1]),
+            "frac_multi": float(np.mean(self.multi)),
+            "mean_set_size": float(np.mean(self.set_sizes)),
+            "n_unresolved": int(np.sum(~self.resolved)),
+            "n_infeasible": int(np.sum(self.resolved & ~self.feasible)),
+            "frac_gen_better": float(np.mean(np.nan_to_num(self.corr_gen[-1], nan=-1)
+                                             >= np.nan_to_num(self.corr_single[-1], nan=-1))),
+            "norm_growth": float(np.median(h.norm[-1] / h.norm[np.searchsorted(self.steps, T // 2)])),
+            "loss_final": float(np.median(h.final("loss"))),
+        }
+
+
+def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="logistic",
+                          optimizer="ngd", lr=0.1, steps=2000, mass_tol=1e-3, threshold=0.95,
+                          n_records=60, seed=0, device="auto"):
+    r"""Train ``W`` (from 0) with a linear or MLP head and test the generalized SVM.
+
+    At the end, :math:`S_i` is the set of tokens with softmax mass at least ``mass_tol``
+    (:func:`selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
+    :math:`S_i` get equal scores, all others at least 1 lower). The generalized SVM
+    *predicts the limit direction* on a trial when it is feasible and the final correlation
+    :math:`\mathrm{corr}(W_T, W^{S}_{mm}) \ge` ``threshold``.
+
+    Returns
+    -------
+    MultiTokenRun
+    """
+    X, Z = data.X, data.Z
+    B, n, T, d = X.shape
+    threshold = float(threshold)
+    with _train.cpu_threads(device):
+        h = _train.fit(data, model="W", head=head, width=width, train_v=train_v, loss=loss,
+                       optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
+                       snapshots=True, seed=seed, device=device)
+    W = h.params["W"]
+    sets = selected_sets(X, W, Z, mass_tol=mass_tol)
+    sizes = np.array([[len(s) for s in st] for st in sets])
+    resolved = (sizes < T).all(axis=1)        # a set of all T tokens: no selection at all
+    Wg = np.zeros((B, d, d))
+    fg = np.zeros(B, dtype=bool)
+    idx = np.flatnonzero(resolved)
+    if idx.size:
+        Wg[idx], fg[idx] = _svm.att_svm_batch(X[idx], Z[idx], [sets[b] for b in idx])
+    single = selected_tokens(X, W, Z)
+    Ws, fs = _svm.att_svm_batch(X, Z, single)
+    cg = _metrics.corr(h.snapshots, Wg[None])
+    cs = _metrics.corr(h.snapshots, Ws[None])
+    cg[:, ~fg] = np.nan
+    cs[:, ~fs] = np.nan
+    pred = fg & (np.nan_to_num(cg[-1], nan=-1.0) >= threshold)
+    return MultiTokenRun(history=h, sets=sets, set_sizes=sizes, resolved=resolved, W_gen=Wg,
+                         feasible=fg,
+                         W_single=Ws, feasible_single=fs, corr_gen=cg, corr_single=cs,
+                         predicted=pred, steps=h.steps,
+                         config=dict(head=head, width=width, train_v=train_v, loss=loss,
+                                     optimizer=optimizer, lr=lr, steps=steps,
+                                     mass_tol=mass_tol, threshold=threshold, seed=seed))

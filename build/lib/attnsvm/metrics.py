@@ -1,0 +1,224 @@
+r"""Metrics (numpy): correlation, direction error, stable softmax, attention maps, rates.
+
+* :func:`corr`: :math:`\mathrm{corr}(A,B) = \langle A,B\rangle / (\|A\|_F \|B\|_F)`.
+* :func:`direction_error`: :math:`\| A/\|A\|_F - B/\|B\|_F \|_F = \sqrt{2 - 2\,\mathrm{corr}(A,B)}`.
+* :func:`softmax`: log-sum-exp softmax, exact for scores of any finite size.
+* :func:`attention`: :math:`\mathrm{softmax}(X W z_i)` per sequence (or :math:`\mathrm{softmax}(X p)`).
+* :func:`opt_mass`: softmax mass on the optimal token :math:`s_{i,\mathrm{opt}_i}`.
+* :func:`fit_rate`: the least-squares slope of :math:`\log \mathrm{err}` against
+  :math:`\log t` on the tail of a trajectory (err :math:`\approx C t^{\mathrm{slope}}`).
+
+All functions broadcast over leading (trials) axes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, check_int
+
+__all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+           "opt_mass", "fit_rate"]
+
+
+def nanmedian(x, axis=None):
+    """Median ignoring NaN, NaN (not a warning) where nothing finite is left: the NaN-safe
+    reduction of the chapters' headline numbers (a float when ``axis`` is None)."""
+    x = np.asarray(x, dtype=float)
+    if not np.any(np.isfinite(x)):
+        return float("nan") if axis is None else np.full(np.delete(x.shape, axis), np.nan)
+    with np.errstate(all="ignore"):
+        r = np.nanmedian(x, axis=axis)
+    return float(r) if axis is None else r
+
+
+def _elem_axes(A, B, elem_ndim):
+    if elem_ndim is None:
+        if A.ndim == B.ndim:
+            elem_ndim = 1 if A.ndim == 1 else 2
+        else:
+            elem_ndim = min(A.ndim, B.ndim)
+    elem_ndim = check_int("elem_ndim", elem_ndim, minimum=1)
+    if elem_ndim > min(A.ndim, B.ndim):
+        raise ValueError(f"elem_ndim={elem_ndim} exceeds the rank of A {A.shape} or B {B.shape}")
+    if A.shape[A.ndim - elem_ndim:] != B.shape[B.ndim - elem_ndim:]:
+        raise ValueError(f"A and B elements must have equal shapes, got {A.shape} and {B.shape}")
+    return tuple(range(-elem_ndim, 0))
+
+
+def corr(A, B, *, elem_ndim=None):
+    r"""Correlation :math:`\langle A,B\rangle / (\|A\|_F \|B\|_F)`, batched over leading axes.
+
+    Parameters
+    ----------
+    A, B : array_like
+        Elements are the trailing ``elem_ndim`` axes; leading axes broadcast.
+    elem_ndim : int, optional
+        Number of trailing axes forming one element. Default: when the ranks differ, the
+        smaller rank (e.g. (B,d,d) against (d,d) -> 2, (B,d) against (d,) -> 1); when equal,
+        1 for vectors and 2 otherwise (so two (B,d) batches of vectors need ``elem_ndim=1``).
+
+    Returns
+    -------
+    ndarray or float
+        NaN where either element is zero.
+    """
+    A = as_float_array("A", A, finite=False)
+    B = as_float_array("B", B, finite=False)
+    ax = _elem_axes(A, B, elem_ndim)
+    # rescale by the max entry first so huge or tiny norms do not overflow / underflow
+    sa = np.max(np.abs(A), axis=ax, keepdims=True)
+    sb = np.max(np.abs(B), axis=ax, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        A = A / sa
+        B = B / sb
+        num = np.sum(A * B, axis=ax)
+        den = np.sqrt(np.sum(A * A, axis=ax) * np.sum(B * B, axis=ax))
+        out = num / den
+    return out[()] if out.ndim == 0 else out
+
+
+def direction_error(A, B, *, elem_ndim=None):
+    r""":math:`\| A/\|A\|_F - B/\|B\|_F \|_F`, batched like :func:`corr` (in :math:`[0, 2]`)."""
+    A = as_float_array("A", A, finite=False)
+    B = as_float_array("B", B, finite=False)
+    ax = _elem_axes(A, B, elem_ndim)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sa = np.max(np.abs(A), axis=ax, keepdims=True)
+        sb = np.max(np.abs(B), axis=ax, keepdims=True)
+        A = A / sa
+        B = B / sb
+        A = A / np.sqrt(np.sum(A * A, axis=ax, keepdims=True))
+        B = B / np.sqrt(np.sum(B * B, axis=ax, keepdims=True))
+        out = np.sqrt(np.sum((A - B) ** 2, axis=ax))
+    return out[()] if out.ndim == 0 else out
+
+
+def direction_error_from_corr(c):
+    r"""Direction error from a correlation: :math:`\sqrt{2 - 2c} = \|A/\|A\| - B/\|B\|\|`.
+
+    For recorded correlations (``History.corr``), where the matrices themselves are not kept.
+    Accurate down to about :math:`10^{-8}` (the square root of the float64 resolution of ``c``);
+    use :func:`direction_error` on the matrices for smaller errors.
+
+    Parameters
+    ----------
+    c : array_like
+        Correlations in :math:`[-1, 1]` (NaN passes through, e.g. for a zero iterate).
+    """
+    c = as_float_array("c", c, finite=False)
+    if np.any(np.abs(c[np.isfinite(c)]) > 1 + 1e-9):
+        raise ValueError("c must contain correlations in [-1, 1]")
+    out = np.sqrt(np.clip(2.0 - 2.0 * c, 0.0, None))
+    return out[()] if out.ndim == 0 else out
+
+
+def softmax(a, axis=-1):
+    r"""Softmax :math:`e^{a_t - \max a} / \sum_\tau e^{a_\tau - \max a}` (log-sum-exp stable)."""
+    a = as_float_array("a", a, finite=False)
+    mx = np.max(a, axis=axis, keepdims=True)
+    mx = np.where(np.isfinite(mx), mx, 0.0)
+    e = np.exp(a - mx)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def attention(X, W, Z=None):
+    r"""Attention maps :math:`s_i = \mathrm{softmax}(X_i W z_i)`, shape (..., n, T).
+
+    Parameters
+    ----------
+    X : array_like, shape (..., n, T, d)
+    W : array_like, shape (..., d, d); or the prompt ``p`` (..., d) when ``Z`` is None
+    Z : array_like, shape (..., n, d), optional
+        Queries. Without ``Z`` the scores are :math:`X_i p` (prompt attention).
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    W = as_float_array("W", W, finite=False)
+    if Z is None:
+        if W.shape[-1:] != X.shape[-1:]:
+            raise ValueError(f"p must have shape (..., d) with d = {X.shape[-1]}, got {W.shape}")
+    else:
+        Z = as_float_array("Z", Z, min_ndim=2)
+        if W.ndim < 2 or W.shape[-2:] != (X.shape[-1],) * 2:
+            raise ValueError(f"W must have shape (..., d, d) with d = {X.shape[-1]}, got {W.shape}")
+    from .tokens import attention_scores
+    return softmax(attention_scores(X, W, Z), axis=-1)
+
+
+def opt_mass(S, opt, *, reduce="mean"):
+    r"""Softmax mass on the optimal tokens, :math:`s_{i,\mathrm{opt}_i}`.
+
+    Parameters
+    ----------
+    S : array_like, shape (..., n, T)
+        Attention maps (e.g. from :func:`attention`).
+    opt : array_like of int, shape (..., n)
+    reduce : {"mean", "min", None}
+        Reduce over the n sequences, or return all (..., n).
+    """
+    S = as_float_array("S", S, min_ndim=2, finite=False)
+    opt = np.asarray(opt)
+    if not np.issubdtype(opt.dtype, np.integer):
+        raise ValueError(f"opt must be an integer array, got dtype {opt.dtype}")
+    if np.any(opt < 0) or np.any(opt >= S.shape[-1]):
+        raise ValueError(f"opt entries must lie in [0, {S.shape[-1]})")
+    opt_b = np.broadcast_to(opt, S.shape[:-1])
+    m = np.take_along_axis(S, opt_b[..., None], axis=-1)[..., 0]
+    if reduce is None:
+        return m
+    if reduce == "mean":
+        return m.mean(axis=-1)
+    if reduce == "min":
+        return m.min(axis=-1)
+    raise ValueError(f"reduce must be 'mean', 'min' or None, got {reduce!r}")
+
+
+def fit_rate(t, err, *, tail=0.5, return_intercept=False):
+    r"""Fitted log-log slope of ``err`` against ``t`` on the tail of the trajectory.
+
+    Least squares of :math:`\log \mathrm{err}_k = \beta_0 + \beta_1 \log t_k` over the points
+    with :math:`t_k > 0` in the tail; :math:`\mathrm{err} \approx e^{\beta_0} t^{\beta_1}`.
+
+    Parameters
+    ----------
+    t : array_like, shape (K,)
+        Steps (only ``t > 0`` are used).
+    err : array_like, shape (K,) or (K, B)
+        Positive errors; several columns are fitted independently.
+    tail : float in (0, 1] or tuple (t_min, t_max)
+        The last fraction of the points (with ``t > 0``), or a closed range of ``t``.
+    return_intercept : bool
+
+    Returns
+    -------
+    slope : float or ndarray (B,)
+    intercept : same, if ``return_intercept``
+    """
+    t = as_float_array("t", t, ndim=1)
+    err = as_float_array("err", err, min_ndim=1, max_ndim=2, finite=False)
+    if err.shape[0] != t.shape[0]:
+        raise ValueError(f"err must have {t.shape[0]} rows (one per t), got shape {err.shape}")
+    keep = t > 0
+    if isinstance(tail, tuple):
+        if len(tail) != 2 or not tail[0] < tail[1]:
+            raise ValueError(f"tail must be (t_min, t_max) with t_min < t_max, got {tail!r}")
+        keep &= (t >= tail[0]) & (t <= tail[1])
+    else:
+        tail = float(tail)
+        if not 0 < tail <= 1:
+            raise ValueError(f"tail must be in (0, 1] or a (t_min, t_max) tuple, got {tail!r}")
+        idx = np.flatnonzero(keep)
+        k0 = idx[int(np.floor(len(idx) * (1 - tail)))] if len(idx) else 0
+        keep &= np.arange(len(t)) >= k0
+    if keep.sum() < 2:
+        raise ValueError("tail must contain at least two points with t > 0")
+    e = err[keep]
+    if np.any(~(e > 0)) or not np.all(np.isfinite(e)):
+        raise ValueError("err must be finite and > 0 on the fitted tail")
+    lt = np.log(t[keep])
+    le = np.log(e)
+    Amat = np.stack([np.ones_like(lt), lt], axis=1)
+    coef, *_ = np.linalg.lstsq(Amat, le.reshape(len(lt), -1), rcond=None)
+    b0, b1 = coef[0], coef[1]
+    if err.ndim == 1:
+        b0, b1 = float(b0[0]), float(b1[0])
+    return (b1, b0) if return_intercept else b1

@@ -1,0 +1,642 @@
+r"""Step rules, defined once: a registry of small units used by the batched engine
+(:func:`attnsvm.train.fit`) and by thin ``torch.optim`` wrappers.
+
+A step rule maps gradients to parameter increments :math:`\Delta` (``param += Delta``).
+Gradients are passed in *log-scaled* form: the true gradient of parameter :math:`j` is
+:math:`e^{\sigma_j} \tilde g_j`, with one log-scale :math:`\sigma_j` per trial (``None`` means
+:math:`\sigma = 0`). This lets the engine run at losses far below the smallest float:
+normalized rules never need :math:`e^{\sigma}`, and the Polyak step is computed from logarithms.
+
+The units
+---------
+Every rule is an object with ``init_state(params) -> dict`` and
+``update(grads, state, ctx) -> list of increments`` (:class:`Rule`); ``ctx`` is a
+:class:`Context` (base step size, log-scales, log-loss, Polyak cap, number of trial axes, the
+current parameters). Most rules are one :class:`Descent`: a *direction* unit times a *step
+size* unit, :math:`\Delta_j = -\eta_t\, d_j`:
+
+directions (:data:`DIRECTIONS`)
+    ``gradient`` :math:`d_j = g_j`; ``normalized`` :math:`d_j = g_j/\|g\|` with
+    :math:`\|g\|^2 = \sum_j \|g_j\|_F^2` (global norm over the trial's parameters);
+    ``normalized_param`` :math:`d_j = g_j/\|g_j\|_F`; ``sign`` :math:`d_j = \mathrm{sign}(g_j)`;
+    ``steepest(norm)`` :math:`d_j = \arg\max_{\|d\|\le 1}\langle g_j, d\rangle`
+    (:func:`steepest_direction`, each parameter in its own norm).
+step sizes (:data:`STEP_SIZES`)
+    ``schedule(decay)`` :math:`\eta_t = \eta\,(t+1)^{-a}` (``decay`` :math:`a \ge 0`; ``t`` counts
+    the updates from 0); ``polyak(star)`` :math:`\eta_t = \min(\eta\, L / \|g\|^2,\ \eta_{\max})`,
+    computed as :math:`\log \eta_t = \log\eta + \log L - 2\sigma - 2\log\|\tilde g\|` (so
+    :math:`\eta = 1` is the classical Polyak step; it stays finite when
+    :math:`L \approx 10^{-300}`); with ``star`` the caller passes :math:`\log(L - L^\star)`.
+
+The rules (:data:`RULES`; ``lr`` = :math:`\eta`)
+-------------------------------------------------
+* ``"gd"`` = gradient x schedule; ``"ngd"`` = normalized x schedule; ``"ngd_param"`` =
+  normalized_param x schedule; ``"sign"`` = sign x schedule; ``"sd"`` = steepest(``norm``) x
+  schedule (``norm`` 2 is normalized GD per parameter, ``inf`` sign descent, ``1`` greedy
+  coordinate descent, a real ``p``, or ``"spectral"``: :math:`UV^\top` from the SVD);
+  ``"polyak"`` = gradient x polyak; ``"polyak_star"`` = gradient x polyak(star).
+* ``"md"``: mirror descent with potential :math:`\psi(w) = \frac1p\|w\|_p^p` (entrywise,
+  :math:`\nabla\psi(w) = \mathrm{sign}(w)|w|^{p-1}`, ``p > 1``, :func:`mirror_map`):
+  :math:`\nabla\psi(w_{t+1}) = \nabla\psi(w_t) - \eta_t g`; with ``normalize=True`` the
+  gradient is divided by its dual norm :math:`\|g\|_{p/(p-1)}` (:func:`dual_norm`). The dual
+  iterate :math:`\theta = \nabla\psi(w)` is the rule's state.
+* ``"prgd"``: progressive norm rescaling (the book's variant): phase ``k`` starts at step
+  :math:`k P` (``period`` :math:`P`) by rescaling :math:`w \leftarrow R_k w/\|w\|_2`,
+  :math:`R_k = R_0 c^k` (``R0``, ``growth`` :math:`c`), and takes :math:`P` normalized gradient
+  steps of length :math:`\eta_t R_k^{\beta}` (``step_power`` :math:`\beta`, default 1/2) from
+  there. The schedule of Wang, Min and Wu could not be read; :math:`\beta = 1/2` is our choice
+  (with :math:`\beta = 0` the angular steps :math:`\eta/R_k` vanish too fast, with
+  :math:`\beta = 1` they do not shrink and the margin oscillates). Each parameter is rescaled
+  by its own norm.
+* ``"adam"``: Adam (Kingma & Ba) with bias correction and the step schedule:
+  :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`, :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`,
+  :math:`\Delta = -\eta_t \hat m/(\sqrt{\hat v} + \epsilon)`, :math:`\hat m = m/(1-\beta_1^t)`,
+  :math:`\hat v = v/(1-\beta_2^t)`. The moments are held in the log-scaled form of the
+  gradients (:math:`m = e^{s}\tilde m`, :math:`v = e^{2s}\tilde v`), so ``eps=0`` (Adam without
+  its stability constant) is exact at any loss; with ``decay=0`` and ``eps > 0`` it is
+  :class:`torch.optim.Adam` without weight decay (up to float rounding).
+
+In batched mode (``batch_ndim=1``) every norm is taken per trial over the non-batch axes,
+never across trials. ``lr`` may be a float or a tensor of per-trial step sizes (B,).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_choice, check_int, check_positive
+
+__all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
+           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
+           "steepest_direction", "dual_norm", "mirror_map", "parse_norm",
+           "NGD", "Polyak", "SignGD", "Adam"]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _bc(x, g):
+    """Reshape per-trial scalars ``x`` (B,) (or a 0-d tensor / float) to broadcast against ``g``."""
+    if not torch.is_tensor(x) or x.ndim == 0:
+        return x
+    return x.reshape(x.shape + (1,) * (g.ndim - x.ndim))
+
+
+def _dims(g, batch_ndim):
+    return tuple(range(batch_ndim, g.ndim))
+
+
+def _sqnorm(g, batch_ndim):
+    dims = _dims(g, batch_ndim)
+    if not dims:
+        return g * g
+    return (g * g).sum(dim=dims)
+
+
+def _log(x):
+    return torch.log(x) if torch.is_tensor(x) else math.log(x)
+
+
+def log_norm(grads, batch_ndim=0):
+    r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
+
+    Computed with a max-rescaling so that it is finite for norms down to the smallest
+    subnormal (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`).
+    """
+    mx = None
+    for g in grads:
+        dims = _dims(g, batch_ndim)
+        a = g.abs().amax(dim=dims) if dims else g.abs()
+        mx = a if mx is None else torch.maximum(mx, a)
+    mx = torch.where(mx > 0, mx, torch.ones_like(mx))
+    sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
+    return torch.log(mx) + 0.5 * torch.log(sq)
+
+
+def parse_norm(norm):
+    """``norm`` as ``float`` (a real p >= 1 or ``math.inf``) or ``"spectral"``; else ValueError."""
+    if isinstance(norm, str):
+        if norm in ("spectral", "inf"):
+            return math.inf if norm == "inf" else norm
+        raise ValueError(f"norm must be a real p >= 1, inf or 'spectral', got {norm!r}")
+    if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not norm >= 1:
+        raise ValueError(f"norm must be a real p >= 1, inf or 'spectral', got {norm!r}")
+    return float(norm)
+
+
+def dual_norm(g, norm, batch_ndim=1):
+    r"""Dual norm :math:`\|g\|_* = \max_{\|d\|\le1}\langle g,d\rangle` per trial (torch)."""
+    norm = parse_norm(norm)
+    if norm == "spectral":
+        return torch.linalg.matrix_norm(g, ord="nuc")
+    q = math.inf if norm == 1 else (1.0 if norm == math.inf else norm / (norm - 1))
+    return torch.linalg.vector_norm(g, ord=q, dim=_dims(g, batch_ndim))
+
+
+def steepest_direction(g, norm, batch_ndim=1):
+    r"""The unit steepest direction :math:`d = \arg\max_{\|d\|\le 1}\langle g, d\rangle`.
+
+    ``norm`` 2: :math:`g/\|g\|_2`; ``inf``: :math:`\mathrm{sign}(g)`; ``1``: :math:`\pm e_k` at the
+    largest :math:`|g_k|` (first on ties); real ``p``: :math:`\mathrm{sign}(g)|g|^{q-1}/
+    \|g\|_q^{q-1}` with :math:`q = p/(p-1)`; ``"spectral"``: :math:`UV^\top` (thin SVD of
+    :math:`g`, matrices only). Zero gradients give zero directions. Then
+    :math:`\langle g, d\rangle = \|g\|_*` (:func:`dual_norm`) and :math:`\|d\| = 1`.
+    """
+    norm = parse_norm(norm)
+    dims = _dims(g, batch_ndim)
+    if norm == "spectral":
+        if g.ndim - batch_ndim != 2:
+            raise ValueError("norm='spectral' needs matrix parameters")
+        U, S, Vh = torch.linalg.svd(g, full_matrices=False)
+        keep = (S > S[..., :1] * 1e-12).to(g.dtype)
+        return (U * keep.unsqueeze(-2)) @ Vh
+    if norm == math.inf:
+        return torch.sign(g)
+    if norm == 1:
+        flat = g.reshape(g.shape[:batch_ndim] + (-1,))
+        k = flat.abs().argmax(-1, keepdim=True)
+        d = torch.zeros_like(flat).scatter_(-1, k, torch.sign(flat.gather(-1, k)))
+        return d.reshape(g.shape)
+    q = norm / (norm - 1)
+    scale = g.abs().amax(dim=dims, keepdim=True)
+    gs = g / torch.where(scale > 0, scale, 1.0)
+    a = torch.sign(gs) * gs.abs() ** (q - 1)
+    nq = torch.linalg.vector_norm(gs, ord=q, dim=dims, keepdim=True) ** (q - 1)
+    return a / torch.where(nq > 0, nq, 1.0)
+
+
+def mirror_map(w, p, inverse=False):
+    r""":math:`\nabla\psi(w) = \mathrm{sign}(w)|w|^{p-1}` (or its inverse, exponent
+    :math:`1/(p-1)`), entrywise."""
+    e = 1.0 / (p - 1) if inverse else p - 1
+    return torch.sign(w) * w.abs() ** e
+
+
+# ----------------------------------------------------------------------------- context
+@dataclass
+class Context:
+    r"""What a rule may read at one step.
+
+    Attributes
+    ----------
+    lr : float or Tensor (B,)
+        Base step size :math:`\eta`.
+    log_scale : list of (None or Tensor (B,))
+        :math:`\sigma_j`, one per gradient.
+    log_loss : Tensor (B,) or None
+        :math:`\log L` (or :math:`\log(L - L^\star)`), for the Polyak step.
+    eta_max : float or None
+        Cap on the Polyak step.
+    batch_ndim : int
+        Number of leading trial axes.
+    params : list of Tensor or None
+        The current parameters (``"md"`` at init, ``"prgd"`` each step).
+    """
+
+    lr: object
+    log_scale: list
+    log_loss: object = None
+    eta_max: float | None = None
+    batch_ndim: int = 0
+    params: list | None = None
+
+
+def _true(g, sc):
+    return g if sc is None else g * _bc(torch.exp(sc), g)
+
+
+# ----------------------------------------------------------------------------- directions
+# A direction maps (grads, ctx) to (d, log_mult): the direction of parameter j is
+# d[j] * exp(log_mult[j]) (log_mult[j] None: 1).
+def _dir_gradient(grads, ctx):
+    return grads, list(ctx.log_scale)
+
+
+def _dir_normalized(grads, ctx):
+    lg = _log_norm_total(grads, ctx)
+    zero = ~torch.isfinite(lg)                      # zero gradient: no step
+    return grads, [torch.where(zero, -math.inf, -lg if sc is None else sc - lg)
+                   for sc in ctx.log_scale]
+
+
+def _dir_normalized_param(grads, ctx):
+    out = []
+    for g in grads:
+        dims = _dims(g, ctx.batch_ndim)
+        nrm = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+        nrm = torch.where(nrm > 0, nrm, 1.0)              # zero gradient: no step
+        out.append(g * _bc(nrm.reciprocal(), g))
+    return out, [None] * len(grads)
+
+
+def _dir_sign(grads, ctx):
+    return [torch.sign(g) for g in grads], [None] * len(grads)
+
+
+def _dir_steepest(norm):
+    norm = parse_norm(norm)
+
+    def direction(grads, ctx):
+        return ([steepest_direction(g, norm, ctx.batch_ndim) for g in grads], [None] * len(grads))
+    direction.norm = norm
+    return direction
+
+
+DIRECTIONS = {"gradient": lambda: _dir_gradient, "normalized": lambda: _dir_normalized,
+              "normalized_param": lambda: _dir_normalized_param, "sign": lambda: _dir_sign,
+              "steepest": _dir_steepest}
+
+
+def _log_norm_total(grads, ctx):
+    r""":math:`\log\|g\|` of the true gradients, :math:`\tfrac12\operatorname{logsumexp}_j
+    2(\sigma_j + \log\|\tilde g_j\|)`, per trial."""
+    scales = ctx.log_scale
+    if all(sc is None for sc in scales) or len(grads) == 1:
+        lg = log_norm(grads, ctx.batch_ndim)
+        return lg if scales[0] is None else lg + scales[0]
+    terms = [log_norm([g], ctx.batch_ndim) + (0.0 if sc is None else sc)
+             for g, sc in zip(grads, scales)]
+    return 0.5 * torch.logsumexp(2 * torch.stack(terms), dim=0)
+
+
+# ----------------------------------------------------------------------------- step sizes
+# A step size maps (grads, state, ctx) to ("value", eta_t) or ("log", log eta_t).
+class _Schedule:
+    def __init__(self, decay=0.0):
+        self.decay = check_positive("decay", decay, allow_zero=True)
+
+    def __call__(self, grads, state, ctx):
+        return "value", schedule_value(ctx.lr, state["k"], self.decay)
+
+
+def schedule_value(lr, t, decay):
+    r""":math:`\eta_t = \eta\,(t+1)^{-a}` (``lr`` itself when ``decay`` is 0)."""
+    return lr if decay == 0 else lr * (t + 1) ** (-decay)
+
+
+class _PolyakStep:
+    def __init__(self, star=False):
+        self.star = star
+
+    def __call__(self, grads, state, ctx):
+        if ctx.log_loss is None:
+            raise ValueError("the Polyak step needs log_loss")
+        lg = _log_norm_total(grads, ctx)
+        zero = ~torch.isfinite(lg)                      # zero gradient: no step
+        log_eta = _log(ctx.lr) + ctx.log_loss - 2 * lg
+        if ctx.eta_max is not None:
+            log_eta = torch.clamp(log_eta, max=math.log(ctx.eta_max))
+        return "log", torch.where(zero, -math.inf, log_eta)
+
+
+STEP_SIZES = {"schedule": _Schedule, "polyak": _PolyakStep}
+
+
+# ----------------------------------------------------------------------------- rules
+class Rule:
+    """A step rule: ``init_state(params)`` and ``update(grads, state, ctx)`` (increments).
+
+    ``state["k"]`` counts the updates applied (the ``t`` of the step schedule)."""
+
+    name = ""
+    needs_log_loss = False
+
+    def init_state(self, params):
+        return {"k": 0}
+
+    def update(self, grads, state, ctx):
+        raise NotImplementedError
+
+
+class Descent(Rule):
+    r""":math:`\Delta_j = -\eta_t\, d_j`: a direction unit times a step-size unit."""
+
+    def __init__(self, name, direction, step):
+        self.name, self.direction, self.step = name, direction, step
+        self.needs_log_loss = isinstance(step, _PolyakStep)
+
+    def update(self, grads, state, ctx):
+        d, lm = self.direction(grads, ctx)
+        kind, eta = self.step(grads, state, ctx)
+        state["k"] += 1
+        out = []
+        for dj, mj in zip(d, lm):
+            if kind == "log":
+                coef = -torch.exp(eta if mj is None else eta + mj)
+            elif mj is None:
+                if not torch.is_tensor(eta):
+                    out.append(-eta * dj)
+                    continue
+                coef = -eta
+            else:
+                coef = -eta * torch.exp(mj)
+            out.append(dj * _bc(coef, dj))
+        return out
+
+
+class MirrorDescent(Rule):
+    r"""Mirror descent with :math:`\psi = \frac1p\|w\|_p^p` (state: the dual iterate)."""
+
+    name = "md"
+
+    def __init__(self, p, normalize=False, decay=0.0):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 1 or not math.isfinite(p):
+            raise ValueError(f"p must be a real number > 1 for optimizer='md', got {p!r}")
+        self.p, self.normalize = float(p), bool(normalize)
+        self.sched = _Schedule(decay)
+
+    def init_state(self, params):
+        if params is None:
+            raise ValueError("mirror descent needs the initial parameters (init_state(params))")
+        return {"k": 0, "theta": [mirror_map(w, self.p) for w in params]}
+
+    def update(self, grads, state, ctx):
+        if ctx.params is None:
+            raise ValueError("mirror descent needs the current parameters (params=)")
+        _, eta = self.sched(grads, state, ctx)
+        state["k"] += 1
+        out = []
+        for j, (g, sc, w) in enumerate(zip(grads, ctx.log_scale, ctx.params)):
+            if self.normalize:            # g / ||g||_{p/(p-1)}: scale-free, sigma not needed
+                step = g / _bc(dual_norm(g, self.p, ctx.batch_ndim), g).clamp_min(1e-300)
+            else:
+                step = _true(g, sc)
+            theta = state["theta"][j] - _bc(eta, g) * step
+            state["theta"][j] = theta
+            out.append(mirror_map(theta, self.p, inverse=True) - w)
+        return out
+
+
+class PRGD(Rule):
+    r"""Progressive norm rescaling (see the module docstring)."""
+
+    name = "prgd"
+
+    def __init__(self, period=100, growth=2.0, R0=1.0, step_power=0.5, decay=0.0):
+        self.period = check_int("period", period, minimum=1)
+        self.growth = check_positive("growth", growth)
+        self.R0 = check_positive("R0", R0)
+        self.step_power = check_positive("step_power", step_power, allow_zero=True)
+        self.sched = _Schedule(decay)
+
+    def update(self, grads, state, ctx):
+        if ctx.params is None:
+            raise ValueError("PRGD needs the current parameters (params=)")
+        t = state["k"]
+        _, eta = self.sched(grads, state, ctx)
+        state["k"] += 1
+        Rk = self.R0 * self.growth ** (t // self.period)
+        out = []
+        for g, w0 in zip(grads, ctx.params):
+            w = w0
+            if t % self.period == 0:
+                nrm = torch.linalg.vector_norm(w, dim=_dims(w, ctx.batch_ndim))
+                w = torch.where(_bc(nrm, w) > 0, w * _bc(Rk / nrm.clamp_min(1e-300), w), w)
+            w = w - _bc(eta, g) * Rk ** self.step_power * steepest_direction(g, 2, ctx.batch_ndim)
+            out.append(w - w0)
+        return out
+
+
+class AdamRule(Rule):
+    r"""Adam with bias correction, a step schedule and moments in log-scaled form."""
+
+    name = "adam"
+
+    def __init__(self, betas=(0.9, 0.999), eps=1e-8, decay=0.0):
+        betas = tuple(betas)
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        self.betas = betas
+        self.eps = check_positive("eps", eps, allow_zero=True)
+        self.sched = _Schedule(decay)
+
+    def init_state(self, params):
+        return {"k": 0, "t": 0, "m": [torch.zeros_like(p) for p in params],
+                "v": [torch.zeros_like(p) for p in params], "s": [None] * len(params)}
+
+    def update(self, grads, state, ctx):
+        b1, b2 = self.betas
+        _, eta = self.sched(grads, {"k": state["t"]}, ctx)
+        state["t"] += 1
+        state["k"] = state.get("k", 0) + 1
+        t = state["t"]
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        s_old = state.setdefault("s", [None] * len(grads))
+        out = []
+        for j, (g, sc) in enumerate(zip(grads, ctx.log_scale)):
+            m, v = state["m"][j], state["v"][j]
+            if sc is not None and s_old[j] is not None:   # old moments to the new scale e^sc
+                r = _bc(torch.exp(s_old[j] - sc), g)             # log-scales are finite
+                m = b1 * m * r + (1 - b1) * g
+                v = b2 * v * r * r + (1 - b2) * g * g
+            else:
+                m = b1 * m + (1 - b1) * g
+                v = b2 * v + (1 - b2) * g * g
+            state["m"][j], state["v"][j] = m, v
+            s_old[j] = None if sc is None else sc.clone()
+            den = torch.sqrt(v / bc2)
+            if self.eps > 0:
+                den = den + (self.eps if sc is None
+                             else self.eps * _bc(torch.exp(-sc).clamp(max=1e300), g))
+            out.append(-_bc(eta, g) * (m / bc1) / torch.where(den > 0, den, 1.0))
+        return out
+
+
+def _descent(name, direction, step="schedule"):
+    def make(decay=0.0, **_):
+        st = _PolyakStep(step == "polyak_star") if step != "schedule" else _Schedule(decay)
+        return Descent(name, DIRECTIONS[direction](), st)
+    return make
+
+
+#: rule name -> (factory, the options it takes)
+_FACTORIES = {
+    "gd": (_descent("gd", "gradient"), ("decay",)),
+    "ngd": (_descent("ngd", "normalized"), ("decay",)),
+    "ngd_param": (_descent("ngd_param", "normalized_param"), ("decay",)),
+    "sign": (_descent("sign", "sign"), ("decay",)),
+    "polyak": (_descent("polyak", "gradient", "polyak"), ()),
+    "polyak_star": (_descent("polyak_star", "gradient", "polyak_star"), ()),
+    "sd": (lambda norm=2, decay=0.0: Descent("sd", DIRECTIONS["steepest"](norm), _Schedule(decay)),
+           ("norm", "decay")),
+    "md": (lambda p=None, normalize=False, decay=0.0: MirrorDescent(p, normalize, decay),
+           ("p", "normalize", "decay")),
+    "prgd": (lambda period=100, growth=2.0, R0=1.0, step_power=0.5, decay=0.0:
+             PRGD(period, growth, R0, step_power, decay),
+             ("period", "growth", "R0", "step_power", "decay")),
+    "adam": (lambda betas=(0.9, 0.999), eps=1e-8, decay=0.0: AdamRule(betas, eps, decay),
+             ("betas", "eps", "decay")),
+}
+
+#: the registered rules and the options each takes
+RULES = {name: opts for name, (_, opts) in _FACTORIES.items()}
+
+
+def make_rule(rule, **options):
+    """The :class:`Rule` object ``rule`` built with ``options`` (validated; unknown or
+    inapplicable options raise ValueError naming them)."""
+    check_choice("optimizer", rule, RULES)
+    factory, allowed = _FACTORIES[rule]
+    bad = sorted(set(options) - set(allowed))
+    if bad:
+        raise ValueError(f"options {bad} do not apply to optimizer={rule!r} "
+                         f"(it takes {list(allowed) or 'none'})")
+    return factory(**options)
+
+
+def init_state(rule, params, **options):
+    """Fresh optimizer state for ``rule`` given the list of parameter tensors."""
+    return make_rule(rule, **options).init_state(params)
+
+
+def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_max=None,
+           betas=(0.9, 0.999), eps=1e-8, batch_ndim=0, params=None, **options):
+    r"""Parameter increments for one step of ``rule`` (a thin dispatcher over :func:`make_rule`).
+
+    Parameters
+    ----------
+    rule : str or Rule
+        A name of :data:`RULES` or a :class:`Rule` object.
+    grads : list of Tensor
+        Log-scaled gradients :math:`\tilde g_j`; the true gradient is
+        :math:`e^{\sigma_j}\tilde g_j`.
+    state : dict, optional
+        From :func:`init_state` (updated in place; a fresh one when ``None``).
+    lr : float or Tensor (B,)
+        Step size :math:`\eta` (for ``"polyak"`` a multiplier of the Polyak step).
+    log_scale : None, Tensor, or list of Tensor
+        :math:`\sigma_j`, per trial ((B,) or 0-d): one for all gradients or one per gradient.
+        ``None`` means 0.
+    log_loss : Tensor (B,) or 0-d
+        :math:`\log L` (``"polyak"``), or :math:`\log(L - L^\star)` (``"polyak_star"``).
+    eta_max : float, optional
+        Cap on the Polyak step size.
+    betas, eps : Adam's constants.
+    batch_ndim : int
+        Number of leading trial axes (0 for ``torch.optim`` use, 1 in the engine).
+    params : list of Tensor, optional
+        The current parameters (needed by ``"md"`` and ``"prgd"``).
+    **options
+        The rule's options (``norm``, ``p``, ``normalize``, ``decay``, ``period``, ``growth``,
+        ``R0``, ``step_power``; see :data:`RULES`).
+
+    Returns
+    -------
+    list of Tensor
+        Increments, one per gradient.
+    """
+    if isinstance(rule, Rule):
+        obj = rule
+    else:
+        if rule == "adam":
+            options = dict(options, betas=betas, eps=eps)
+        obj = make_rule(rule, **options)
+    if log_scale is None or torch.is_tensor(log_scale):
+        scales = [log_scale] * len(grads)
+    else:
+        scales = list(log_scale)
+        if len(scales) != len(grads):
+            raise ValueError("log_scale must be one tensor or one per gradient")
+    if state is None:
+        state = obj.init_state(params if params is not None else list(grads))
+    ctx = Context(lr=lr, log_scale=scales, log_loss=log_loss, eta_max=eta_max,
+                  batch_ndim=batch_ndim, params=params)
+    return obj.update(list(grads), state, ctx)
+
+
+# ----------------------------------------------------------------------------- torch.optim
+class _RuleOptimizer(torch.optim.Optimizer):
+    """Base: applies :func:`update` to every parameter group (norms taken over the group)."""
+
+    rule = None
+
+    def _group_step(self, group, loss):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        kw = {}
+        if self.rule == "polyak":
+            if loss is None:
+                raise ValueError("Polyak.step needs the loss: pass closure= or loss=")
+            loss_t = torch.as_tensor(loss, dtype=grads[0].dtype, device=grads[0].device).detach()
+            if loss_t.numel() != 1 or not bool(loss_t > 0):
+                raise ValueError(f"the Polyak step needs a positive scalar loss, got {loss!r}")
+            kw = dict(log_loss=torch.log(loss_t), eta_max=group["eta_max"])
+        state = None
+        if self.rule == "adam":
+            for p in params:
+                st = self.state[p]
+                if not st:
+                    st["step"] = 0
+                    st["exp_avg"] = torch.zeros_like(p)
+                    st["exp_avg_sq"] = torch.zeros_like(p)
+            state = {"t": self.state[params[0]]["step"],
+                     "m": [self.state[p]["exp_avg"] for p in params],
+                     "v": [self.state[p]["exp_avg_sq"] for p in params]}
+            kw = dict(betas=group["betas"], eps=group["eps"])
+        deltas = update(self.rule, grads, state, lr=group["lr"], **kw)
+        if state is not None:
+            for p, m, v in zip(params, state["m"], state["v"]):
+                self.state[p]["step"] = state["t"]
+                self.state[p]["exp_avg"] = m
+                self.state[p]["exp_avg_sq"] = v
+        for p, dlt in zip(params, deltas):
+            p.add_(dlt)
+
+    @torch.no_grad()
+    def step(self, closure=None, loss=None):
+        """One step. ``closure`` (re-evaluates and returns the loss) or ``loss`` is optional
+        except for :class:`Polyak`."""
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self._group_step(group, loss)
+        return loss
+
+
+class NGD(_RuleOptimizer):
+    r"""Normalized gradient descent, :math:`\theta \leftarrow \theta - \eta\, g/\|g\|`.
+
+    ``per_param=False``: one global norm over the group; ``per_param=True``: each parameter
+    divided by its own Frobenius norm (the rule ``"ngd_param"``).
+    """
+
+    def __init__(self, params, lr=0.1, per_param=False):
+        check_positive("lr", lr)
+        super().__init__(params, dict(lr=lr))
+        self.rule = "ngd_param" if per_param else "ngd"
+
+
+class Polyak(_RuleOptimizer):
+    r"""Polyak step size :math:`\eta_t = \min(\mathrm{lr}\cdot L/\|g\|^2, \eta_{\max})`
+    (global norm over the group; computed in log space). ``step`` needs the loss."""
+
+    rule = "polyak"
+
+    def __init__(self, params, lr=1.0, eta_max=None):
+        check_positive("lr", lr)
+        if eta_max is not None:
+            check_positive("eta_max", eta_max)
+        super().__init__(params, dict(lr=lr, eta_max=eta_max))
+
+
+class SignGD(_RuleOptimizer):
+    r"""Sign descent :math:`\theta \leftarrow \theta - \eta\, \mathrm{sign}(g)`."""
+
+    rule = "sign"
+
+    def __init__(self, params, lr=0.01):
+        check_positive("lr", lr)
+        super().__init__(params, dict(lr=lr))
+
+
+class Adam(_RuleOptimizer):
+    """Adam through the shared rule (matches :class:`torch.optim.Adam` without weight decay)."""
+
+    rule = "adam"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
+        check_positive("lr", lr)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))

@@ -1,0 +1,186 @@
+"""Shared pieces of the SVM solvers: errors, validation, constraint lists, the problem."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._checks import as_float_array
+
+
+#: Clarabel settings used for every cone program (tight; the defaults are 1e-8).
+CLARABEL_OPTIONS = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400,
+                        direct_solve_method="faer")
+
+#: tolerance for ties between token scores (relative to max(1, |gamma|))
+#: largest relative constraint violation that is repaired by rescaling W
+_RESCALE_TOL = 1e-6
+
+
+class InfeasibleError(ValueError):
+    """No matrix (or vector) satisfies the SVM's constraints; the message names the sizes."""
+
+
+class SolverError(RuntimeError):
+    """A solver failed to return a solution that passes the post-checks."""
+
+
+# ----------------------------------------------------------------------------- validation
+
+def per_trial(solve, *arrays):
+    """Solve one problem per trial: ``solve(*(a[b] for a in arrays))`` for every index ``b`` of
+    the leading (trials) axis, as a list. An infeasible trial raises :class:`InfeasibleError`
+    naming it (the batched form of every solver of this package)."""
+    out = []
+    for b in range(len(arrays[0])):
+        try:
+            out.append(solve(*(a[b] for a in arrays)))
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"trial {b}: {exc}") from None
+    return out
+
+
+def _check_X(X, name="X"):
+    X = as_float_array(name, X, ndim=3)
+    n, T, _ = X.shape
+    if n == 0:
+        raise ValueError(f"{name} must hold at least one sequence (n >= 1), got n = 0")
+    if T < 2:
+        raise ValueError(f"{name} must have at least T = 2 tokens per sequence, got T = {T}")
+    return X
+
+
+def _check_Z(Z, n, d):
+    return as_float_array("Z", Z, shape=(n, d))
+
+
+def _check_alpha(alpha, n, T, name="opt"):
+    """Validate a choice of one token per sequence: int array (n,) with entries in [0, T)."""
+    a = np.asarray(alpha)
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or a.dtype == object
+                               or np.issubdtype(a.dtype, np.floating)):
+        raise ValueError(f"{name} must be an integer array of shape ({n},), got dtype {a.dtype}")
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
+    if np.issubdtype(a.dtype, np.floating):
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError(f"{name} must contain integers")
+    a = a.astype(np.int64)
+    if np.any(a < 0) or np.any(a >= T):
+        bad = int(np.flatnonzero((a < 0) | (a >= T))[0])
+        raise ValueError(f"{name}[{bad}] = {a[bad]} is out of range [0, {T})")
+    return a
+
+
+def _parse_selection(opt, n, T, name="opt"):
+    """Return ``(alpha, sets)``: ``alpha`` (n,) int for single-token selections (sets None),
+    or ``sets`` a list of sorted tuples for a multi-token selection (alpha None)."""
+    if isinstance(opt, (list, tuple)) and any(
+            isinstance(o, (set, frozenset, list, tuple, np.ndarray)) for o in opt):
+        if len(opt) != n:
+            raise ValueError(f"{name} must list one token set per sequence ({n}), got {len(opt)}")
+        sets = []
+        for i, o in enumerate(opt):
+            s = [o] if isinstance(o, numbers.Integral) else list(o)
+            if not s or any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in s):
+                raise ValueError(f"{name}[{i}] must be a non-empty set of integer token indices")
+            s = sorted({int(t) for t in s})
+            if s[0] < 0 or s[-1] >= T:
+                raise ValueError(f"{name}[{i}] = {s} has a token out of range [0, {T})")
+            if len(s) == T:
+                raise ValueError(f"{name}[{i}] selects all {T} tokens; leave at least one out")
+            sets.append(tuple(s))
+        if all(len(s) == 1 for s in sets):
+            return np.array([s[0] for s in sets], dtype=np.int64), None
+        return None, sets
+    return _check_alpha(opt, n, T, name), None
+
+
+# ----------------------------------------------------------------------------- constraints
+
+@dataclass(frozen=True)
+class _Cons:
+    """Constraint rows k: margin_k(W) = U[k]^T W Z[seq[k]] (``>= 1``, or ``== 0`` if eq[k])."""
+
+    U: np.ndarray      # (K, d) x_{i,sel} - x_{it}
+    seq: np.ndarray    # (K,) i
+    sel: np.ndarray    # (K,) selected token s
+    tok: np.ndarray    # (K,) other token t
+    eq: np.ndarray     # (K,) bool
+
+
+def _constraints(X, alpha, sets):
+    n, T, _ = X.shape
+    if sets is None:
+        mask = np.ones((n, T), dtype=bool)
+        mask[np.arange(n), alpha] = False
+        seq, tok = np.nonzero(mask)
+        sel = alpha[seq]
+        eq = np.zeros(seq.size, dtype=bool)
+    else:
+        rows = []
+        for i, s in enumerate(sets):
+            rows += [(i, a, t, False) for a in s for t in range(T) if t not in s]
+            rows += [(i, a, s[0], True) for a in s[1:]]
+        seq, sel, tok, eq = (np.array(c) for c in zip(*rows))
+        eq = eq.astype(bool)
+    U = X[seq, sel] - X[seq, tok]
+    return _Cons(U, seq, sel, tok, eq)
+
+
+def _lam_array(c, lam, n, T, multi):
+    """Multipliers per constraint -> (n, T) (single token) or (n, T, T) [i, s, t] (sets)."""
+    if not multi:
+        out = np.zeros((n, T))
+        out[c.seq, c.tok] = lam
+    else:
+        out = np.zeros((n, T, T))
+        np.add.at(out, (c.seq, c.sel, c.tok), lam)
+    return out
+
+
+
+class _Problem:
+    """A hard-margin SVM without bias, ``min ||w|| s.t. <A_k, w> >= 1`` (``== 0`` for eq rows).
+
+    ``kind="att"``: :math:`A_k = U_k z_{seq_k}^\\top` (w is d x d); ``kind="vec"``: ``A_k = U_k``.
+    """
+
+    def __init__(self, kind, U, Zs=None, eq=None, what="SVM", sizes=""):
+        self.kind, self.U, self.Zs = kind, U, Zs
+        self.K, self.d = U.shape
+        self.eq = np.zeros(self.K, dtype=bool) if eq is None else eq
+        self.m = self.d * self.d if kind == "att" else self.d
+        self.what, self.sizes = what, sizes
+        #: the solver's status once solved: "optimal" (the built-in interior point, verified)
+        #: or cvxpy's status string (e.g. "optimal_inaccurate")
+        self.status = None
+
+    def infeasible(self):
+        return InfeasibleError(
+            f"{self.what} is infeasible ({self.sizes}; {int(np.sum(~self.eq))} margin "
+            f"constraints in {self.m} unknowns): no solution satisfies the constraints")
+
+    def gram(self):
+        G = self.U @ self.U.T
+        if self.kind == "att":
+            G *= self.Zs @ self.Zs.T
+        return G
+
+    def features(self):
+        """Explicit rows vec(A_k), shape (K, m)."""
+        if self.kind == "att":
+            return (self.U[:, :, None] * self.Zs[:, None, :]).reshape(self.K, -1)
+        return self.U
+
+    def combine(self, lam):
+        """sum_k lam_k A_k."""
+        if self.kind == "att":
+            return self.U.T @ (lam[:, None] * self.Zs)
+        return self.U.T @ lam
+
+    def margins(self, W):
+        if self.kind == "att":
+            return np.einsum("kd,kd->k", self.U @ W, self.Zs)
+        return self.U @ W

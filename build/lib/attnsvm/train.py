@@ -1,0 +1,991 @@
+r"""The batched training engine: many independent trials as one tensor program.
+
+:func:`fit` trains ``B`` independent trials at once. Data and parameters carry a leading
+trials axis; each trial has its own data, its own initialization (seeded from
+``(seed, b)``) and its own mini-batch stream, and every norm in a step rule is taken per
+trial. Trial ``b``'s trajectory does not depend on ``B`` or on the other trials: running the
+trials one at a time (with ``seed=[(seed, b)]``) gives the same numbers.
+
+One step, for every trial at once:
+
+1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
+2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
+   formulas (autograd only for the MLP head), see
+   :func:`attnsvm.losses.grad_coefficients`;
+3. the step rule's increment (:func:`attnsvm.optim.update`).
+
+Metrics are computed only on the record grid (log-spaced by default).
+
+The pieces: :class:`FitConfig` (the arguments, validated against the data before anything
+runs), a recorder (what is recorded at the record steps, snapshots of any named parameter), a
+finite-value guard (:class:`NonFiniteError` naming the trial and the step) and the step;
+:func:`fit` builds the configuration and :func:`run` runs it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._checks import as_float_array, check_choice, check_int, check_positive
+from .data import AttnData, LinearData
+from .losses import get_loss, log_mean_loss
+from .models import AttentionClassifier, LinearClassifier, is_objective_model
+from .optim import Context, make_rule
+from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
+
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
+
+#: optimizer name -> (step rule, stochastic, default lr)
+OPTIMIZERS = {
+    "gd": ("gd", False, 0.1),
+    "ngd": ("ngd", False, 0.1),
+    "ngd_param": ("ngd_param", False, 0.1),
+    "polyak": ("polyak", False, 1.0),
+    "polyak_star": ("polyak_star", False, 1.0),
+    "adam": ("adam", False, 0.01),
+    "sign": ("sign", False, 0.01),
+    "sd": ("sd", False, 0.1),
+    "md": ("md", False, 0.1),
+    "prgd": ("prgd", False, 0.1),
+    "sgd": ("gd", True, 0.1),
+    "sngd": ("ngd", True, 0.1),
+    "sps": ("polyak", True, 1.0),
+}
+
+
+class NonFiniteError(FloatingPointError):
+    """A trial's iterate became NaN or inf. Attributes ``trial`` and ``step``."""
+
+    def __init__(self, msg, trial, step):
+        super().__init__(msg)
+        self.trial = trial
+        self.step = step
+
+
+def record_grid(steps, record_every="log", n_records=100):
+    """Sorted unique record steps in ``[0, steps]`` (always containing 0 and ``steps``).
+
+    ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
+    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``; a sequence of
+    ints: those steps (strictly increasing, in ``[0, steps]``) with 0 and ``steps`` added.
+    """
+    if not isinstance(record_every, (str, numbers.Integral)):
+        try:
+            g = np.asarray(record_every)
+        except (TypeError, ValueError):
+            g = None
+        if (g is None or g.ndim != 1 or g.size == 0 or not np.issubdtype(g.dtype, np.integer)
+                or np.any(np.diff(g) <= 0) or g[0] < 0 or g[-1] > steps):
+            raise ValueError(f"record_every must be 'log', a positive int or strictly increasing "
+                             f"ints in [0, steps={steps}], got {record_every!r}")
+        return np.unique(np.concatenate([[0], g, [steps]])).astype(np.int64)
+    if isinstance(record_every, str):
+        check_choice("record_every", record_every, ("log",))
+        n_records = check_int("n_records", n_records, minimum=2)
+        g = np.round(np.geomspace(1, steps, n_records - 1)).astype(np.int64)
+        return np.unique(np.concatenate([[0], g, [steps]]))
+    k = check_int("record_every", record_every, minimum=1)
+    return np.unique(np.concatenate([np.arange(0, steps + 1, k), [steps]])).astype(np.int64)
+
+
+@dataclass
+class History:
+    """Recorded trajectory of a batched :func:`fit` (numpy arrays; ``K`` records, ``B`` trials).
+
+    Attributes
+    ----------
+    steps : (K,) int
+        Record steps (number of updates applied; 0 = initialization).
+    loss, log_loss : (K, B)
+        Full-data loss :math:`L` and :math:`\\log L` (``log_loss`` is NaN for the correlation
+        loss). ``log_loss`` stays accurate when ``loss`` underflows to 0.
+    norm : (K, B)
+        :math:`\\|W\\|_F` (``K Q^T`` for "KQ"), :math:`\\|p\\|` or :math:`\\|w\\|`.
+    corr : dict name -> (K, B)
+        Correlation of that matrix with each reference in ``refs`` (NaN while it is 0).
+    opt_mass : (K, B) or None
+        Mean over sequences of the softmax mass on the optimal token.
+    selected : (K, B, n) int or None
+        :math:`\\arg\\max_t` of the attention scores of each sequence.
+    margin : (K, B) or None
+        Linear model: normalized margin :math:`\\min_i y_i w^\\top x_i / \\|w\\|`.
+    excess : (K, B) or None
+        A model object with ``L_star``: the excess loss :math:`L - L^\\star`.
+    opt : (B, n) int or None
+        The optimal tokens used for ``opt_mass`` at initialization.
+    params : dict name -> ndarray
+        Final parameters with the trials axis (``W`` always present for "W"/"KQ").
+    snapshots : (K, B, ...) or None
+        The main matrix at each record step (``snapshots=True``, or its name in ``snapshots``).
+    trajectory : dict name -> (K, B, ...)
+        Every parameter named in ``snapshots`` at each record step (e.g. ``"W"`` and ``"v"``).
+    config : dict
+        The resolved arguments of the run.
+    """
+
+    steps: np.ndarray
+    loss: np.ndarray
+    log_loss: np.ndarray
+    norm: np.ndarray
+    corr: dict = field(default_factory=dict)
+    opt_mass: np.ndarray | None = None
+    selected: np.ndarray | None = None
+    margin: np.ndarray | None = None
+    excess: np.ndarray | None = None
+    opt: np.ndarray | None = None
+    params: dict = field(default_factory=dict)
+    snapshots: np.ndarray | None = None
+    trajectory: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+    @property
+    def trials(self):
+        return self.loss.shape[1]
+
+    def _p(self, name):
+        if name not in self.params:
+            raise AttributeError(f"this run has no parameter {name!r}; it has {sorted(self.params)}")
+        return self.params[name]
+
+    W = property(lambda self: self._p("W"), doc="Final W (B,d,d) (K Q^T for 'KQ').")
+    K = property(lambda self: self._p("K"), doc="Final K (B,d,m).")
+    Q = property(lambda self: self._p("Q"), doc="Final Q (B,d,m).")
+    p = property(lambda self: self._p("p"), doc="Final prompt p (B,d).")
+    v = property(lambda self: self._p("v"), doc="Final head v (B,d).")
+    w = property(lambda self: self._p("w"), doc="Final linear classifier w (B,d).")
+
+    def series(self, name):
+        """The recorded (K, B) series ``name``: a metric field or a key of :attr:`corr`."""
+        if name in self.corr:
+            return self.corr[name]
+        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected", "excess"):
+            val = getattr(self, name)
+            if val is None:
+                raise ValueError(f"{name!r} was not recorded for this model")
+            return val
+        raise ValueError(f"name must be a metric ('loss', 'log_loss', 'norm', 'opt_mass', "
+                         f"'margin', 'selected', 'excess') or a corr key {sorted(self.corr)}, got {name!r}")
+
+    def final(self, name):
+        """The last record of ``name`` (one value per trial)."""
+        return self.series(name)[-1]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _trial_keys(seed, B):
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        return [(int(seed), b) for b in range(B)]
+    try:
+        keys = [tuple(int(x) for x in np.atleast_1d(s)) for s in seed]
+    except (TypeError, ValueError):
+        raise ValueError(f"seed must be an int or a sequence of B per-trial seeds, got {seed!r}") from None
+    if len(keys) != B:
+        raise ValueError(f"seed as a sequence must have one entry per trial ({B}), got {len(keys)}")
+    if any(x < 0 for k in keys for x in k):
+        raise ValueError("seed entries must be >= 0")
+    return keys
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _hash32(x):
+    """A 32-bit integer mixer on int64 tensors (values in [0, 2^32)); no int64 overflow."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    return (x >> 16) ^ x
+
+
+def _minibatch(keys32, step, n, bs, ar_n):
+    """Per-trial sample of ``bs`` of ``n`` indices without replacement, a pure function of
+    (trial key, step): a random permutation from hashed sort keys."""
+    h = _hash32((keys32 + step * 0x9E3779B1) & _M32)                     # (B,)
+    hk = _hash32((h.unsqueeze(-1) + (ar_n + 1) * 0x85EBCA6B) & _M32)      # (B,n)
+    order = torch.argsort(hk * n + ar_n, dim=-1)
+    return order[:, :bs]
+
+
+def _bcast(x, g):
+    return x.reshape(x.shape + (1,) * (g.ndim - 1))
+
+
+def _gather(full, idx):
+    rows = torch.arange(idx.shape[0], device=idx.device).unsqueeze(-1)
+    return {k: (v[rows, idx] if k != "v" else v) for k, v in full.items()}
+
+
+def _ref_tensor(name, R, B, shape, kw):
+    a = as_float_array(f"refs[{name!r}]", R)
+    if a.shape == shape:
+        a = np.broadcast_to(a, (B,) + shape)
+    elif a.shape != (B,) + shape:
+        raise ValueError(f"refs[{name!r}] must have shape {shape} or {(B,) + shape}, got {a.shape}")
+    return torch.as_tensor(np.array(a, copy=True), **kw)
+
+
+def _log_excess_logistic(a, G):
+    r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
+    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
+    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
+    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
+    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
+    :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
+    (e^\delta - 1))` (the formula of ``attnsvm.experiments.rates.excess_loss``), shape (B,)."""
+    gs = G.max(-1, keepdim=True).values
+    D = gs - G
+    terms = torch.where(D > 0, torch.log_softmax(a, -1) + torch.log(torch.where(D > 0, D, 1.0)),
+                        -torch.inf)
+    log_delta = torch.logsumexp(terms, -1)
+    delta = torch.exp(log_delta)
+    b = torch.sigmoid(-gs[..., 0])
+    log_Ei = torch.where(delta > 1e-8, torch.log(torch.log1p(b * torch.expm1(delta))),
+                         torch.log(b) + log_delta + torch.log1p((1 - b) * delta / 2))
+    return torch.logsumexp(log_Ei, -1) - math.log(G.shape[-2])
+
+
+# ----------------------------------------------------------------------------- configuration
+#: the options of the step rules (:data:`attnsvm.optim.RULES`), None = the rule's default
+RULE_OPTIONS = ("norm", "p", "normalize", "decay", "period", "growth", "R0", "step_power")
+
+_ARGS = ("model", "m", "head", "width", "train_v", "loss", "optimizer", "lr", "eta_max", "L_star",
+         "betas", "eps") + RULE_OPTIONS + (
+    "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt", "record_every",
+    "n_records", "snapshots", "seed", "device", "dtype", "progress", "num_threads")
+
+
+@dataclass
+class FitConfig:
+    r"""The validated arguments of one :func:`fit` run (see :func:`fit` for their meaning).
+
+    Build it with :meth:`FitConfig.build`, which checks every argument against the data and
+    resolves the defaults (step size, initialization, device, record grid) before anything runs.
+    Fields after ``num_threads`` are derived: the step ``rule`` and whether it is ``stochastic``,
+    the torch ``dev``, the record ``grid``, the ``net`` (model object) and the tensor keyword
+    arguments ``kw``.
+    """
+
+    model: object = "W"
+    m: int | None = None
+    head: str = "linear"
+    width: int | None = None
+    train_v: bool = False
+    loss: str | None = None
+    optimizer: str = "gd"
+    lr: object = None
+    eta_max: float | None = None
+    L_star: float | None = None
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    norm: object = None
+    p: float | None = None
+    normalize: bool | None = None
+    decay: float | None = None
+    period: int | None = None
+    growth: float | None = None
+    R0: float | None = None
+    step_power: float | None = None
+    steps: int = 2000
+    batch_size: int | None = None
+    penalty: float = 0.0
+    init: object = None
+    init_scale: float | None = None
+    refs: dict | None = None
+    opt: object = None
+    record_every: object = "log"
+    n_records: int = 100
+    snapshots: object = False
+    seed: object = 0
+    device: object = "auto"
+    dtype: object = torch.float64
+    progress: bool | None = None
+    num_threads: int | None = None
+    # derived by build()
+    rule: str = field(default="", repr=False)
+    rule_obj: object = field(default=None, repr=False)
+    objective: bool = field(default=False, repr=False)
+    trials: int = field(default=0, repr=False)
+    obj_batch: dict | None = field(default=None, repr=False)
+    stochastic: bool = field(default=False, repr=False)
+    lossobj: object = field(default=None, repr=False)
+    dev: object = field(default=None, repr=False)
+    net: object = field(default=None, repr=False)
+    grid: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, data, **kwargs):
+        """Validate ``kwargs`` (the keyword arguments of :func:`fit`) against ``data``.
+
+        Raises
+        ------
+        ValueError
+            An invalid argument (the message names it).
+        """
+        unknown = set(kwargs) - set(_ARGS)
+        if unknown:
+            raise TypeError(f"fit() got unexpected keyword arguments {sorted(unknown)}")
+        cfg = cls(**kwargs)
+        cfg._validate(data)
+        return cfg
+
+    @property
+    def kw(self):
+        """Tensor keyword arguments (dtype, device)."""
+        return dict(dtype=self.dtype, device=self.dev)
+
+    def _validate(self, data):
+        self.objective = is_objective_model(self.model)
+        if not self.objective:
+            if not isinstance(self.model, str) or self.model not in ("W", "KQ", "prompt", "linear"):
+                raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
+                                 f"object with objective() (attnsvm.models.ObjectiveModel), "
+                                 f"got {self.model!r}")
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        optimizer = self.optimizer
+        self.rule, self.stochastic, lr_default = OPTIMIZERS[optimizer]
+        rule = self.rule
+        if self.eta_max is not None:
+            if rule not in ("polyak", "polyak_star"):
+                raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
+                                 f"'sps', got {optimizer!r}")
+            self.eta_max = check_positive("eta_max", self.eta_max)
+        if self.L_star is not None:
+            if rule != "polyak_star":
+                raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
+            self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
+        if self.objective:
+            self._validate_objective(data)
+        else:
+            self._validate_margin(data)
+        self.lr = self._check_lr(lr_default)
+        self.steps = check_int("steps", self.steps, minimum=1)
+        opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
+        if rule == "adam":
+            opts.update(betas=self.betas, eps=self.eps)
+        self.rule_obj = make_rule(rule, **opts)       # ValueError naming a bad or foreign option
+        if self.dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
+        self.dev = resolve_device(self.device)
+        self.grid = record_grid(self.steps, self.record_every, self.n_records)
+        if self.progress is None:
+            self.progress = self.steps >= 20000 and sys.stderr.isatty()
+        if self.init_scale is not None:
+            self.init_scale = check_positive("init_scale", self.init_scale)
+        self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
+        self.refs = {} if self.refs is None else dict(self.refs)
+        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        if self.objective:
+            self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
+            if not self.obj_batch:
+                raise ValueError("the model's batch(data) returned no tensors")
+            self.trials = int(next(iter(self.obj_batch.values())).shape[0])
+            self._check_lr_trials()
+
+    def _check_lr(self, default):
+        """``lr``: a positive float, or one positive step size per trial (array (B,))."""
+        if self.lr is None:
+            return default
+        if isinstance(self.lr, (numbers.Real, np.number)) and not isinstance(self.lr, bool):
+            return check_positive("lr", self.lr)
+        a = as_float_array("lr", self.lr, ndim=1)
+        if np.any(a <= 0):
+            raise ValueError("lr must be positive (a float or one positive step size per trial)")
+        return a
+
+    def _check_lr_trials(self):
+        if isinstance(self.lr, np.ndarray) and self.lr.shape != (self.trials,):
+            raise ValueError(f"lr as an array must have one step size per trial ({self.trials}), "
+                             f"got shape {self.lr.shape}")
+
+    def lr_value(self):
+        """The step size as the rules take it: a float or a (B,) tensor."""
+        return torch.as_tensor(self.lr, **self.kw) if isinstance(self.lr, np.ndarray) else self.lr
+
+    def _validate_objective(self, data):
+        net = self.model
+        for attr in ("trainable", "batch", "init_params"):
+            if not hasattr(net, attr):
+                raise ValueError(f"model object {type(net).__name__} lacks {attr!r} (see "
+                                 f"attnsvm.models.ObjectiveModel)")
+        foreign = [k for k, v, d in (("m", self.m, None), ("head", self.head, "linear"),
+                                     ("width", self.width, None), ("train_v", self.train_v, False),
+                                     ("loss", self.loss, None), ("batch_size", self.batch_size, None),
+                                     ("opt", self.opt, None)) if v != d]
+        if self.penalty:
+            foreign.append("penalty")
+        if foreign:
+            raise ValueError(f"{foreign} do not apply to a model object (its objective defines the "
+                             f"loss; no mini-batches)")
+        if self.stochastic:
+            raise ValueError(f"optimizer={self.optimizer!r} needs mini-batches, which a model "
+                             f"object does not support")
+        if self.rule == "polyak_star" and self.L_star is None and not hasattr(net, "L_star"):
+            raise ValueError(f"optimizer='polyak_star' needs L_star= or a model with L_star(batch); "
+                             f"{type(net).__name__} has none")
+        self.net = net
+
+    def _validate_margin(self, data):
+        rule, optimizer = self.rule, self.optimizer
+        if self.loss is None:
+            self.loss = "logistic"
+        if rule == "polyak_star" and self.L_star is None and (
+                self.model not in ("W", "KQ", "prompt") or self.head != "linear" or self.train_v
+                or self.loss != "logistic"):
+            raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
+                             "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
+        self.lossobj = get_loss(self.loss)
+        if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
+            raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
+                             f"{optimizer!r}) needs a nonnegative loss")
+        if self.model == "linear":
+            if not isinstance(data, LinearData):
+                raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
+            if self.head != "linear" or self.train_v or self.m is not None or self.width is not None:
+                raise ValueError("head, train_v, m and width do not apply to model='linear'")
+            self.net = LinearClassifier()
+        else:
+            if not isinstance(data, AttnData):
+                raise ValueError(f"data must be AttnData for model={self.model!r}, "
+                                 f"got {type(data).__name__}")
+            self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
+                                           train_v=self.train_v)
+        self.trials = data.trials
+        n = data.n
+        if self.stochastic and self.batch_size is None:
+            raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
+        if self.batch_size is not None:
+            self.batch_size = check_int("batch_size", self.batch_size, minimum=1)
+            if self.batch_size > n:
+                raise ValueError(f"batch_size must be <= n = {n}, got {self.batch_size}")
+            if self.batch_size == n:
+                self.batch_size = None
+        if self.init is None:
+            self.init = "random" if self.model == "KQ" else "zeros"
+        if self.opt is not None and self.model == "linear":
+            raise ValueError("opt does not apply to model='linear'")
+        self._check_lr_trials()
+
+    def as_dict(self, trials):
+        """The resolved arguments, as recorded in :attr:`History.config`."""
+        opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
+        lr = self.lr.tolist() if isinstance(self.lr, np.ndarray) else self.lr
+        model = self.model if isinstance(self.model, str) else type(self.model).__name__
+        init = self.init if isinstance(self.init, str) or self.init is None else "array"
+        return dict(model=model, m=self.m, head=self.head, width=self.width,
+                    train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=lr,
+                    eta_max=self.eta_max, steps=self.steps, batch_size=self.batch_size,
+                    penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
+                    device=str(self.dev), dtype=str(self.dtype), trials=trials, **opts)
+
+
+def _main_name(model):
+    if not isinstance(model, str):
+        return getattr(model, "main", model.trainable[0])
+    return {"W": "W", "KQ": "W", "prompt": "p", "linear": "w"}[model]
+
+
+def _snapshot_names(snapshots, model, net):
+    """``snapshots`` as a tuple of parameter names (``True``: the main matrix; ``False``: none)."""
+    if isinstance(snapshots, bool):
+        return (_main_name(model),) if snapshots else ()
+    if isinstance(snapshots, str):
+        snapshots = (snapshots,)
+    try:
+        names = tuple(snapshots)
+    except TypeError:
+        raise ValueError(f"snapshots must be a bool or a sequence of parameter names, "
+                         f"got {snapshots!r}") from None
+    allowed = tuple(dict.fromkeys((_main_name(model),) + tuple(getattr(net, "param_names",
+                                                                        net.trainable))))
+    bad = [s for s in names if s not in allowed]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"snapshots must name distinct parameters of model={model!r} among "
+                         f"{list(allowed)}, got {list(names)}")
+    return names
+
+
+# ----------------------------------------------------------------------------- recorder
+class _Recorder:
+    """What is recorded at a record step: loss, log-loss, norm and correlations of the main
+    matrix, optimal-token mass and selected tokens (attention) or the normalized margin
+    (linear), and snapshots of the parameters named in ``cfg.snapshots``."""
+
+    def __init__(self, cfg, net, full, B, ref_t, opt_t):
+        self.cfg, self.net, self.full, self.B = cfg, net, full, B
+        self.ref_t = ref_t
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
+        self.opt_t = opt_t
+        self.rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
+                    "margin": []}
+        self.corr = {name: [] for name in ref_t}
+        self.snap = {name: [] for name in cfg.snapshots}
+        self.opt_init = None
+
+    def __call__(self, params):
+        cfg, net, full, rec = self.cfg, self.net, self.full, self.rec
+        lossobj = cfg.lossobj
+        u, cache = net.forward(params, full)
+        rec["loss"].append(lossobj.value(u).mean(-1))
+        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
+                               else torch.full((self.B,), float("nan"), **cfg.kw))
+        M = net.matrix(params)
+        nrm = M.flatten(1).norm(dim=1)
+        rec["norm"].append(nrm)
+        for name, R in self.ref_t.items():
+            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        main = _main_name(cfg.model)
+        for name in self.snap:
+            self.snap[name].append((M if name == main else params[name]).clone())
+        if cfg.model == "linear":
+            rec["margin"].append(u.amin(-1) / nrm)
+            return
+        o = self.opt_t
+        if o is None:
+            o = net.token_scores(params, full).argmax(-1)
+            if self.opt_init is None:
+                self.opt_init = o
+        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
+        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
+
+    def history(self, params, B):
+        """The records as a :class:`History` (numpy arrays)."""
+        cfg = self.cfg
+
+        def stack(lst):
+            return torch.stack(lst).cpu().numpy() if lst else None
+
+        opt_src = self.opt_t if self.opt_t is not None else self.opt_init
+        final = {k: p.cpu().numpy() for k, p in params.items()}
+        if cfg.model == "KQ":
+            final["W"] = self.net.matrix(params).cpu().numpy()
+        traj = {name: stack(v) for name, v in self.snap.items()}
+        return History(
+            steps=cfg.grid,
+            loss=stack(self.rec["loss"]),
+            log_loss=stack(self.rec["log_loss"]),
+            norm=stack(self.rec["norm"]),
+            corr={name: stack(v) for name, v in self.corr.items()},
+            opt_mass=stack(self.rec["opt_mass"]),
+            selected=stack(self.rec["selected"]),
+            margin=stack(self.rec["margin"]),
+            opt=None if opt_src is None else opt_src.cpu().numpy(),
+            params=final,
+            snapshots=traj.get(_main_name(cfg.model)),
+            trajectory=traj,
+            config=cfg.as_dict(B),
+        )
+
+
+# ----------------------------------------------------------------------------- finite guard
+class _FiniteGuard:
+    """Non-finite detection without per-step host syncs: each step writes
+    :math:`\\sum_i u_i` (NaN/inf iff some margin is) into a ring buffer of ``CHECK`` rows,
+    inspected every ``CHECK`` steps and at records; :meth:`check` raises
+    :class:`NonFiniteError` naming the first bad trial and its step."""
+
+    CHECK = 256
+
+    def __init__(self, B, kw):
+        self.buf = torch.empty((self.CHECK, B), **kw)
+        self.first = 0                               # step held by buf[0]
+
+    def write(self, step, u):
+        torch.sum(u, -1, out=self.buf[step - self.first])
+
+    def full(self, upto):
+        return upto - self.first == self.CHECK
+
+    def check(self, upto):
+        """Raise if any step in [first, upto) produced a non-finite margin."""
+        cnt = upto - self.first
+        if cnt > 0:
+            fin = torch.isfinite(self.buf[:cnt])
+            if not bool(fin.all()):
+                bad = (~fin).cpu().numpy()
+                trials = np.flatnonzero(bad.any(0))
+                steps_bad = self.first + bad.argmax(0)
+                b = int(trials[np.argmin(steps_bad[trials])])
+                k = int(steps_bad[b])
+                more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
+                raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
+                                     f"try a smaller lr", trial=b, step=k)
+        self.first = upto
+
+    def check_final(self, u, steps):
+        """Check the final iterate itself (``u``: its margins (B,n), or losses (B,1))."""
+        torch.sum(u, -1, out=self.buf[0])
+        self.first = steps
+        self.check(steps + 1)
+
+
+# ----------------------------------------------------------------------------- step
+class _Step:
+    """One update of every trial: (mini-batch) gradient, optional penalty merged into the log
+    scale, the loss (or excess loss) the Polyak rules need, and the rule's increment
+    (:func:`attnsvm.optim.update`). ``__call__`` returns the margins of the batch."""
+
+    def __init__(self, cfg, net, full, params, keys32, n):
+        self.cfg, self.net, self.full = cfg, net, full
+        self.trainable = net.trainable
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.keys32, self.n = keys32, n
+        self.ar_n = torch.arange(n, device=cfg.dev)
+        self.want_log_loss = self.rule.needs_log_loss
+        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
+        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
+
+    def __call__(self, params, k):
+        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
+        penalty, trainable = cfg.penalty, self.trainable
+        batch = self.full if cfg.batch_size is None else _gather(
+            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
+        u, grads, sigma = net.grad(params, batch, lossobj)
+        if penalty:
+            log2pen = self.log2pen
+            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
+                sg = torch.clamp(sigma[name], min=log2pen)
+                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
+                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
+                sigma[name] = sg
+        log_loss = log_mean_loss(lossobj, u) if self.want_log_loss else None
+        if self.want_log_loss and penalty:
+            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
+            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+        if cfg.rule == "polyak_star":
+            log_loss = (_log_excess_logistic(net.scores(params, batch),
+                                             batch["G"] * batch["y"][..., None])
+                        if cfg.L_star is None else
+                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        ctx = self.ctx
+        ctx.log_scale = [sigma[name] for name in trainable]
+        ctx.log_loss, ctx.params = log_loss, [params[name] for name in trainable]
+        deltas = self.rule.update([grads[name] for name in trainable], self.state, ctx)
+        for name, dl in zip(trainable, deltas):
+            params[name] = params[name] + dl
+        return u
+
+
+# ----------------------------------------------------------------------------- setup
+def _tensors(cfg, data):
+    """Data tensors (with trials axis), initial parameters, references, optimal tokens and the
+    mini-batch keys of a run."""
+    kw, net, model, dev = cfg.kw, cfg.net, cfg.model, cfg.dev
+    B, d, n = data.trials, data.d, data.n
+    lead = (lambda a: a) if data.batched else (lambda a: a[None])
+    full = {"X": torch.as_tensor(lead(data.X), **kw), "y": torch.as_tensor(lead(data.y), **kw)}
+    if model != "linear":
+        full["Z"] = torch.as_tensor(lead(data.Z), **kw)
+        v0 = torch.as_tensor(lead(data.v), **kw)
+    else:
+        v0 = None
+    keys = _trial_keys(cfg.seed, B)
+    rngs = [np.random.default_rng(list(k) + [0]) for k in keys]
+    params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
+    if model != "linear" and net.head == "linear" and not cfg.train_v:
+        full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+    main_shape = (d,) if model in ("prompt", "linear") else (d, d)
+    ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in cfg.refs.items()}
+    opt_t = None
+    if cfg.opt is not None:
+        o = np.asarray(cfg.opt)
+        if not np.issubdtype(o.dtype, np.integer) or o.shape not in ((n,), (B, n)):
+            raise ValueError(f"opt must be an integer array of shape ({n},) or ({B}, {n}), got {o.shape}")
+        if np.any(o < 0) or np.any(o >= data.T):
+            raise ValueError(f"opt entries must lie in [0, {data.T})")
+        opt_t = torch.as_tensor(np.broadcast_to(o, (B, n)).copy(), device=dev)
+    keys32 = torch.as_tensor([int(np.random.default_rng(list(k) + [1]).integers(2 ** 32))
+                              for k in keys], dtype=torch.int64, device=dev)
+    return full, params, ref_t, opt_t, keys32
+
+
+# ----------------------------------------------------------------------------- fit
+def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss=None,
+        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8,
+        norm=None, p=None, normalize=None, decay=None, period=None, growth=None, R0=None,
+        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None,
+        refs=None, opt=None, record_every="log",
+        n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
+        progress=None, num_threads=None):
+    r"""Train ``B`` independent trials of a model at once and record their trajectories.
+
+    Parameters
+    ----------
+    data : AttnData, LinearData, or what a model object takes
+        With or without a leading trials axis (without it, ``B = 1``).
+    model : {"W", "KQ", "prompt", "linear"} or a model object
+        Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
+        linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
+        its own objective (the interface of :mod:`attnsvm.models.objective`, e.g.
+        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.ntp.NTPData`): its ``batch(data)``
+        reads ``data``; ``m``, ``head``, ``width``, ``train_v``, ``loss``, ``batch_size``,
+        ``penalty`` and ``opt`` do not apply; ``init`` defaults to the model's choice.
+    m : int, optional
+        Inner dimension of K, Q (default d).
+    head : {"linear", "mlp"}
+        Linear head :math:`v^\top h` (``v`` from the data) or a ReLU MLP head
+        :math:`c^\top\mathrm{relu}(Uh)` of hidden size ``width`` (default 2d).
+    train_v : bool
+        Train the head jointly with the attention (``v``, or ``U`` and ``c``).
+    loss : {"logistic", "exponential", "correlation"}, optional
+        Default "logistic" (margin models only).
+    optimizer : str
+        One of "gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md",
+        "prgd", "sgd", "sngd", "sps" (:data:`OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
+        "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on mini-batches and need ``batch_size``;
+        every other rule also accepts ``batch_size`` (margin models only).
+    lr : float or array (B,), optional
+        Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
+        prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
+    eta_max : float, optional
+        Cap on the Polyak step size (polyak, polyak_star, sps only).
+    L_star : float, optional
+        ``polyak_star`` only: the loss floor :math:`L^\star` of the step
+        :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
+        :math:`\frac1n\sum_i \ell(\max_t \gamma_{it})` of the logistic risk of a fixed linear
+        head (the infimum whenever the Att-SVM of the optimal tokens is feasible), with
+        :math:`L - L^\star` evaluated exactly from the attention weights (no cancellation).
+        A float uses :math:`L - L^\star` as computed, which loses all accuracy once
+        :math:`L - L^\star \lesssim 10^{-16} L` (the step is then 0 where it is not positive).
+    betas, eps : Adam's constants (``eps=0``: Adam without its stability constant, exact in the
+        log-scaled form).
+    norm : 2, "inf", 1, real p >= 1 or "spectral"
+        ``sd`` only: the norm of steepest descent (default 2).
+    p : float > 1
+        ``md`` only (required): the potential :math:`\frac1p\|w\|_p^p` of mirror descent.
+    normalize : bool
+        ``md`` only: divide the gradient by its dual norm :math:`\|g\|_{p/(p-1)}`.
+    decay : float >= 0
+        The step schedule :math:`\eta_t = \eta\,(t+1)^{-\mathrm{decay}}` (every rule but the
+        Polyak ones; default 0).
+    period, growth, R0, step_power
+        ``prgd`` only: phase length (100), radius growth factor (2), first radius (1) and step
+        exponent (1/2) of progressive rescaling (:mod:`attnsvm.optim`).
+        An option given to a rule that does not take it raises ValueError naming it.
+    steps : int
+        Number of updates (>= 1).
+    batch_size : int, optional
+        Mini-batch size in [1, n]: each step, trial ``b`` draws ``batch_size`` sequences without
+        replacement, a deterministic function of ``(seed_b, step)``.
+    penalty : float
+        :math:`\lambda \ge 0`: adds :math:`\lambda \sum_j \|\theta_j\|_F^2` over the attention
+        parameters (W; K and Q; p; w) to the training objective (the recorded ``loss`` is the
+        data loss alone). The earlier public code used :math:`\lambda \approx 2.2\cdot 10^{-16}`
+        for (K,Q); it matters only once the loss gradient has become that small.
+    init : {"zeros", "random"}, array or dict, optional
+        Default "zeros" ("random" for "KQ", where zero is a saddle). "random": i.i.d.
+        :math:`N(0, \mathrm{init\_scale}^2)`, default scale 0.01. An array is the main parameter
+        (with or without trials axis); a dict maps parameter names to arrays.
+    refs : dict name -> array, optional
+        Reference directions for ``History.corr``: shape of the main matrix ((d,d) for "W"/"KQ",
+        (d,) for "prompt"/"linear"), with or without trials axis.
+    opt : array of int (n,) or (B, n), optional
+        Optimal tokens for ``opt_mass``; default :math:`\arg\max_t y_i \psi(x_{it})` under the
+        current head (the data's ``v`` when the head is fixed).
+    record_every : "log", int or sequence of int
+        Record grid (:func:`record_grid`): log-spaced, every ``k`` steps, or explicit steps.
+    n_records : int
+        Number of log-spaced records (``record_every="log"``).
+    snapshots : bool or sequence of str
+        Record parameters at every record step: ``True`` the main matrix (``W``, ``K Q^T`` for
+        "KQ", ``p`` or ``w``), into ``History.snapshots``; names (e.g. ``("W", "v")``) any of the
+        model's parameters, into ``History.trajectory`` (and ``History.snapshots`` when the main
+        matrix is among them).
+    seed : int or sequence
+        Trial ``b`` draws its init and mini-batches from the key ``(seed, b)``; a sequence
+        gives each trial's key explicitly (e.g. ``seed=[(0, 3)]`` reruns trial 3 of ``seed=0``).
+    device : "auto", "cpu", "cuda" or torch.device
+    dtype : torch.float64 (default) or torch.float32
+    progress : bool, optional
+        tqdm progress bar; default on for runs of >= 20000 steps on a terminal.
+    num_threads : int, optional
+        CPU threads for the run (restored afterwards). Default: 1 for small problems
+        (``B n T max(T, d) < 2^18``), where intra-op threading only adds overhead; else torch's
+        setting.
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    ValueError
+        Invalid hyper-parameters or data (the message names the argument).
+    NonFiniteError
+        A trial's iterate became NaN/inf (the message names the trial and the step).
+    """
+    cfg = FitConfig.build(
+        data, model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
+        optimizer=optimizer, lr=lr, eta_max=eta_max, L_star=L_star, betas=betas, eps=eps,
+        norm=norm, p=p, normalize=normalize, decay=decay, period=period, growth=growth, R0=R0,
+        step_power=step_power, steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
+        refs=refs, opt=opt, record_every=record_every, n_records=n_records, snapshots=snapshots,
+        seed=seed, device=device, dtype=dtype, progress=progress, num_threads=num_threads)
+    return run(cfg, data)
+
+
+def run(cfg, data):
+    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
+    if cfg.objective:
+        return _run_objective(cfg)
+    net = cfg.net
+    B, d, n = data.trials, data.d, data.n
+    full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
+    record = _Recorder(cfg, net, full, B, ref_t, opt_t)
+    step = _Step(cfg, net, full, params, keys32, n)
+    Tn = data.T if cfg.model != "linear" else 1
+    small = B * n * Tn * max(Tn, d) < 2 ** 18
+    _loop(cfg, B, params, record, step, lambda: net.forward(params, full)[0], small)
+    return record.history(params, B)
+
+
+def _loop(cfg, B, params, record, step, final_u, small):
+    """The step loop shared by both kinds of model: records on the grid, the finite guard, the
+    progress bar and the thread setting (``small``: 1 CPU thread unless ``num_threads``)."""
+    steps, dev = cfg.steps, cfg.dev
+    guard = _FiniteGuard(B, cfg.kw)
+    is_rec = np.zeros(steps + 1, dtype=bool)
+    is_rec[cfg.grid] = True
+    pbar = None
+    if cfg.progress:
+        from tqdm.auto import tqdm
+        name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
+        pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
+    tick = max(1, steps // 200)
+    old_threads = torch.get_num_threads()
+    num_threads = cfg.num_threads
+    if num_threads is None and dev.type == "cpu" and small:
+        num_threads = 1          # tiny tensors: intra-op threading is pure overhead
+    try:
+        if num_threads is not None and dev.type == "cpu":
+            torch.set_num_threads(num_threads)
+        with torch.no_grad():
+            record(params)
+            for k in range(steps):
+                guard.write(k, step(params, k))
+                if is_rec[k + 1] or guard.full(k + 1):
+                    guard.check(k + 1)
+                    if is_rec[k + 1]:
+                        record(params)
+                if pbar is not None and (k + 1) % tick == 0:
+                    pbar.update(tick)
+            guard.check_final(final_u(), steps)
+    finally:
+        torch.set_num_threads(old_threads)
+        if pbar is not None:
+            pbar.close()
+
+
+# ----------------------------------------------------------------------------- model objects
+def _evaluate(net, params, batch):
+    """``net.objective`` as ``(loss (B,), grads, log_scale dict or None, log_loss (B,))``."""
+    out = net.objective(params, batch)
+    if not isinstance(out, tuple) or len(out) not in (3, 4):
+        raise ValueError(f"{type(net).__name__}.objective must return (loss, grads, log_scale"
+                         f"[, log_loss]), got {type(out).__name__}")
+    loss, grads, ls = out[:3]
+    log_loss = out[3] if len(out) == 4 and out[3] is not None else torch.log(loss)
+    return loss, grads, ls, log_loss
+
+
+class _ObjectiveStep:
+    """One update of every trial of a model object: its objective, the loss (or excess loss)
+    the Polyak rules need, and the rule's increment."""
+
+    def __init__(self, cfg, net, batch, params):
+        self.cfg, self.net, self.batch = cfg, net, batch
+        self.trainable = tuple(net.trainable)
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.fast = not self.rule.needs_log_loss and callable(getattr(net, "gradient", None))
+        self.L_star = None
+        if cfg.rule == "polyak_star":
+            self.L_star = (net.L_star(batch) if cfg.L_star is None
+                           else torch.full((cfg.trials,), cfg.L_star, **cfg.kw))
+
+    def __call__(self, params, k):
+        if self.fast:                     # the rule needs no loss: the model's gradient alone
+            grads, ls = self.net.gradient(params, self.batch)
+            log_loss = None
+            first = self.trainable[0]     # finite iff the step is (a log-scale is NaN/inf with u)
+            check = grads[first].flatten(1).sum(1) if ls is None else ls[first]
+        else:
+            loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
+            check = loss
+        if self.L_star is not None:
+            log_loss = torch.log(torch.clamp(loss - self.L_star, min=0.0))
+        names = self.trainable
+        ctx = self.ctx
+        ctx.log_scale = [None if ls is None else ls[n] for n in names]
+        ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
+        deltas = self.rule.update([grads[n] for n in names], self.state, ctx)
+        for n, dl in zip(names, deltas):
+            params[n] = params[n] + dl
+        return check.unsqueeze(-1)
+
+
+class _ObjectiveRecorder:
+    r"""Records of a model object: its loss and log-loss, the excess :math:`L - L^\star` (when
+    the model has ``L_star``), the norm and correlations of the main parameter, snapshots."""
+
+    def __init__(self, cfg, net, batch, ref_t):
+        self.cfg, self.net, self.batch, self.ref_t = cfg, net, batch, ref_t
+        self.main = _main_name(net)
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
+        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
+        self.rec = {"loss": [], "log_loss": [], "norm": [], "excess": []}
+        self.corr = {name: [] for name in ref_t}
+        self.snap = {name: [] for name in cfg.snapshots}
+
+    def __call__(self, params):
+        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
+        self.rec["loss"].append(loss)
+        self.rec["log_loss"].append(log_loss)
+        if self.L_star is not None:
+            self.rec["excess"].append(loss - self.L_star)
+        M = params[self.main]
+        nrm = M.flatten(1).norm(dim=1)
+        self.rec["norm"].append(nrm)
+        for name, R in self.ref_t.items():
+            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        for name in self.snap:
+            self.snap[name].append(params[name].clone())
+
+    def history(self, params, B):
+        def stack(lst):
+            return torch.stack(lst).cpu().numpy() if lst else None
+
+        traj = {name: stack(v) for name, v in self.snap.items()}
+        return History(
+            steps=self.cfg.grid, loss=stack(self.rec["loss"]), log_loss=stack(self.rec["log_loss"]),
+            norm=stack(self.rec["norm"]), corr={n: stack(v) for n, v in self.corr.items()},
+            excess=stack(self.rec["excess"]),
+            params={k: p.cpu().numpy() for k, p in params.items()},
+            snapshots=traj.get(self.main), trajectory=traj, config=self.cfg.as_dict(B))
+
+
+def _run_objective(cfg):
+    """:func:`run` for a model object (the objective interface of :mod:`attnsvm.models`)."""
+    net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
+    rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
+    params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale, **cfg.kw))
+    missing = [k for k in net.trainable if k not in params]
+    if missing:
+        raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
+    main = _main_name(net)
+    shape = tuple(params[main].shape[1:])
+    ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
+    record = _ObjectiveRecorder(cfg, net, batch, ref_t)
+    step = _ObjectiveStep(cfg, net, batch, params)
+    small = sum(v.numel() for v in batch.values()) < 2 ** 18
+    _loop(cfg, B, params, record, step,
+          lambda: _evaluate(net, params, batch)[0].unsqueeze(-1), small)
+    return record.history(params, B)

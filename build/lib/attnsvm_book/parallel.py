@@ -1,0 +1,270 @@
+"""Executing notebooks as Dask tasks (the build's ``--workers``/``--scheduler``, and sweeps).
+
+One *job* is one papermill execution, described by a plain dict (picklable, so that it travels
+to any worker): the notebook, its parameters, where the executed copy goes on success
+(``out_path``, written atomically) and on failure (``failed_path``), the kernel, and how many
+BLAS/torch threads the kernel may use. :func:`run_job` executes it where it lands and returns a
+plain dict: status, seconds, the device it ran on, the worker, and the error (notebook, cell,
+exception) when it failed. Failures are returned, not raised, so that the other jobs finish.
+
+:func:`run_jobs` runs a list of jobs in-process one after another (``workers=1`` without a
+scheduler: the serial build) or on Dask: a ``distributed.LocalCluster`` of ``workers`` processes
+with one thread each, or an existing cluster at ``scheduler`` (``tcp://host:8786``). Results are
+handed to ``on_result`` as each job finishes, so that its cache record is written at once and a
+failure elsewhere never loses it.
+
+A worker's kernel gets ``OMP_NUM_THREADS`` (and the MKL/OpenBLAS/NumExpr/BLIS/Accelerate
+equivalents, which torch and numpy read at start-up) set to ``threads``: N workers on a machine
+then use about its cores, instead of N times its cores. On a cluster the jobs read and write the
+book's paths, so the workers must see the same file system and have ``attnsvm`` importable.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ._core import _describe_failure, _device_label, _execute_one, resolve_device
+
+__all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
+           "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver"]
+
+#: environment variables that cap the threads of BLAS libraries and torch in a kernel
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+_ENV_LOCK = threading.Lock()
+
+
+def default_workers() -> int:
+    """The default number of local workers: the number of cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+def threads_per_worker(workers: int) -> int:
+    """BLAS/torch threads of each of ``workers`` local workers: the cores shared out, at least 1."""
+    return max(1, (os.cpu_count() or 1) // max(1, int(workers)))
+
+
+def parse_resources(text: str | None) -> dict | None:
+    """``"GPU=1,MEM=8e9"`` -> ``{"GPU": 1.0, "MEM": 8e9}`` (Dask worker resources of a task)."""
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"resources must look like 'GPU=1' or 'GPU=1,MEM=8e9', got {text!r}") from None
+    return out
+
+
+def make_job(root, notebook: str, parameters: dict, out_path, failed_path, *, device: str = "auto",
+             kernel_name: str = "python3", threads: int | None = None, name: str | None = None,
+             resolved: str | None = None, strict_claims: bool = False) -> dict:
+    """A job for :func:`run_job` (plain, picklable values only).
+
+    ``device`` is the notebook's ``device`` parameter; ``resolved`` is what it resolves to on
+    this machine, given when the job runs here (in-process or on a local cluster) so that the
+    worker need not import torch to find out; on a remote cluster the worker resolves it.
+    ``strict_claims``: a false checked claim fails the notebook (the book's build).
+    """
+    return {"root": str(root), "notebook": notebook, "parameters": dict(parameters),
+            "out_path": str(out_path), "failed_path": str(failed_path), "device": str(device),
+            "kernel_name": kernel_name, "threads": threads, "name": name or notebook,
+            "resolved": resolved, "strict_claims": bool(strict_claims)}
+
+
+@contextlib.contextmanager
+def _thread_environment(threads: int | None):
+    """Set :data:`THREAD_VARIABLES` to ``threads`` while a kernel starts (it inherits them)."""
+    if threads is None:
+        yield
+        return
+    with _ENV_LOCK:
+        old = {k: os.environ.get(k) for k in THREAD_VARIABLES}
+        os.environ.update({k: str(int(threads)) for k in THREAD_VARIABLES})
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _worker_label() -> str:
+    host = socket.gethostname()
+    try:
+        from distributed import get_worker
+
+        return f"{get_worker().address} ({host})"
+    except (ImportError, ValueError):
+        return f"in-process (pid {os.getpid()}, {host})"
+
+
+def run_job(job: dict) -> dict:
+    """Execute one job where it runs (in-process or on a Dask worker); never raises ``Exception``.
+
+    Returns ``{"status": "ok"|"failed", "seconds", "device", "device_label", "worker", "error"}``.
+    ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached then).
+    """
+    worker = _worker_label()
+    t0 = time.perf_counter()
+    try:
+        device = job.get("resolved") or resolve_device(job["device"])
+        label = _device_label(device)
+    except Exception as exc:  # e.g. device='cuda' on a worker without CUDA
+        return {"status": "failed", "seconds": 0.0, "device": job["device"],
+                "device_label": job["device"], "worker": worker,
+                "error": f"{job['name']}: {type(exc).__name__}: {exc}"}
+    try:
+        # the kernel inherits the thread caps; the job's own process is not affected afterwards
+        with _thread_environment(job.get("threads")):
+            _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
+                         Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"],
+                         strict_claims=job.get("strict_claims", False))
+    except Exception as exc:
+        return {"status": "failed", "seconds": time.perf_counter() - t0, "device": device,
+                "device_label": label, "worker": worker,
+                "error": _describe_failure(job["name"], exc)}
+    return {"status": "ok", "seconds": time.perf_counter() - t0, "device": device,
+            "device_label": label, "worker": worker, "error": None}
+
+
+@contextlib.contextmanager
+def dask_client(workers: int | None = None, scheduler: str | None = None):
+    """A ``distributed.Client``: on ``scheduler`` when given, else on a new ``LocalCluster`` of
+    ``workers`` processes (one thread each, BLAS/torch threads capped), closed on exit."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        client = Client(scheduler)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    workers = int(workers or default_workers())
+    threads = threads_per_worker(workers)
+    env = {k: str(threads) for k in THREAD_VARIABLES}
+    import dask
+
+    # worker-saturation 1.0: a worker holds one notebook at a time and the rest wait at the
+    # scheduler for whichever worker frees first (notebooks are long, unequal tasks; the default
+    # 1.1 would queue two behind one worker while another idles)
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR,
+                               memory_limit=0, env=env)
+    try:
+        client = Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def _resolve_on_worker(device: str) -> str:
+    return resolve_device(device)
+
+
+def device_resolver(scheduler: str | None = None, resources: dict | None = None):
+    """A function ``device parameter -> device name`` for cache keys, evaluated where the
+    notebooks run: here without ``scheduler``, else on a worker of that cluster (one task per
+    distinct value, e.g. ``"auto"`` is ``"cuda"`` on a GPU worker), so that a re-run finds the
+    cache entries of the device the notebooks actually ran on."""
+    if scheduler is None:
+        return resolve_device
+    seen: dict[str, str] = {}
+
+    def resolve(device: str) -> str:
+        if device not in seen:
+            with dask_client(scheduler=scheduler) as client:
+                seen[device] = client.submit(_resolve_on_worker, device, pure=False,
+                                             resources=resources).result()
+        return seen[device]
+
+    return resolve
+
+
+class Progress:
+    """One line per finished job (through ``log``) and a progress bar on a terminal's stderr.
+
+    ``bar=None`` shows the bar when stderr is a terminal; lines are written above the bar.
+    """
+
+    def __init__(self, total: int, log=print, bar: bool | None = None, desc: str = "notebooks"):
+        from tqdm import tqdm
+
+        self.total, self.done, self.log = total, 0, log
+        show = sys.stderr.isatty() if bar is None else bar
+        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, disable=not show, leave=False,
+                        unit="nb", dynamic_ncols=True)
+
+    def tag(self) -> str:
+        width = len(str(self.total))
+        return f"[{self.done:>{width}}/{self.total}]"
+
+    def step(self, message: str) -> None:
+        """Count one finished job and write ``"[k/N] message"``."""
+        self.done += 1
+        line = f"{self.tag()} {message}"
+        if self.bar.disable:
+            self.log(line)
+        else:
+            with self.bar.external_write_mode():
+                self.log(line)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_jobs(jobs: list[dict], on_result, *, workers: int | None = 1, scheduler: str | None = None,
+             resources: dict | None = None) -> None:
+    """Run ``jobs``; call ``on_result(job, result)`` as each finishes (see :func:`run_job`).
+
+    ``workers=1`` (or ``None``) without a ``scheduler`` runs them in this process in order (the
+    serial build); otherwise they are Dask tasks on a local cluster of ``workers`` processes or on
+    the cluster at ``scheduler``. A task that dies with its worker is reported as failed.
+    """
+    if not jobs:
+        return
+    if scheduler is None and (workers is None or int(workers) <= 1):
+        for job in jobs:
+            on_result(job, run_job(job))
+        return
+    from distributed import as_completed
+
+    workers = min(int(workers or default_workers()), len(jobs)) if scheduler is None else None
+    with dask_client(workers, scheduler) as client:
+        futures = {}
+        for i, job in enumerate(jobs):
+            fut = client.submit(run_job, job, pure=False, resources=resources,
+                                key=f"attnsvm-{i}-{Path(job['name']).stem}-{os.urandom(4).hex()}")
+            futures[fut] = job
+        try:
+            for fut in as_completed(list(futures)):
+                job = futures[fut]
+                try:
+                    result = fut.result()
+                except Exception as exc:  # the worker died, the task could not be run, ...
+                    result = {"status": "failed", "seconds": None, "device": job["device"],
+                              "device_label": job["device"], "worker": None,
+                              "error": f"{job['name']}: the Dask task failed with "
+                                       f"{type(exc).__name__}: {exc}"}
+                on_result(job, result)
+        finally:
+            client.cancel(list(futures))
