@@ -28,6 +28,7 @@ def test_repository_profiles_cover_every_notebook_of_the_toc():
     assert book.toc_notebooks(REPO), "the book has no notebook in _toc.yml"
 
 
+@pytest.mark.slow
 def test_profile_parameters_reach_the_notebook(minibook):
     book.build(minibook, "paper", render_html=False, log=lambda m: None)
     assert _runs(minibook) == ["30"]
@@ -100,6 +101,7 @@ def test_cache_key_tracks_source_parameters_library_environment_and_device(minib
     assert book.cache_key(minibook, nb, {}, "cpu") != env_changed
 
 
+@pytest.mark.slow
 def test_rebuild_with_nothing_changed_executes_nothing(minibook):
     lines = []
     r1 = book.build(minibook, "quick", render_html=False, log=lines.append)
@@ -132,6 +134,7 @@ def test_report_has_one_entry_per_notebook_with_the_documented_fields(minibook):
 # ----------------------------------------------------------------------------- failures
 
 
+@pytest.mark.slow
 def test_failing_notebook_fails_the_build_naming_it_and_caches_nothing(minibook):
     _add_notebook(minibook, "broken", "k = 0", "x = 1\ny = x / k")
     with pytest.raises(book.NotebookFailed) as err:
@@ -175,6 +178,7 @@ def test_interrupted_execution_leaves_no_cache_and_no_partial_file(minibook, mon
     assert not (minibook / "_build" / "cache" / "quick" / "notebooks" / "good.ipynb.json").exists()
 
 
+@pytest.mark.slow
 def test_only_executes_one_notebook_and_fails_to_render_when_others_are_not_cached(minibook,
                                                                                     capsys):
     _add_notebook(minibook, "other", "a = 1", "b = a + 1")

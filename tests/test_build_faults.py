@@ -132,6 +132,7 @@ def test_force_only_does_not_call_cached_notebooks_uncached(minibook):
 # ----------------------------------------------------------------------------- real faults
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_notebook_is_survived(minibook):
     """SIGKILL to the Dask worker process that executes a notebook (the kernel kills its parent,
     the worker): the task is re-run elsewhere, the build completes, the cache holds one entry."""
@@ -153,6 +154,7 @@ def test_worker_killed_mid_notebook_is_survived(minibook):
     _assert_one_valid_entry(minibook, "notebooks/good.ipynb")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_sigint_to_a_build_process_caches_nothing_partial_and_the_next_build_resumes(minibook,
                                                                                     workers):
@@ -192,6 +194,7 @@ def test_sigint_to_a_build_process_caches_nothing_partial_and_the_next_build_res
     _assert_one_valid_entry(minibook, "notebooks/slow.ipynb")
 
 
+@pytest.mark.slow
 def test_two_builds_at_once_in_one_directory_never_both_write(minibook):
     started, block = _blocking_notebook(minibook)
     first = _build_process(minibook, "--workers", "1")

@@ -311,6 +311,7 @@ def test_no_attention_loss_can_fail():
             assert sign * change > 0.1
 
 
+@pytest.mark.slow
 def test_global_theorem_ngd_and_gd(cx_inst):
     """thm-global-region and cor-sparsity-global at the theorem's steps, at every step from t = 0:
     no q_i increases, E(W_t) and max_i(1 - s_i(W_t)) stay below the bounds, E is nonincreasing
