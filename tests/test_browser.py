@@ -71,6 +71,7 @@ def _report(directory, rel):
     return rep
 
 
+@pytest.mark.slow
 def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromium, tmp_path):
     good = r'<p>Fine: <span class="math notranslate nohighlight">\(\Wmm[\alpha] + \Wmm\)</span></p>'
     rel = _tiny_page(tmp_path, good)
@@ -95,6 +96,7 @@ def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromiu
     assert rep.broken == ["missing.png"], rep.describe()
 
 
+@pytest.mark.slow
 def test_checker_blocks_the_network(chromium, tmp_path):
     rel = _tiny_page(tmp_path, '<img src="https://example.org/a.png" alt="remote">')
     rep = _report(tmp_path, rel)
