@@ -24,7 +24,7 @@ help:
 	@echo "make test                         the whole suite: fast tier, then slow tier (a quick book build)"
 	@echo "make test-fast                    the suite without the slow tier (pytest -m 'not slow')"
 	@echo "make test-slow                    the slow tier alone (pytest -m slow)"
-	@echo "make lint                         ruff check lib tests benchmarks"
+	@echo "make lint                         ruff check lib tests benchmarks tools"
 	@echo "make bench                        run the benchmarks in benchmarks/"
 	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
@@ -50,7 +50,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(XDIST)
 
 lint: $(STAMP)
-	$(BIN)/ruff check lib tests benchmarks
+	$(BIN)/ruff check lib tests benchmarks tools
 
 # the whole book as one PDF: singlehtml build of the staged book, printed by headless Chromium
 pdf: book
@@ -58,6 +58,7 @@ pdf: book
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py
+	$(BIN)/python benchmarks/svm_threads.py
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/build_parallel.py
 
