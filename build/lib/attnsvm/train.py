@@ -10,7 +10,7 @@ One step, for every trial at once:
 
 1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
 2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
-   formulas (autograd only for the MLP head), see
+   formulas (for the MLP head, with the head linearized at :math:`h_i`), see
    :func:`attnsvm.losses.grad_coefficients`;
 3. the step rule's increment (:func:`attnsvm.optim.update`).
 
@@ -33,7 +33,7 @@ import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
-from .losses import get_loss, log_mean_loss
+from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
@@ -237,17 +237,11 @@ def _log_excess_logistic(a, G):
     :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
     :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
     :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
-    (e^\delta - 1))` (the formula of ``attnsvm.experiments.rates.excess_loss``), shape (B,)."""
+    (e^\delta - 1))` (:func:`attnsvm.losses.log_excess_loss`), shape (B,)."""
     gs = G.max(-1, keepdim=True).values
     D = gs - G
-    terms = torch.where(D > 0, torch.log_softmax(a, -1) + torch.log(torch.where(D > 0, D, 1.0)),
-                        -torch.inf)
-    log_delta = torch.logsumexp(terms, -1)
-    delta = torch.exp(log_delta)
-    b = torch.sigmoid(-gs[..., 0])
-    log_Ei = torch.where(delta > 1e-8, torch.log(torch.log1p(b * torch.expm1(delta))),
-                         torch.log(b) + log_delta + torch.log1p((1 - b) * delta / 2))
-    return torch.logsumexp(log_Ei, -1) - math.log(G.shape[-2])
+    log_gap = torch.where(D > 0, torch.log(torch.where(D > 0, D, 1.0)), -torch.inf)
+    return log_excess_loss(torch.log_softmax(a, -1), log_gap, gs[..., 0])
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -724,7 +718,7 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
         linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
         its own objective (the interface of :mod:`attnsvm.models.objective`, e.g.
-        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.ntp.NTPData`): its ``batch(data)``
+        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.data.NTPData`): its ``batch(data)``
         reads ``data``; ``m``, ``head``, ``width``, ``train_v``, ``loss``, ``batch_size``,
         ``penalty`` and ``opt`` do not apply; ``init`` defaults to the model's choice.
     m : int, optional
@@ -855,7 +849,7 @@ def _loop(cfg, B, params, record, step, final_u, small):
     is_rec[cfg.grid] = True
     pbar = None
     if cfg.progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: tqdm is optional (progress bars only)
         name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
         pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
     tick = max(1, steps // 200)

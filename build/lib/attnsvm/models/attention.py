@@ -29,7 +29,8 @@ class AttentionClassifier:
     head : {"linear", "mlp"}
         ``"linear"``: :math:`\psi(h) = v^\top h` with the data's ``v``.
         ``"mlp"``: :math:`\psi(h) = c^\top \mathrm{relu}(U h)`, ``U`` (width, d) and ``c`` (width,)
-        drawn at init (seeded per trial); gradients by autograd.
+        drawn at init (seeded per trial); gradients by the head linearized at
+        :math:`h_i` (:mod:`attnsvm.models.heads`), exact at any saturation.
     width : int, optional
         Hidden width of the MLP head (default ``2 d``).
     train_v : bool
@@ -61,7 +62,6 @@ class AttentionClassifier:
         base, headp = self.scoring.names, self.psi.names
         self.param_names = base + headp
         self.trainable = base + (headp if self.train_v else ())
-        self.autograd = head == "mlp"
 
     # -- initialization -------------------------------------------------------------
     def init_params(self, d, v, rngs, *, init="zeros", init_scale=None, dtype=torch.float64,
@@ -189,19 +189,29 @@ class AttentionClassifier:
         maximum over the trial's sequences is :math:`e^{\sigma}`, so
         :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
         :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
+        A nonlinear head enters through its linearization at :math:`h_i = X_i^\top s_i`
+        (:mod:`attnsvm.models.heads`): :math:`g_{it} = \nabla\psi(h_i)^\top x_{it}` in the formulas
+        above and :math:`u_i = y_i\psi(h_i)`; its own parameters' gradients come from
+        ``param_grads`` with the same log-scale as ``v``.
         """
-        if self.autograd:
-            return self._autograd_grad(params, batch, loss)
         X, y = batch["X"], batch["y"]
         W = self.matrix(params) if self.scoring.query else None
         a = self.scores(params, batch, W)
         ls = a - torch.logsumexp(a, dim=-1, keepdim=True)       # log-softmax, (B,n,T)
         s = torch.exp(ls)
-        G = batch.get("G")
-        if G is None or self.train_v:
-            G = self.head_values(params, X)
-        f = (s * G).sum(-1)
-        u = y * f
+        h = None
+        if self.head == "linear":
+            G = batch.get("G")
+            if G is None or self.train_v:
+                G = self.head_values(params, X)
+            f = (s * G).sum(-1)
+            u = y * f
+        else:                                # the head linearized at h_i (models.heads)
+            h = (X * s.unsqueeze(-1)).sum(-2)                      # (B,n,d)
+            psi, w = self.psi.linearize(params, h)
+            G = (X * w.unsqueeze(-2)).sum(-1)                      # g~_it = w_i^T x_it
+            f = (s * G).sum(-1)                                    # w_i^T h_i
+            u = y * psi
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
         is_top = torch.zeros_like(ls, dtype=torch.bool).scatter_(
             -1, ls.argmax(-1, keepdim=True), True)                 # one top token per sequence
@@ -218,13 +228,16 @@ class AttentionClassifier:
         if self.train_v:
             sv = logc.amax(-1)
             cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
-            h = (X * s.unsqueeze(-1)).sum(-2)                  # (B,n,d)
-            grads["v"] = (cy.unsqueeze(-1) * h).sum(-2)
-            scales["v"] = sv
+            if h is None:
+                h = (X * s.unsqueeze(-1)).sum(-2)              # (B,n,d)
+            for name, g in self.psi.param_grads(params, h, cy).items():
+                grads[name] = g
+                scales[name] = sv
         return u, grads, scales
 
-    def _autograd_grad(self, params, batch, loss):
-        r"""Autograd version of :meth:`grad` (used for the MLP head): backpropagates
+    def autograd_grad(self, params, batch, loss):
+        r"""Autograd version of :meth:`grad`, the reference the tests compare with away from
+        saturation (where it is exact) and show wrong at saturation: backpropagates
         :math:`\sum_{b,i} c_{bi} u_{bi}` with :math:`c = -e^{\log(-\ell'/n) - \sigma}` detached;
         trials are independent, so one backward pass gives every trial's gradient."""
         with torch.enable_grad():
