@@ -330,3 +330,135 @@ def test_observed_rates_in_each_geometry():
     assert -0.6 <= slope["ngd"] <= -0.4
     assert slope["md15"] < slope["ngd"] - 0.2
     assert slope["md3"] > slope["ngd"] + 0.1
+
+
+# ----------------------------------------------------- thm-ngd-margin-rate (NGD's O(1/t) margin rate)
+def _ngd_psi(Zs, etas):
+    """NGD (l2, exponential loss) from w = 0 on z_i = y_i x_i, (B, n, d), in float64: returns the
+    iterates (K + 1, B, d) and psi(w_t) = -log sum_i exp(-<z_i, w_t>) (K + 1, B)."""
+    w = np.zeros(Zs.shape[::2])
+    W = [w]
+    for eta in etas:
+        m = np.einsum("bnd,bd->bn", Zs, w)
+        q = np.exp(-(m - m.min(1, keepdims=True)))
+        G = np.einsum("bn,bnd->bd", q / q.sum(1, keepdims=True), Zs)
+        w = w + eta * G / np.linalg.norm(G, axis=1, keepdims=True)
+        W.append(w)
+    W = np.array(W)
+    m = np.einsum("bnd,kbd->kbn", Zs, W)
+    return W, m.min(-1) - np.log(np.exp(-(m - m.min(-1, keepdims=True))).sum(-1))
+
+
+def _gap(W, Zs, gamma):
+    nrm = np.linalg.norm(W, axis=-1)
+    return gamma - np.einsum("bnd,kbd->kbn", Zs, W).min(-1) / np.where(nrm > 0, nrm, np.nan)
+
+
+def test_ngd_margin_rate(setup):
+    """thm-ngd-margin-rate on the chapter's data model, at the theorem's largest constant step and
+    on a decaying schedule: psi(w_{t+1}) - psi(w_t) >= eta_t gamma at every step, and the gap is
+    at most log n / S_t wherever gamma S_t >= log n.
+
+    What it catches: the per-step constant gamma cannot be raised much: psi's increment per unit
+    step approaches gamma (measured: its smallest ratio to eta_t gamma over the run is
+    1.013-1.059), so the inequality with 1.1 gamma fails at some step of every trial
+    (asserted)."""
+    data, batch, model, w0, gam = setup
+    Zs = data.y[..., None] * data.X
+    R = np.linalg.norm(data.X, axis=-1).max(-1)
+    eta = float(np.min(A.bounds.ngd_margin_step(gam[2.0], R)))
+    assert np.all(eta * np.exp(2 * eta * R) <= gam[2.0] / (2 * R ** 2) * (1 + 1e-12))
+    K = 20000
+    for etas in (np.full(K, eta), eta * 4 * (np.arange(K) + 4.0) ** -0.5):
+        W, psi = _ngd_psi(Zs, etas)
+        np.testing.assert_allclose(psi[0], -np.log(N))
+        inc = np.diff(psi, axis=0) / (etas[:, None] * gam[2.0])
+        assert np.all(inc >= 1 - 1e-9)
+        assert np.all(np.any(inc < 1.1, axis=0)), inc.min(0)         # 1.1 gamma fails
+        bound = A.bounds.ngd_margin_gap_bound(etas, N)
+        S = np.concatenate([[0.0], np.cumsum(etas)])
+        ok = gam[2.0][None] * S[:, None] >= np.log(N)
+        assert ok[-1].all() and ok.mean() > 0.5
+        gap = _gap(W, Zs, gam[2.0])
+        assert np.all(gap[ok] <= np.broadcast_to(bound[:, None], gap.shape)[ok] + 1e-12)
+
+
+def test_ngd_margin_rate_constant_is_near_tight():
+    """thm-ngd-margin-rate, how tight: on three points in the plane (found by a random search
+    over small instances for the largest gap * eta t / log n), NGD at the theorem's step has
+    gap * eta t / log n up to 0.475 and 0.37 at the end, the same at a quarter of the step (the
+    gap is C / (eta t) with C independent of eta). So the bound with log n replaced by
+    log n / 2.2 fails at some step, and by log n / 3 at the last step (asserted)."""
+    X = np.array([[[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]]])
+    y = np.ones((1, 3))
+    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
+    R = np.linalg.norm(X, axis=-1).max(-1)
+    for eta in (float(A.bounds.ngd_margin_step(gamma, R)[0]), float(A.bounds.ngd_margin_step(gamma, R)[0]) / 4):
+        K = int(300 / eta)
+        W, _ = _ngd_psi(X, np.full(K, eta))
+        bound = A.bounds.ngd_margin_gap_bound(np.full(K, eta), 3)
+        gap = _gap(W, X, gamma)[:, 0]
+        ok = gamma * eta * np.arange(K + 1) >= np.log(3)
+        assert np.all(gap[ok] <= bound[ok])
+        assert np.any(gap[ok] > bound[ok] / 2.2) and gap[-1] > bound[-1] / 3
+    with pytest.raises(ValueError, match="gamma"):
+        A.bounds.ngd_margin_step(2.0, 1.0)
+    with pytest.raises(ValueError, match="etas"):
+        A.bounds.ngd_margin_gap_bound([0.0], 3)
+
+
+def _ball_minimizer_2d(Z, R):
+    """The minimizer of the exponential loss over the disc |w| <= R for data z_i = y_i x_i in the
+    plane (separable data: the minimizer is on the circle), by a grid over the angle refined by
+    a bounded scalar search; returns w (2,)."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import logsumexp
+
+    def f(th):
+        return logsumexp(-R * (Z @ np.array([np.cos(th), np.sin(th)])))
+    grid = np.linspace(-np.pi, np.pi, 20001)
+    th0 = grid[np.argmin([f(t) for t in grid])]
+    th = minimize_scalar(f, bounds=(th0 - 1e-3, th0 + 1e-3), method="bounded",
+                         options=dict(xatol=1e-13)).x
+    return R * np.array([np.cos(th), np.sin(th)])
+
+
+def test_prgd_ideal():
+    """prop-prgd-ideal: the exact minimizer of the loss on the disc of radius R_k = c^k has a
+    margin gap at most log n / R_k (exponentially small in k), and a point whose log-loss exceeds
+    the minimum by delta has a gap at most (log n + delta) / R_k.
+
+    What it catches: on the three points of the test above the exact minimizer has
+    gap * R / log n rising from 0.23 to 0.40 (R = 2.25 ... 58) and staying near 0.36-0.40, so the
+    bound with log n / 3 fails for the larger radii (asserted); and the inexact bound is nearly
+    attained by rotating the minimizer by -0.2 rad (measured gap / bound 0.91-0.98 for R >= 25,
+    asserted > 0.9 there: a coefficient of delta below 0.9 fails)."""
+    Z = np.array([[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]])
+    n = len(Z)
+    gamma = float(1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
+    radii = 1.5 ** np.arange(2, 14)
+    ratio = []
+    for R in radii:
+        w = _ball_minimizer_2d(Z, R)
+        gap = gamma - (Z @ w).min() / R
+        bound = float(A.bounds.prgd_ideal_gap_bound(R, n))
+        if R * gamma >= np.log(n):
+            assert gap <= bound
+        ratio.append(gap / bound)
+        # inexact: rotate w by an angle phi, delta = log L(w_phi) - log L(w)
+        for phi in (0.05, -0.2):
+            c, s = np.cos(phi), np.sin(phi)
+            wp = np.array([[c, -s], [s, c]]) @ w
+            delta = np.log(np.exp(-Z @ wp).sum()) - np.log(np.exp(-Z @ w).sum())
+            assert delta >= 0
+            b = float(A.bounds.prgd_ideal_gap_bound(R, n, delta))
+            if R * gamma >= np.log(n) + delta:
+                gp = gamma - (Z @ wp).min() / R
+                assert gp <= b, (R, phi, gp, b)
+                if phi < 0 and R >= 25:
+                    assert gp > 0.9 * b, (R, gp / b)
+    ratio = np.array(ratio)
+    assert np.all(np.diff(np.log(A.bounds.prgd_ideal_gap_bound(radii, n))) < 0)   # geometric decay
+    assert np.any(ratio > 1 / 3) and ratio.max() < 1, ratio
+    with pytest.raises(ValueError, match="delta"):
+        A.bounds.prgd_ideal_gap_bound(1.0, 3, -1.0)

@@ -189,6 +189,96 @@ def test_bad_model_arguments():
         get_loss("hinge")
 
 
+# ----------------------------------------------------------------------------- the fast step
+def _step_speed_module():
+    """``benchmarks/step_speed.py``, which keeps the step before the rewrite as its reference."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "step_speed.py"
+    spec = importlib.util.spec_from_file_location("_step_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rel(new, ref):
+    """Largest per-trial relative difference (max-norm)."""
+    return float(((new - ref).flatten(1).abs().amax(1) / ref.flatten(1).abs().amax(1)).max())
+
+
+@pytest.mark.parametrize("param", ["W", "KQ"])
+@pytest.mark.parametrize("rule", ["ngd", "gd"])
+def test_step_equals_the_reference_step(param, rule):
+    """The engine's step equals the step before the rewrite (kept in the benchmark) to 1e-12,
+    gradient, margins (hence loss) and updated parameters."""
+    from attnsvm.data import random_unit
+    ref = _step_speed_module()
+    loss = get_loss("logistic")
+    data = random_unit(6, 8, 10, trials=20, seed=3)
+    step, full, params0 = ref.engine_step(data, param, rule, 0.1)
+    params0 = {k: (v * 5 if k != "v" else v) for k, v in params0.items()}   # a non-trivial softmax
+    u_ref, g_ref, s_ref = ref.reference_grad(param, params0, full, loss)
+    u, g, s = step.net.grad(params0, full, loss)
+    assert _rel(u, u_ref) <= 1e-12
+    assert torch.allclose(log_mean_loss(loss, u), log_mean_loss(loss, u_ref), rtol=1e-12, atol=0)
+    for k in g_ref:
+        true = g[k] * torch.exp(s[k] - s_ref[k]).reshape(-1, 1, 1)
+        assert _rel(true, g_ref[k]) <= 1e-12
+    p_ref, _ = ref.reference_step(param, rule, 0.1, params0, full, loss)
+    p_new = dict(params0)
+    step(p_new, 0)
+    for k in g_ref:
+        assert _rel(p_new[k], p_ref[k]) <= 1e-12
+
+
+@pytest.mark.parametrize("gap", [1.0, 40.0, 800.0, 1e5])
+def test_softmax_jacobian_equals_reference_at_any_gap(gap):
+    """The fused log-space softmax Jacobian equals the reference formulas on the same scores
+    to 1e-12, finite (no NaN, no overflow) at score gaps where every mass but the top one
+    underflows (800, 1e5)."""
+    from attnsvm.models.attention import softmax_jacobian
+    rng = np.random.default_rng(int(gap))
+    B, n, T = 4, 5, 7
+    a = torch.tensor(rng.standard_normal((B, n, T)) * gap)
+    G = torch.tensor(rng.standard_normal((B, n, T)))
+    rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
+    ls = a - torch.logsumexp(a, -1, keepdim=True)
+    is_top = torch.zeros_like(ls, dtype=torch.bool).scatter_(-1, ls.argmax(-1, keepdim=True), True)
+    lam2_ref = ls.masked_fill(is_top, -math.inf).amax(-1, keepdim=True)
+    sh = torch.exp(ls - lam2_ref).masked_fill_(is_top, 0.0)
+    s = torch.exp(ls)
+    f_ref = (s * G).sum(-1)
+    rho_ref = torch.where(is_top, s * (G * sh.sum(-1, keepdim=True) - (sh * G).sum(-1, keepdim=True)),
+                          sh * (G - f_ref.unsqueeze(-1)))
+    for x in (rho, f, lam2, log_s_top):
+        assert torch.isfinite(x).all()
+    assert torch.allclose(f, f_ref, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(lam2, lam2_ref.squeeze(-1), rtol=1e-12, atol=0)
+    assert torch.allclose(rho, rho_ref, rtol=1e-12, atol=1e-15 * float(rho_ref.abs().max()))
+    assert torch.equal(top.squeeze(-1), ls.argmax(-1))
+
+
+def test_step_finite_at_huge_norm_and_close_to_reference():
+    """At ||W|| ~ 1e6 (every non-top mass underflows) the step stays finite and agrees with the
+    reference to the conditioning of the scores (rounding of a ~ 1e7 moves exp(a_t - a_2) by
+    ~1e-9 relative in either implementation)."""
+    from attnsvm.data import random_unit
+    ref = _step_speed_module()
+    loss = get_loss("logistic")
+    data = random_unit(6, 8, 10, trials=10, seed=4)
+    step, full, params0 = ref.engine_step(data, "W", "ngd", 0.1)
+    params0["W"] = torch.tensor(np.random.default_rng(1).standard_normal((10, 10, 10))) * 1e6
+    u, g, s = step.net.grad(params0, full, loss)
+    u_ref, g_ref, s_ref = ref.reference_grad("W", params0, full, loss)
+    assert torch.isfinite(g["W"]).all() and torch.isfinite(s["W"]).all() and torch.isfinite(u).all()
+    assert _rel(u, u_ref) <= 1e-12
+    true = g["W"] * torch.exp(s["W"] - s_ref["W"]).reshape(-1, 1, 1)
+    assert _rel(true, g_ref["W"]) <= 1e-6
+    p = dict(params0)
+    step(p, 0)
+    assert torch.isfinite(p["W"]).all()
+
+
 # -- the MLP head at saturation: a 50-digit reference -------------------------------------------
 def _mp_grad_W(X, y, Z, W, U, c, digits=50):
     """The direction of :math:`\\nabla_W L` (logistic loss, ReLU head), in mpmath at ``digits``

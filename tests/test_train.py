@@ -440,3 +440,23 @@ def test_model_object_interface_log_scales_and_validation():
     from attnsvm.models import NTPLinear
     with pytest.raises(ValueError, match="NTPData"):
         fit(data, model=NTPLinear(), steps=2)
+
+
+@pytest.mark.parametrize("loss", ["correlation", "logistic"])
+def test_margin_objective_records_like_the_margin_path(loss):
+    """fit(model=MarginObjective(net, loss)) runs (the correlation loss included, whose log L is
+    undefined: recorded as NaN) and gives the loss, log-loss and iterates of fit(model="W")."""
+    from attnsvm.models import AttentionClassifier, MarginObjective
+    data = random_unit(4, 5, 6, trials=3, seed=2)
+    opts = dict(optimizer="ngd", lr=0.1, steps=40, record_every=10, device="cpu")
+    h = fit(data, model="W", loss=loss, **opts)
+    batch = {"X": data.X, "y": data.y, "Z": data.Z}
+    init = {"W": np.zeros((3, 6, 6)), "v": data.v}
+    ho = fit(batch, model=MarginObjective(AttentionClassifier("W"), loss), init=init, **opts)
+    np.testing.assert_allclose(ho.params["W"], h.W, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ho.loss, h.loss, rtol=1e-12, atol=1e-14)
+    assert np.isfinite(ho.loss).all()
+    if loss == "correlation":
+        assert np.isnan(ho.log_loss).all() and np.isnan(h.log_loss).all()
+    else:
+        np.testing.assert_allclose(ho.log_loss, h.log_loss, rtol=1e-12)
