@@ -571,6 +571,7 @@ def test_curvature_outside_region(inst):
     assert worst > 0.008, worst
 
 
+@pytest.mark.slow
 def test_ngd_no_floor(inst):
     """thm-ngd-no-floor along NGD at the step mu/H of cor-ngd-direction (where the variance
     condition theta <= 1 also holds on these instances: theta = 0.13-0.27), from the fixture's

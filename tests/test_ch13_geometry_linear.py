@@ -423,6 +423,7 @@ def _ball_minimizer_2d(Z, R):
     return R * np.array([np.cos(th), np.sin(th)])
 
 
+@pytest.mark.slow
 def test_prgd_ideal():
     """prop-prgd-ideal: the exact minimizer of the loss on the disc of radius R_k = c^k has a
     margin gap at most log n / R_k (exponentially small in k), and a point whose log-loss exceeds
