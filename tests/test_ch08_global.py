@@ -219,7 +219,8 @@ def _starts(data, opt, W_mm, R):
 def test_no_attention_loss_every_step(cx_inst):
     """lem-no-attention-loss: every q_i is nonincreasing at every step of GD at eta_GD and of NGD
     at eta_NGD (the largest steps of the lemma), from random and adversarial starts of norm 3
-    and 12 (the latter saturated on a wrong token)."""
+    and 12 (the latter saturated on a wrong token). Catches bounds.noloss_steps 100 times too
+    large (some q_i then rises)."""
     data, opt, W_mm = cx_inst
     c = rates.constants(data, opt, W_mm)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
@@ -284,7 +285,8 @@ def test_no_attention_loss_positive_cross_terms():
 def test_no_attention_loss_can_fail():
     """The lemma's two hypotheses are not vacuous. (i) Without (Cx) (uniform queries), one GD
     step at a hundredth of eta_GD raises some q_i. (ii) With (Cx) (n = 1), a step 100 times
-    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it."""
+    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it. Catches the steps
+    of bounds.noloss_steps made 100 times too large (then the lemma's own step raises q)."""
     data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
     assert np.all(rates.cross_gram_min(data, opt) < 0)
     c = rates.constants(data, opt, rates.svm_batch(data, opt))
