@@ -7,8 +7,8 @@ from attnsvm import svm
 from attnsvm.experiments import feasibility
 
 
-def _inst(n, T, d, seed, query="self"):
-    data = feasibility.draw_instance(n, T, d, seed=seed, query=query)
+def _inst(n, T, d, seed, cross=False):
+    data = feasibility.draw_instance(n, T, d, seed=seed, cross=cross)
     return data, tokens.optimal_tokens(data.X, data.y, data.v)
 
 
@@ -57,7 +57,7 @@ def test_rank_bound_distinct_queries_and_projection():
     with one shared query the solution has rank one, also for the nuclear norm."""
     n, T, d = 6, 4, 7
     for s in range(50):                  # repeated queries can make the SVM infeasible: skip those
-        data, opt = _inst(n, T, d, seed=(3, s), query="cross")
+        data, opt = _inst(n, T, d, seed=(3, s), cross=True)
         Z = data.Z.copy()
         Z[3:] = Z[[0, 1, 2]]                              # only 3 distinct queries
         Z1 = np.repeat(data.Z[:1], n, axis=0)             # one shared query
@@ -192,7 +192,7 @@ def test_study_summary_states_the_chapter_claims():
     # the headline numbers the chapter glues: every guaranteed point (n <= d, T <= d + 1) is fully
     # feasible and no feasible instance has rank above min(n, d); empty reductions are NaN
     st = feasibility.feasibility_study([2, 4], 4, 4, [2, 4], [2, 4, 6], 4, n_rank=4, T_rank=4,
-                                       ds_rank=[3, 6], instances_rank=3, seed=2)
+                                       ds_rank=[3, 6], trials_rank=3, seed=2)
     s = st.summary()
     assert s["sure_points"] > 0 and s["sure_feasible"] == s["sure_points"]
     assert s["rank_violations"] == 0

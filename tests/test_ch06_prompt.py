@@ -116,8 +116,16 @@ def test_prompt_run_summary_and_learned_references():
     r = S.prompt_joint(data, planted=planted, train_v=True, steps=150, seed=0, device="cpu")
     s = r.summary(data)
     assert s["frac_planted"] == pytest.approx(np.mean(r.selected == planted))
-    cp, cv, opt_T = r.learned_references(data)
+    ref = r.learned_references(data)
+    cp, cv, opt_T = ref[:3]
     assert np.array_equal(opt_T, tokens.optimal_tokens(data.X, data.y, r.history.params["v"]))
+    cr = ref.corr_p_relaxed
+    assert np.all(np.isnan(cr) | (np.abs(cr) <= 1 + 1e-12))
+    # all-support trials: the relaxed p-SVM is the strict one
+    allsup = ref.support.all(1) & ~np.isnan(cp)
+    np.testing.assert_allclose(cr[allsup], cp[allsup], atol=1e-6)
+    assert s["n_relaxed_closer"] + s["n_strict_closer"] <= data.trials
+    assert s["n_relaxed_closer"] == int(np.sum(cr > cp + 1e-6))
     assert np.all(np.isnan(cp) | (np.abs(cp) <= 1 + 1e-12))
     if np.any(~np.isnan(cp)):
         assert s["corr_p_learned"] == pytest.approx(np.nanmedian(cp))
@@ -125,3 +133,15 @@ def test_prompt_run_summary_and_learned_references():
         assert np.isnan(s["corr_p_learned"])
     fixed = S.prompt_joint(data, train_v=False, steps=50, seed=0, device="cpu").summary()
     assert "corr_v" not in fixed and np.isnan(fixed["frac_planted"])
+
+
+def test_relaxed_and_strict_references_claims_hold_on_the_book_setting():
+    """The chapter's claims on the book's instances (quick profile): with the logistic loss each
+    reference is the closer one in some trial; with the correlation loss the strict one always."""
+    data, planted = S.prompt_instances(8, 6, 10, trials=8, gap=0.5, noise=0.1, seed=0)
+    for loss, name in (("logistic", "relaxed_sometimes_closer"),
+                       ("correlation", "strict_always_closer")):
+        r = S.prompt_joint(data, planted=planted, train_v=True, loss=loss, steps=2000, seed=0,
+                           device="cpu")
+        c = r.claims(data)
+        assert list(c) == [name] and c[name][0], c

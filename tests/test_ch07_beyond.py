@@ -96,3 +96,56 @@ def test_multi_token_summary_is_nan_safe_and_consistent():
     assert 1 <= s["mean_set_size"] <= 5 and s["norm_growth"] > 0
     r.corr_gen[-1] = np.nan                          # no generalized SVM anywhere: NaN, no warning
     assert np.isnan(r.summary()["corr_gen"])
+
+
+def test_set_of_all_tokens_gives_equalities_only(inst):
+    """A sequence whose set holds all T tokens contributes only equal scores (no margin row):
+    the solution equals a direct cvxpy solve of that problem, and the equalities bind (the SVM
+    of the other sequences alone violates them). Every set full: a clear error."""
+    import cvxpy as cp
+
+    X, Z, sets = inst
+    n, T, d = X.shape
+    full = [tuple(range(T))] + list(sets[1:])
+    W = svm.att_svm(X, Z, full)
+    a = _scores(X, Z, W)
+    assert np.ptp(a[0]) < 1e-7 * np.abs(a).max()
+    for i, s in enumerate(full[1:], start=1):
+        out = [t for t in range(T) if t not in s]
+        assert np.ptp(a[i, list(s)]) < 1e-6 and a[i, list(s)].min() - a[i, out].max() >= 1 - 1e-6
+    V = cp.Variable((d, d))
+    sc = lambda i, t: X[i, t] @ V @ Z[i]  # noqa: E731
+    cons = [sc(0, t) == sc(0, 0) for t in range(1, T)]
+    for i, s in enumerate(full[1:], start=1):
+        cons += [sc(i, u) == sc(i, s[0]) for u in s[1:]]
+        cons += [sc(i, u) - sc(i, t) >= 1 for u in s for t in range(T) if t not in s]
+    cp.Problem(cp.Minimize(cp.sum_squares(V)), cons).solve(solver="CLARABEL")
+    np.testing.assert_allclose(W, V.value, atol=1e-6 * np.abs(W).max())
+    W_rest = svm.att_svm(X[1:], Z[1:], list(sets[1:]))
+    assert np.ptp(_scores(X[:1], Z[:1], W_rest)) > 1e-3                   # the equalities bind
+    with pytest.raises(ValueError, match="every set"):
+        svm.att_svm(X, Z, [tuple(range(T))] * n)
+
+
+def test_multi_token_horizons_summary_and_claims():
+    """The horizon study: one run per (d, horizon) from the same instances and initializations
+    (the short run is the start of the long one), position-keyed summary, claims that follow the
+    numbers (and fail when the rate falls)."""
+    kw = dict(head="mlp", mass_tol=0.01, device="cpu")
+    r = S.multi_token_horizons(3, 4, (4, 6), trials=3, horizons=(40, 200), **kw)
+    s = r.summary()
+    assert (s["horizon_short"], s["horizon_long"], s["d_0"], s["d_1"]) == (40, 200, 4, 6)
+    assert s["trials"] == 3 and s["n_instances"] == 6
+    direct = S.multi_token_selection(S.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
+    np.testing.assert_array_equal(direct.predicted, r.runs[6][200].predicted)
+    np.testing.assert_allclose(direct.history.params["W"], r.runs[6][200].history.params["W"])
+    both = np.concatenate([r.runs[d][200].predicted for d in (4, 6)])
+    assert s["frac_pred_long"] == pytest.approx(both.mean())
+    c = r.claims()
+    assert c["rate_rises"][0] == (s["frac_pred_long"] > s["frac_pred_short"])
+    for d in (4, 6):                                  # force a falling rate: the claims fail
+        r.runs[d][40].predicted[:] = True
+        r.runs[d][200].predicted[:] = False
+    assert not r.claims()["rate_rises"][0] and not r.claims()["rate_rises_each_d"][0]
+    with pytest.raises(ValueError, match="horizons"):
+        S.multi_token_horizons(3, 4, (4,), trials=1, horizons=(200, 40), **kw)

@@ -180,7 +180,7 @@ def test_observed_rates():
     W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
     runs = rates.run(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
-    s = {k: np.median(rates.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+    s = {k: np.median(A.metrics.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
 

@@ -123,7 +123,7 @@ def test_gd_slope_minus_one():
     W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
     h = rates.run(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60, device="cpu")["gd"]
     m = rates.trajectory_metrics(data, opt, W_mm, h)
-    assert abs(np.median(rates.slopes(m["t"], m["mass"])) + 1) < 0.15
+    assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
 
 
 def test_sparsity_from_t0_under_cx():

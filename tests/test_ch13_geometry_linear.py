@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnsvm as A
-from attnsvm import optim_geometry as OG, svm_geometry as SG
+from attnsvm import optim_geometry as OG
 from attnsvm.experiments import geometry as G
 
 N, D, B = 20, 5, 4
@@ -22,7 +22,7 @@ def setup():
     batch = {"X": torch.as_tensor(data.X), "y": torch.as_tensor(data.y)}
     model = A.models.LinearClassifier()
     w0 = model.init_params(D, None, [None] * B)
-    gam = {q: 1.0 / SG.vector_norm(SG.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
+    gam = {q: 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
     return data, batch, model, w0, gam
 
 
@@ -35,13 +35,13 @@ def test_linear_svm_p_is_max_margin(setup):
     data, *_ , gam = setup
     rng = np.random.default_rng(0)
     for q in (1.0, 2.0, 3.0, np.inf):
-        w = SG.linear_svm_p(data.X[0], data.y[0], q)
+        w = A.svm.linear_svm_p(data.X[0], data.y[0], q)
         assert (data.y[0] * (data.X[0] @ w)).min() == pytest.approx(1.0, abs=1e-9)
         U = rng.standard_normal((4000, D))
         U /= np.linalg.norm(U, ord=q, axis=1, keepdims=True)
         assert (data.y[0] * (U @ data.X[0].T)).min(axis=1).max() <= gam[q][0] + 1e-9
     # l2 agrees with the Part I solver
-    np.testing.assert_allclose(SG.linear_svm_p(data.X, data.y, 2.0), A.svm.linear_svm(data.X, data.y),
+    np.testing.assert_allclose(A.svm.linear_svm_p(data.X, data.y, 2.0), A.svm.linear_svm(data.X, data.y),
                                atol=1e-6)
 
 
@@ -64,8 +64,8 @@ def test_linear_svm_p_matches_lp(setup, q):
         b_ub = np.r_[-np.ones(n), np.zeros(2 * D)]
         lp = linprog(c, A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * len(c), method="highs")
         assert lp.status == 0
-        w = SG.linear_svm_p(data.X[b], data.y[b], q)
-        assert SG.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
+        w = A.svm.linear_svm_p(data.X[b], data.y[b], q)
+        assert A.svm.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
 
 
 def test_linear_svm_p3_kkt(setup):
@@ -76,7 +76,7 @@ def test_linear_svm_p3_kkt(setup):
     data = A.data.separable(10, 30, margin=0.1, trials=B, seed=5)
     for b in range(B):
         A_ = data.y[b][:, None] * data.X[b]
-        w = SG.linear_svm_p(data.X[b], data.y[b], 3.0)
+        w = A.svm.linear_svm_p(data.X[b], data.y[b], 3.0)
         act = A_ @ w <= 1 + 1e-6
         g = np.sign(w) * np.abs(w) ** 2 / np.linalg.norm(w, ord=3) ** 2
         lam, res = nnls(A_[act].T, g)
@@ -189,7 +189,7 @@ def test_thm_sd_margin_bound(setup, q, lr, decay):
         S = s[:t].sum()
         Q = (s[:t, None] ** 2 * np.exp(s[:t, None] * Bq)).sum(0)
         rhs = (np.log(N) + Bq ** 2 * Q / 2) / S
-        rho = SG.margin_in_norm(r["iterates"][k], data.X, data.y, q)
+        rho = A.svm.margin_in_norm(r["iterates"][k], data.X, data.y, q)
         ok = rhs <= gam[q]
         assert np.all((gam[q] - rho)[ok] <= rhs[ok] + 1e-12)
         # the one-step loss recursion summed: -log L(w_t) >= gamma S_t - B^2 Q_t / 2
@@ -197,7 +197,7 @@ def test_thm_sd_margin_bound(setup, q, lr, decay):
         checked += ok.sum()
     assert checked > 0
     if decay > 0:
-        final = SG.margin_in_norm(r["iterates"][-1], data.X, data.y, q)
+        final = A.svm.margin_in_norm(r["iterates"][-1], data.X, data.y, q)
         assert np.all(final > 0.8 * gam[q])
 
 
@@ -259,16 +259,16 @@ def test_rates_order(setup):
     for k, kw in {"gd": dict(rule="gd", lr=1.0), "ngd": dict(rule="sd", norm=2, lr=0.1),
                   "prgd": dict(rule="prgd", lr=0.1, period=100, growth=1.5)}.items():
         r = OG.run(model, w0, batch, steps=3000, record_steps=[3000], **kw)
-        gaps[k] = np.median(gam[2.0] - SG.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
+        gaps[k] = np.median(gam[2.0] - A.svm.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
     assert gaps["prgd"] < gaps["ngd"] < gaps["gd"]
 
 
 def test_errors():
     X = np.array([[1.0, 0.0], [1.0, 0.0]])
     with pytest.raises(A.svm.InfeasibleError):
-        SG.linear_svm_p(X, np.array([1.0, -1.0]), 3.0)
+        A.svm.linear_svm_p(X, np.array([1.0, -1.0]), 3.0)
     with pytest.raises(ValueError, match="p must"):
-        SG.linear_svm_p(X, np.array([1.0, 1.0]), 0.5)
+        A.svm.linear_svm_p(X, np.array([1.0, 1.0]), 0.5)
     with pytest.raises(ValueError, match="norm"):
         OG.steepest_direction(torch.zeros(2, 3), 0.3)
     model = A.models.LinearClassifier()
@@ -304,9 +304,9 @@ def test_linear_svm_p3_dual_certificate():
 
     for b in range(B):
         U = data.y[b][:, None] * data.X[b]
-        w3 = SG.linear_svm_p(data.X[b], data.y[b], 3.0)
+        w3 = A.svm.linear_svm_p(data.X[b], data.y[b], 3.0)
         assert -1e-9 <= certificate_gap(U, w3) <= 1e-5 * np.linalg.norm(w3, ord=3)
-        w2 = SG.linear_svm_p(data.X[b], data.y[b], 2.0)
+        w2 = A.svm.linear_svm_p(data.X[b], data.y[b], 2.0)
         assert certificate_gap(U, w2) >= 1e-2 * np.linalg.norm(w2, ord=3)
 
 
@@ -341,13 +341,13 @@ def test_margin_ratios_and_gaps(setup):
     data, *_, gam = setup
     norms = {"1": 1.0, "2": 2.0, "inf": np.inf}
     gammas = {k: gam[q] for k, q in norms.items()}
-    w2 = SG.linear_svm_p(data.X, data.y, 2.0)
+    w2 = A.svm.linear_svm_p(data.X, data.y, 2.0)
     rat = G.margin_ratios(w2, data.X, data.y, norms, gammas)
     np.testing.assert_allclose(rat["2"], 1.0, rtol=1e-8)
     assert np.all(rat["1"] <= 1 + 1e-9) and np.all(rat["inf"] <= 1 + 1e-9)
     for b in range(B):       # per trial, the same as margin_in_norm on that trial alone
         assert rat["inf"][b] == pytest.approx(
-            SG.margin_in_norm(w2[b], data.X[b], data.y[b], np.inf) / gam[np.inf][b], rel=1e-12)
+            A.svm.margin_in_norm(w2[b], data.X[b], data.y[b], np.inf) / gam[np.inf][b], rel=1e-12)
     its = np.stack([w2, 2 * w2, -w2])
     gap = G.margin_gaps(its, data.X, data.y, 2.0, gam[2.0])
     np.testing.assert_allclose(gap[:2], 0.0, atol=1e-9)
@@ -386,7 +386,7 @@ def test_observed_rates_in_each_geometry():
                      ("md15", 1.5, dict(rule="md", p=1.5, lr=3.0, normalize=True)),
                      ("md3", 3.0, dict(rule="md", p=3.0, lr=3.0, normalize=True))]:
         r = OG.run(model, w0, batch, steps=20000, decay=0.5, **kw)
-        gam = 1.0 / SG.vector_norm(SG.linear_svm_p(data.X, data.y, p), p)
+        gam = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
         slope[k] = np.median(G.gap_slopes(r["steps"], G.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4
     assert slope["md15"] < slope["ngd"] - 0.2

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnsvm as A
-from attnsvm import optim_geometry as OG, svm_geometry as SG
+from attnsvm import optim_geometry as OG
 from attnsvm.experiments import geometry as G
 
 
@@ -26,7 +26,7 @@ def _margins(X, Z, opt, W):
 
 def test_spectral_att_svm_is_optimal_in_its_norm(inst):
     X, Z, opt = inst.X[0], inst.Z[0], inst.opt[0]
-    Ws = SG.att_svm_spectral(X, Z, opt)
+    Ws = A.svm.att_svm_spectral(X, Z, opt)
     assert _margins(X, Z, opt, Ws).min() == pytest.approx(1.0, abs=1e-8)
     others = {"fro": A.svm.att_svm(X, Z, opt), 3.0: A.svm.att_svm(X, Z, opt, norm=3.0)}
     spec = np.linalg.norm(Ws, 2)
@@ -65,10 +65,10 @@ def test_md_l3_selects_l3_att_svm():
 
 def test_bad_input(inst):
     X, Z = inst.X[0], inst.Z[0]
-    with pytest.raises(ValueError, match="opt"):
-        SG.att_svm_spectral(X, Z, np.array([0, 1, 9, 0]))
+    with pytest.raises(ValueError, match="alpha"):
+        A.svm.att_svm_spectral(X, Z, np.array([0, 1, 9, 0]))
     with pytest.raises(ValueError, match="Z"):
-        SG.att_svm_spectral(X, Z[:2], inst.opt[0])
+        A.svm.att_svm_spectral(X, Z[:2], inst.opt[0])
 
 
 # ----------------------------------------------------------------------------- batched Att-SVMs, statuses
@@ -84,10 +84,10 @@ def test_att_svm_batch_status_equals_per_trial(inst, norm):
         assert sb == status[b]
         # the solution attains the largest normalized margin in its norm: ratio 1 against itself,
         # and the Frobenius solution (another feasible point) is not better in this norm
-        best = SG.att_margin_in_norm(Wb, inst.X[b], inst.Z[b], inst.opt[b], norm)
-        assert best == pytest.approx(1.0 / SG.matrix_norm(Wb, norm), rel=1e-9)
+        best = A.svm.att_margin_in_norm(Wb, inst.X[b], inst.Z[b], inst.opt[b], norm)
+        assert best == pytest.approx(1.0 / A.svm.matrix_norm(Wb, norm), rel=1e-9)
         Wf = A.svm.att_svm(inst.X[b], inst.Z[b], inst.opt[b])
-        assert SG.att_margin_in_norm(Wf, inst.X[b], inst.Z[b], inst.opt[b], norm) <= best * (1 + 1e-7)
+        assert A.svm.att_margin_in_norm(Wf, inst.X[b], inst.Z[b], inst.opt[b], norm) <= best * (1 + 1e-7)
 
 
 def test_att_svm_batch_reports_failed_and_infeasible_trials(inst, monkeypatch):
@@ -181,7 +181,7 @@ def test_prgd_attention_rate_observed():
     ratio = {}
     for k, kw in {"ngd": dict(rule="sd", norm=2), "prgd": dict(rule="prgd", period=100, growth=1.5)}.items():
         r = OG.run(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
-        sel = G.selected_tokens(data.X, data.Z, r["iterates"][-1])     # the Att-SVM of the selected tokens
+        sel = A.tokens.selected_tokens(data.X, r["iterates"][-1], data.Z)     # the Att-SVM of the selected tokens
         W_sel = A.svm.att_svm_batch(data.X, data.Z, sel, strict=True)[0]
         gap = G.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)
         early = G.phase_fit(r["steps"], gap, 100, stop=2000)[0]

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import ntp, svm_geometry as SG
+from attnsvm import ntp
 
 
 @pytest.fixture(scope="module")
 def data():
-    return ntp.synthetic(3, 6, 5, support=3, trials=3, seed=11)
+    return A.data.ntp_synthetic(3, 6, 5, support=3, trials=3, seed=11)
 
 
 def _gens(H, P, kind):
@@ -35,31 +35,32 @@ def test_lem_ntp_entropy(data):
         q /= q.sum(-1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             kl = np.where(data.P > 0, data.P * np.log(np.where(data.P > 0, data.P, 1) / q), 0).sum(-1)
-        np.testing.assert_allclose(ntp.ce_loss(W, data) - ntp.entropy(data),
+        np.testing.assert_allclose(A.losses.ce_loss(W, data) - A.losses.entropy(data),
                                    (data.pi * kl).sum(-1), rtol=1e-10, atol=1e-13)
-        assert np.all(ntp.ce_loss(W, data) > ntp.entropy(data))
+        assert np.all(A.losses.ce_loss(W, data) > A.losses.entropy(data))
 
 
 def test_gradient_finite_differences(data):
     rng = np.random.default_rng(1)
     W = rng.standard_normal((3, 6, 5))
-    G = ntp.ce_grad(W, data)
+    G = A.losses.ce_grad(W, data)
     for _ in range(5):
         D = rng.standard_normal(W.shape)
         h = 1e-6
-        fd = (ntp.ce_loss(W + h * D, data) - ntp.ce_loss(W - h * D, data)) / (2 * h)
+        fd = (A.losses.ce_loss(W + h * D, data) - A.losses.ce_loss(W - h * D, data)) / (2 * h)
         np.testing.assert_allclose(fd, (G * D).sum((1, 2)), rtol=1e-6, atol=1e-9)
 
 
 def test_lem_ntp_smooth(data):
-    L = ntp.smoothness(data)
+    L = A.losses.ce_smoothness(data)
     rng = np.random.default_rng(2)
     for _ in range(50):
         W = rng.standard_normal((3, 6, 5)) * rng.uniform(0, 5)
         D = rng.standard_normal(W.shape)
         D /= np.linalg.norm(D, axis=(1, 2), keepdims=True)
         h = 1e-3
-        sec = (ntp.ce_loss(W + h * D, data) - 2 * ntp.ce_loss(W, data) + ntp.ce_loss(W - h * D, data)) / h ** 2
+        ce = A.losses.ce_loss
+        sec = (ce(W + h * D, data) - 2 * ce(W, data) + ce(W - h * D, data)) / h ** 2
         assert np.all(sec <= L * (1 + 1e-4) + 1e-8)
 
 
@@ -68,20 +69,20 @@ def test_lem_ntp_smooth_is_tight():
     along D is (1/2)||h||^2 = L, so the bound of lem-ntp-smooth is attained (a too small L fails
     test_lem_ntp_smooth on this instance)."""
     h = np.array([[0.7, -1.3, 2.1]])
-    dat = ntp.NTPData(h, np.array([[0.3, 0.7]]), np.array([1.0]))
-    L = ntp.smoothness(dat)
+    dat = A.data.NTPData(h, np.array([[0.3, 0.7]]), np.array([1.0]))
+    L = A.losses.ce_smoothness(dat)
     assert L == pytest.approx(0.5 * np.sum(h ** 2), rel=1e-12)
     D = np.outer([1.0, -1.0], h[0]) / (np.sqrt(2) * np.linalg.norm(h))
     W, s = np.zeros((2, 3)), 1e-4
-    sec = (ntp.ce_loss(W + s * D, dat) - 2 * ntp.ce_loss(W, dat) + ntp.ce_loss(W - s * D, dat)) / s ** 2
+    sec = (A.losses.ce_loss(W + s * D, dat) - 2 * A.losses.ce_loss(W, dat) + A.losses.ce_loss(W - s * D, dat)) / s ** 2
     assert sec == pytest.approx(L, rel=1e-5)
 
 
 def test_limits_and_subspaces(data):
-    PF = ntp.projector_F(data)
+    PF = A.svm.projector_F(data)
     for b in range(3):
         H, P = data.H[b], data.P[b]
-        Ws, Wm = SG.ntp_finite(H, P), SG.ntp_svm(H, P)
+        Ws, Wm = A.svm.ntp_finite(H, P), A.svm.ntp_svm(H, P)
         for a, c, j in _gens(H, P, "eq"):
             assert (Ws[a] - Ws[c]) @ H[j] == pytest.approx(np.log(P[j, a] / P[j, c]), abs=1e-9)
             assert abs((Wm[a] - Wm[c]) @ H[j]) < 1e-7
@@ -93,19 +94,19 @@ def test_limits_and_subspaces(data):
 
 
 def test_prop1_ce_tends_to_entropy(data):
-    H = ntp.entropy(data)
-    Ws = np.stack([SG.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
-    Wm = np.stack([SG.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
-    vals = np.array([ntp.ce_loss(Ws + g * Wm, data) - H for g in (1, 2, 4, 8, 16, 32)])
+    H = A.losses.entropy(data)
+    Ws = np.stack([A.svm.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
+    Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
+    vals = np.array([A.losses.ce_loss(Ws + g * Wm, data) - H for g in (1, 2, 4, 8, 16, 32)])
     assert np.all(np.diff(vals, axis=0) < 0)
     assert np.all(vals[-1] < 1e-8)
 
 
 def test_thm2_gd_converges_to_both_limits(data):
-    Ws = np.stack([SG.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
-    Wm = np.stack([SG.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
-    PF = ntp.projector_F(data)
-    r = ntp.train(data, rule="gd", steps=40000, lr=1 / (2 * ntp.smoothness(data)),
+    Ws = np.stack([A.svm.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
+    Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
+    PF = A.svm.projector_F(data)
+    r = ntp.train(data, optimizer="gd", steps=40000, lr=1 / (2 * A.losses.ce_smoothness(data)),
                   record_steps=[1000, 40000])
     flat = r["iterates"].reshape(2, 3, -1)
     pf = np.einsum("bij,kbj->kbi", PF, flat).reshape(r["iterates"].shape)
@@ -124,43 +125,43 @@ def test_not_separable_raises_naming_context():
     P[1, [2, 3]] = 0.5
     P[2, [0, 2]] = 0.5
     with pytest.raises(A.svm.InfeasibleError, match="context 1"):
-        SG.ntp_svm(H, P)
+        A.svm.ntp_svm(H, P)
     # not NTP_H-compatible: the same embedding with different log-odds
     P2 = np.zeros((2, 3))
     P2[0, [0, 1]] = [0.5, 0.5]
     P2[1, [0, 1]] = [0.9, 0.1]
     with pytest.raises(A.svm.InfeasibleError, match="contexts"):
-        SG.ntp_finite(H[:2], P2)
+        A.svm.ntp_finite(H[:2], P2)
 
 
 def test_generator_trial_independent_of_trials():
-    a = ntp.synthetic(3, 6, 5, trials=2, seed=4)
-    b = ntp.synthetic(3, 6, 5, trials=5, seed=4)
+    a = A.data.ntp_synthetic(3, 6, 5, trials=2, seed=4)
+    b = A.data.ntp_synthetic(3, 6, 5, trials=5, seed=4)
     np.testing.assert_array_equal(a.H, b.H[:2])
     np.testing.assert_array_equal(a.P, b.P[:2])
 
 
 def test_bad_input():
     with pytest.raises(ValueError, match="support"):
-        ntp.synthetic(3, 4, 5, support=4)
+        A.data.ntp_synthetic(3, 4, 5, support=4)
     with pytest.raises(ValueError, match="P must"):
-        SG.ntp_svm(np.ones((2, 2)), np.ones((2, 3)))
-    d = ntp.synthetic(2, 4, 3, trials=1)
-    with pytest.raises(ValueError, match="rule"):
-        ntp.train(d, rule="sgd", steps=1, lr=0.1)
+        A.svm.ntp_svm(np.ones((2, 2)), np.ones((2, 3)))
+    d = A.data.ntp_synthetic(2, 4, 3, trials=1)
+    with pytest.raises(ValueError, match="optimizer"):
+        ntp.train(d, optimizer="sgd", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
-        ntp.train(d, rule="gd", steps=1, lr=-1.0)
+        ntp.train(d, optimizer="gd", steps=1, lr=-1.0)
 
 
 def test_thm1_regularization_path(data):
     """Theorem 1: the norm-constrained CE minimizer turns towards W_mm as the budget grows."""
-    Wm = np.stack([SG.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
-    L = ntp.smoothness(data)[:, None, None]
+    Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
+    L = A.losses.ce_smoothness(data)[:, None, None]
     cors = []
     W = np.zeros_like(Wm)
     for Bud in (2.0, 8.0, 32.0, 128.0):
         for _ in range(6000):                      # projected gradient descent on the ball
-            W = W - ntp.ce_grad(W, data) / L
+            W = W - A.losses.ce_grad(W, data) / L
             nrm = np.linalg.norm(W, axis=(1, 2), keepdims=True)
             W = np.where(nrm > Bud, W * Bud / nrm, W)
         cors.append(A.metrics.corr(W, Wm, elem_ndim=2))
@@ -170,11 +171,11 @@ def test_thm1_regularization_path(data):
 
 
 def test_ntp_solvers_batched_equal_per_trial():
-    data = ntp.synthetic(3, 6, 5, support=2, trials=2, seed=3)
-    Ws, Wm = SG.ntp_finite(data.H, data.P), SG.ntp_svm(data.H, data.P)
+    data = A.data.ntp_synthetic(3, 6, 5, support=2, trials=2, seed=3)
+    Ws, Wm = A.svm.ntp_finite(data.H, data.P), A.svm.ntp_svm(data.H, data.P)
     for b in range(2):
-        np.testing.assert_allclose(Ws[b], SG.ntp_finite(data.H[b], data.P[b]), atol=1e-9)
-        np.testing.assert_allclose(Wm[b], SG.ntp_svm(data.H[b], data.P[b]), atol=1e-6)
+        np.testing.assert_allclose(Ws[b], A.svm.ntp_finite(data.H[b], data.P[b]), atol=1e-9)
+        np.testing.assert_allclose(Wm[b], A.svm.ntp_svm(data.H[b], data.P[b]), atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,10 +184,10 @@ def test_ntp_solvers_batched_equal_per_trial():
 # --------------------------------------------------------------------------------------------
 
 def test_corpus_is_the_zen_and_counts_are_empirical():
-    text = ntp.zen_of_python()
+    text = A.data.zen_of_python()
     assert "Beautiful is better than ugly." in text and "Namespaces are one honking" in text
-    c = ntp.corpus(k=1, vocab_size=20, trials=2, seed=3)
-    words = ntp.tokenize(text)
+    c = A.data.ntp_corpus(k=1, vocab_size=20, trials=2, seed=3)
+    words = A.data.tokenize(text)
     assert c.n_words == len(words) and len(c.vocab) == 20 and c.vocab[-1] == "<other>"
     # brute-force recount of every context's next-token distribution
     toks = [w if w in c.vocab else "<other>" for w in words]
@@ -198,26 +199,26 @@ def test_corpus_is_the_zen_and_counts_are_empirical():
     j = c.contexts.index("better")
     assert c.data.P[0, j, c.vocab.index("than")] == 1.0         # "better than" 8 times of 8
     # trial b's embeddings depend on (seed, b) only; P and pi are shared
-    c5 = ntp.corpus(k=1, vocab_size=20, trials=5, seed=3)
+    c5 = A.data.ntp_corpus(k=1, vocab_size=20, trials=5, seed=3)
     np.testing.assert_array_equal(c.data.H, c5.data.H[:2])
     np.testing.assert_array_equal(c5.data.P[0], c5.data.P[4])
 
 
 def test_corpus_separability_and_its_failure():
-    c = ntp.corpus(k=1, vocab_size=20, trials=1, seed=0)
+    c = A.data.ntp_corpus(k=1, vocab_size=20, trials=1, seed=0)
     m = len(c.contexts)
     assert c.data.H.shape[-1] == m + 4 and np.linalg.matrix_rank(c.data.H[0]) == m   # Lemma 1
-    Wm = SG.ntp_svm(c.data.H[0], c.data.P[0])
-    Ws = SG.ntp_finite(c.data.H[0], c.data.P[0])
+    Wm = A.svm.ntp_svm(c.data.H[0], c.data.P[0])
+    Ws = A.svm.ntp_finite(c.data.H[0], c.data.P[0])
     assert np.isfinite(Wm).all() and np.isfinite(Ws).all()
     # too few dimensions: not NTP-separable, and the error names the context
-    small = ntp.corpus(k=1, vocab_size=20, d=2, trials=1, seed=0)
+    small = A.data.ntp_corpus(k=1, vocab_size=20, d=2, trials=1, seed=0)
     with pytest.raises(A.svm.InfeasibleError, match="context"):
-        SG.ntp_svm(small.data.H[0], small.data.P[0])
+        A.svm.ntp_svm(small.data.H[0], small.data.P[0])
     with pytest.raises(ValueError, match="k"):
-        ntp.corpus("two words", k=2)
+        A.data.ntp_corpus("two words", k=2)
     with pytest.raises(ValueError, match="text"):
-        ntp.tokenize(3)
+        A.data.tokenize(3)
 
 
 def _torch_ufm_loss(W, H, P, pi):
@@ -229,7 +230,7 @@ def _torch_ufm_loss(W, H, P, pi):
 
 def test_ufm_objective_matches_autograd():
     import torch
-    P, pi, _ = ntp.pattern_synthetic(6, 7, 2, support=3, trials=3, seed=1)
+    P, pi, _ = A.data.ntp_patterns(6, 7, 2, support=3, trials=3, seed=1)
     model = A.models.NTPUFM(5)
     batch = model.batch({"P": P, "pi": pi})
     rng = np.random.default_rng(2)
@@ -243,8 +244,8 @@ def test_ufm_objective_matches_autograd():
     for k in ("W", "H"):
         np.testing.assert_allclose(g[k].numpy(), params[k].grad.numpy(), rtol=1e-10, atol=1e-14)
     # the infimum is the entropy
-    np.testing.assert_allclose(model.L_star(batch).numpy(), ntp.entropy(ntp.NTPData(np.zeros((3, 6, 1)), P, pi)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(model.L_star(batch).numpy(),
+                               A.losses.entropy(A.data.NTPData(np.zeros((3, 6, 1)), P, pi)), rtol=1e-12)
     # large logits: log-sum-exp keeps it finite
     big = {k: 300.0 * v.detach() for k, v in params.items()}
     lb, gb, _ = model.objective(big, batch)
@@ -259,7 +260,7 @@ def test_ufm_objective_matches_autograd():
 
 def test_ufm_fit_trial_alone_equals_batched():
     """fit with NTPUFM: trial b alone (its own seed key) is trial b of the batch."""
-    P, pi, _ = ntp.pattern_synthetic(5, 7, 2, support=3, trials=3, seed=4)
+    P, pi, _ = A.data.ntp_patterns(5, 7, 2, support=3, trials=3, seed=4)
     full = ntp.train_ufm(P, pi, d=6, steps=300, lr=0.5, seed=9, record_steps=[0, 300])
     h = A.train.fit({"P": P[2], "pi": pi[2]}, model=A.models.NTPUFM(6), optimizer="gd", lr=0.5,
                     steps=300, init="random", init_scale=0.01, seed=[(9, 2)], record_every=[0, 300],
@@ -278,8 +279,8 @@ def test_ufm_fit_trial_alone_equals_batched():
 
 
 def test_logit_finite_and_projection():
-    P, pi, _ = ntp.pattern_synthetic(8, 9, 3, support=4, trials=2, seed=5)
-    Ls = ntp.logit_finite(P)
+    P, pi, _ = A.data.ntp_patterns(8, 9, 3, support=4, trials=2, seed=5)
+    Ls = A.svm.logit_finite(P)
     sup = P > 0
     for b in range(2):
         for j in range(8):
@@ -289,21 +290,21 @@ def test_logit_finite_and_projection():
                     assert Ls[b, j, z] - Ls[b, j, zz] == pytest.approx(np.log(P[b, j, z] / P[b, j, zz]), abs=1e-12)
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((2, 2, 8, 9))
-    PX = ntp.logit_project_F(X, P)
-    np.testing.assert_allclose(ntp.logit_project_F(PX, P), PX, atol=1e-12)        # idempotent
-    np.testing.assert_allclose(ntp.logit_project_F(Ls, P), Ls, atol=1e-12)          # L* in F_L
+    PX = A.svm.logit_project_F(X, P)
+    np.testing.assert_allclose(A.svm.logit_project_F(PX, P), PX, atol=1e-12)        # idempotent
+    np.testing.assert_allclose(A.svm.logit_project_F(Ls, P), Ls, atol=1e-12)          # L* in F_L
     # self-adjoint: <P X, Y> = <X, P Y>
-    np.testing.assert_allclose((PX * Y).sum((1, 2)), (X * ntp.logit_project_F(Y, P)).sum((1, 2)), rtol=1e-12)
+    np.testing.assert_allclose((PX * Y).sum((1, 2)), (X * A.svm.logit_project_F(Y, P)).sum((1, 2)), rtol=1e-12)
     # softmax invariance: adding a constant to a row does not move P_F L
-    np.testing.assert_allclose(ntp.logit_project_F(X + rng.standard_normal((2, 8, 1)), P), PX, atol=1e-12)
+    np.testing.assert_allclose(A.svm.logit_project_F(X + rng.standard_normal((2, 8, 1)), P), PX, atol=1e-12)
 
 
 def test_lem_ufm_finite_part_bound():
     """lem-ufm-finite: |P_F L - L*| <= 2 log(1 + delta/(p_min - delta)), delta = sqrt(KL/2)."""
     from scipy.special import log_softmax
-    P, pi, _ = ntp.pattern_synthetic(10, 8, 3, support=3, trials=1, seed=7)
+    P, pi, _ = A.data.ntp_patterns(10, 8, 3, support=3, trials=1, seed=7)
     P = P[0]
-    Ls, Lm = ntp.logit_finite(P), ntp.logit_svm(P, "fro")
+    Ls, Lm = A.svm.logit_finite(P), A.svm.logit_svm(P, "fro")
     rng = np.random.default_rng(3)
     n_finite, worst = 0, 0.0
     for trial in range(300):
@@ -311,8 +312,8 @@ def test_lem_ufm_finite_part_bound():
         L = Ls + gamma * Lm + noise * rng.standard_normal(P.shape) + rng.standard_normal((10, 1))
         lq = log_softmax(L, axis=-1)
         kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1)) - lq), 0).sum(-1)
-        bnd = ntp.finite_part_bound(kl, P)
-        err = np.abs(ntp.logit_project_F(L, P) - Ls).max(-1)
+        bnd = A.bounds.finite_part_bound(kl, P)
+        err = np.abs(A.svm.logit_project_F(L, P) - Ls).max(-1)
         assert np.all(err <= bnd + 1e-12)
         ok = np.isfinite(bnd)
         n_finite += ok.sum()
@@ -320,13 +321,13 @@ def test_lem_ufm_finite_part_bound():
     assert n_finite > 500            # the bound is informative on most rows
     assert worst > 0.25              # and not vacuous: some rows come within a factor 4 of it
     with pytest.raises(ValueError, match="gap_j"):
-        ntp.finite_part_bound(-np.ones(10), P)
+        A.bounds.finite_part_bound(-np.ones(10), P)
 
 
 @pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
 def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
     import cvxpy as cp
-    P, pi, g = ntp.pattern_synthetic(9, 10, 3, support=3, trials=2, seed=2, pattern_seed=4)
+    P, pi, g = A.data.ntp_patterns(9, 10, 3, support=3, trials=2, seed=2, pattern_seed=4)
     sup = P[0] > 0
     # Frobenius: closed form equals the QP's solution
     X = cp.Variable((9, 10))
@@ -335,9 +336,9 @@ def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
         S, O = np.flatnonzero(sup[j]), np.flatnonzero(~sup[j])
         cons += [X[j, S[1:]] == X[j, S[0]], X[j, S[0]] - X[j, O] >= 1]
     cp.Problem(cp.Minimize(cp.sum_squares(X)), cons).solve(solver="CLARABEL")
-    np.testing.assert_allclose(ntp.logit_svm(P[0], "fro"), X.value, atol=1e-6)
+    np.testing.assert_allclose(A.svm.logit_svm(P[0], "fro"), X.value, atol=1e-6)
     # nuclear: the symmetrized minimizer (lem-ufm-symmetric)
-    Ln = ntp.logit_svm(P, "nuc")
+    Ln = A.svm.logit_svm(P, "nuc")
     np.testing.assert_allclose(Ln[0], Ln[1], atol=1e-6)          # depends only on the pattern
     for k in range(3):
         np.testing.assert_allclose(Ln[0][g == k], np.broadcast_to(Ln[0][g == k][0], (3, 10)), atol=1e-12)
@@ -348,43 +349,43 @@ def test_logit_svm_fro_closed_form_and_nuclear_symmetrization():
     def nuc(M):
         return np.linalg.svd(M, compute_uv=False).sum()
     assert nuc(Ln[0]) <= nuc(X.value) * (1 + 1e-5)                # still a minimizer
-    assert nuc(Ln[0]) <= nuc(ntp.logit_svm(P[0], "fro")) * (1 + 1e-6)
+    assert nuc(Ln[0]) <= nuc(A.svm.logit_svm(P[0], "fro")) * (1 + 1e-6)
     with pytest.raises(ValueError, match="norm"):
-        ntp.logit_svm(P[0], "l1")
+        A.svm.logit_svm(P[0], "l1")
 
 
 def test_logit_margin():
     P = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
     L = np.array([[3.0, 2.0, 0.5, 1.5], [0.0, 1.0, -2.0, 0.2], [9.0, -9.0, 0.0, 0.0]])
-    assert ntp.logit_margin(L, P) == pytest.approx(0.5)          # row 0: 2 - 1.5; row 2 has none
-    np.testing.assert_allclose(ntp.logit_margin(np.stack([L, 2 * L]), P), [0.5, 1.0])
-    assert ntp.logit_margin(ntp.logit_svm(P, "fro"), P) == pytest.approx(1.0)
+    assert A.svm.logit_margin(L, P) == pytest.approx(0.5)          # row 0: 2 - 1.5; row 2 has none
+    np.testing.assert_allclose(A.svm.logit_margin(np.stack([L, 2 * L]), P), [0.5, 1.0])
+    assert A.svm.logit_margin(A.svm.logit_svm(P, "fro"), P) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="L must"):
-        ntp.logit_margin(L[:, :3], P)
+        A.svm.logit_margin(L[:, :3], P)
     with pytest.raises(ValueError, match="P"):
-        ntp.logit_margin(L[2:], P[2:])
+        A.svm.logit_margin(L[2:], P[2:])
 
 
 def test_collapse_ratio_and_patterns():
     g = np.array([0, 1, 0, 1])
     E = np.array([[1.0, 0], [0, 1.0], [1.0, 0], [0, 1.0]])
-    assert ntp.collapse_ratio(E, g) == 0.0
+    assert A.metrics.collapse_ratio(E, g) == 0.0
     E2 = E + np.array([[0, 0.1], [0.1, 0], [0, -0.1], [-0.1, 0]])
-    assert 0 < ntp.collapse_ratio(E2, g) < 0.5
+    assert 0 < A.metrics.collapse_ratio(E2, g) < 0.5
     with pytest.raises(ValueError, match="groups"):
-        ntp.collapse_ratio(E, np.array([0, 1, 2]))
-    P, _, labels = ntp.pattern_synthetic(7, 9, 3, trials=3, seed=0)
-    assert np.array_equal(ntp.support_patterns(P[1]), labels)
+        A.metrics.collapse_ratio(E, np.array([0, 1, 2]))
+    P, _, labels = A.data.ntp_patterns(7, 9, 3, trials=3, seed=0)
+    assert np.array_equal(A.data.support_patterns(P[1]), labels)
     assert np.array_equal(P[0] > 0, P[2] > 0) and not np.allclose(P[0], P[2])
     with pytest.raises(ValueError, match="n_patterns"):
-        ntp.pattern_synthetic(3, 9, 4)
+        A.data.ntp_patterns(3, 9, 4)
 
 
 def test_ufm_training_reaches_the_finite_part():
     """GD on the UFM: the loss decreases to the entropy, P_F L_t -> L* within the proved bound,
     and the orthogonal part keeps only the support pattern (observed at this size)."""
     from attnsvm.experiments import ntp as X
-    P, pi, g = ntp.pattern_synthetic(6, 8, 2, support=3, trials=3, seed=0)
+    P, pi, g = A.data.ntp_patterns(6, 8, 2, support=3, trials=3, seed=0)
     run = ntp.train_ufm(P, pi, d=10, steps=20000, lr=0.25, init_scale=1e-2, seed=0,
                         record_steps=[100, 2000, 20000])
     geo = X.ufm_geometry(P, pi, g, run)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import ntp, svm
+from attnsvm import graphs, svm
 from attnsvm.data import NTPSeqData, ntp_sequences
 from attnsvm.devices import cpu_threads
 from attnsvm.experiments.ntpattn import ntp_attention_experiment, smoothness_bound
-from attnsvm.models import SelfAttentionNTP, ntp_attention_objective
+from attnsvm.losses import ntp_attention_objective
+from attnsvm.models import SelfAttentionNTP
 
 
 @pytest.fixture(autouse=True)
@@ -67,21 +68,21 @@ def test_data_validation():
 def test_graph_hand_example():
     # query 3; sequences (0,1,3)->0, (1,0,3)->1, (0,2,3)->0: edges 0->1, 1->0, 0->2, 0->3, 1->3
     D = NTPSeqData(np.eye(4), np.array([[0, 1, 3], [1, 0, 3], [0, 2, 3]]), np.array([0, 1, 0]))
-    A = ntp.priority_graph(D)
+    A = graphs.priority_graph(D)
     assert A[3].sum() == 5 and A[3, 0, 1] and A[3, 1, 0] and A[3, 0, 2] and not A[3, 2, 0]
-    comp = ntp.priority_components(A)[3]
+    comp = graphs.priority_components(A)[3]
     assert comp[0] == comp[1] and len({comp[0], comp[2], comp[3]}) == 3
-    np.testing.assert_array_equal(ntp.top_component(D),
+    np.testing.assert_array_equal(graphs.top_component(D),
                                   [[True, True, False], [True, True, False], [True, False, False]])
 
 
 def test_lem_top_component(data):
     """lem-ntpattn-top: every token of sequence i is reachable from y_i; O_i are the tokens that
     reach y_i back (brute-force transitive closure against scipy's components)."""
-    M = ntp.top_component(data)
+    M = graphs.top_component(data)
     for b in range(data.trials):
         D = data.trial(b)
-        R = _closure(ntp.priority_graph(D))
+        R = _closure(graphs.priority_graph(D))
         for i in range(D.n):
             q, yi = D.tokens[i, -1], D.y[i]
             assert R[q, yi, D.tokens[i]].all()
@@ -94,8 +95,8 @@ def test_lem_top_component(data):
 def _edge_svm(D):
     """The per-edge form of prop-ntpattn-edges, solved independently with cvxpy."""
     import cvxpy as cp
-    A = ntp.priority_graph(D)
-    comp = ntp.priority_components(A)
+    A = graphs.priority_graph(D)
+    comp = graphs.priority_components(A)
     W = cp.Variable((D.d, D.d))
     cons = []
     for q, a, b in zip(*np.nonzero(A)):
@@ -107,7 +108,7 @@ def _edge_svm(D):
 
 def test_graph_svm_constraints_and_edge_form(data):
     W = svm.graph_svm(data)
-    M = ntp.top_component(data)
+    M = graphs.top_component(data)
     for b in range(data.trials):
         D = data.trial(b)
         s = np.einsum("ntd,de,ne->nt", D.X, W[b], D.Z)
@@ -131,8 +132,8 @@ def test_prop_feasible_independent_embeddings():
         Wsvm = svm.graph_svm(data)
         for b in range(data.trials):
             D = data.trial(b)
-            A = ntp.priority_graph(D)
-            comp = ntp.priority_components(A)
+            A = graphs.priority_graph(D)
+            comp = graphs.priority_components(A)
             U = np.zeros((D.K, D.K))                     # U[k, q] = level of k in G_q
             for q in range(D.K):
                 R = _closure(A[q])
@@ -149,7 +150,7 @@ def test_prop_feasible_independent_embeddings():
             Ep = np.linalg.pinv(D.E.T)                   # (K, d): Ep @ E.T = I
             W = Ep.T @ U @ Ep
             np.testing.assert_allclose(D.E @ W @ D.E.T, U, atol=1e-9)
-            M = ntp.top_component(D)
+            M = graphs.top_component(D)
             s = np.einsum("ntd,de,ne->nt", D.X, W, D.Z)
             for i in range(D.n):
                 assert np.ptp(s[i, M[i]]) < 1e-9
@@ -174,7 +175,7 @@ def test_prop_singletons_reduce_to_att_svm():
     """prop-ntpattn-singleton: distinct priorities give singleton components, and the graph SVM
     is the Att-SVM of Part II with the next tokens selected."""
     data = ntp_sequences(25, 8, 4, queries=2, levels=10 ** 6, trials=2, seed=1)
-    M = ntp.top_component(data)
+    M = graphs.top_component(data)
     assert np.all(M.sum(-1) == 1)
     W = svm.graph_svm(data)
     for b in range(data.trials):
@@ -196,7 +197,7 @@ def test_objective_gradient_autograd(data):
     loss.sum().backward()
     torch.testing.assert_close(W.grad, g["W"], rtol=1e-10, atol=1e-12)
     # masked (L_O) gradient too
-    model_O = SelfAttentionNTP(mask=ntp.top_component(data))
+    model_O = SelfAttentionNTP(mask=graphs.top_component(data))
     bO = model_O.batch(data)
     W2 = params["W"].clone().requires_grad_(True)
     loss, g, _ = model_O.objective({"W": W2}, bO)
@@ -253,7 +254,7 @@ def test_lem_finite_part(data):
     """lem-ntpattn-finite: W_svm is orthogonal to F; L_O depends on P_F W only; W* lies in F and
     minimizes L_O there (local perturbations in F increase it)."""
     Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
-    M = ntp.top_component(data)
+    M = graphs.top_component(data)
     rng = np.random.default_rng(4)
     for b in range(data.trials):
         D = data.trial(b)
@@ -275,7 +276,7 @@ def test_prop_infimum(data):
     """prop-ntpattn-inf: L(W) > L_O(W*) at random and at near-optimal points, and
     L(W* + R W_svm) - L_O(W*) decreases to 0 within the stated bound."""
     Wsvm, Wfin = svm.graph_svm(data), svm.graph_finite(data)
-    M = ntp.top_component(data)
+    M = graphs.top_component(data)
     rng = np.random.default_rng(5)
     for b in range(data.trials):
         D = data.trial(b)
@@ -353,7 +354,7 @@ def test_feasibility_is_needed():
     finite minimizer of L (near w = -0.42, L about 0.90) with a bounded norm."""
     E = np.array([[0.0], [1.0], [1.0], [2.0]])
     D = NTPSeqData(E, np.array([[0, 1, 3], [2, 0, 3]]), np.array([0, 2]))
-    M = ntp.top_component(D)
+    M = graphs.top_component(D)
     assert np.all(M.sum(-1) == 1) and svm.graph_subspace(D).shape[1] == 0
     assert _loss(D, np.zeros((1, 1)), M) == 0.0              # L_O(W*) = 0
     with pytest.raises(svm.InfeasibleError):

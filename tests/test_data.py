@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from attnsvm.data import (AttnData, LinearData, NTPSeqData, orthogonal, overparameterized, prompt_2d,
+from attnsvm.data import (AttnData, LinearData, orthogonal, overparameterized, prompt_2d,
                           random_unit, score_gap, separable, trial_seed)
 from attnsvm import data as _data_module
 from attnsvm.svm import att_svm, linear_svm, p_svm
@@ -174,18 +174,28 @@ CONTRACT_ARGS = {
     "planted_token": dict(n=4, T=5, d=6),
     "planted_prompt": dict(n=4, T=5, d=3),
     "ntp_sequences": dict(n=5, K=6, T=3),
+    "ntp_synthetic": dict(m=3, V=6, d=5),
+    "ntp_patterns": dict(m=6, V=7, n_patterns=2),
+    "ntp_corpus": dict(k=1, vocab_size=10),
 }
 
+#: outputs (by position) that a generator draws once, not per trial (the support patterns of
+#: ntp_patterns come from ``pattern_seed``): the same in every call, without a trials axis
+SHARED = {"ntp_patterns": (2,)}
 
-def _arrays(out):
-    """All arrays of a generator's output (the container's fields, then any extras)."""
+
+def _arrays(out, shared=()):
+    """All per-trial arrays of a generator's output (the container's fields, then any extras;
+    the outputs at the positions ``shared`` are left out)."""
     parts = out if isinstance(out, tuple) else (out,)
     arrays = []
-    for p in parts:
-        if isinstance(p, (AttnData, LinearData)):
-            arrays += [getattr(p, f) for f in ("X", "y", "Z", "v", "w_star") if hasattr(p, f)]
-        elif isinstance(p, NTPSeqData):
-            arrays += [p.E, p.tokens, p.y]
+    for k, p in enumerate(parts):
+        if k in shared:
+            continue
+        if isinstance(p, _data_module.Corpus):
+            p = p.data
+        if isinstance(p, _data_module.TrialsData):
+            arrays += [a for a in p._fields() if a is not None]
         else:
             arrays.append(np.asarray(p))
     return arrays
@@ -193,7 +203,8 @@ def _arrays(out):
 
 def test_every_public_generator_is_registered():
     from attnsvm import data
-    helpers = {"trial_seed", "stream", "stream_seed"}
+    helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "zen_of_python", "tokenize",
+               "keyed_instances"}
     public = {n for n in data.__all__ if callable(getattr(data, n)) and n not in helpers
               and not isinstance(getattr(data, n), type)}
     assert public == set(data.GENERATORS)
@@ -205,19 +216,42 @@ def test_every_public_generator_is_registered():
 def test_trial_zero_does_not_depend_on_trials(name, seed):
     from attnsvm import data
     assert name in CONTRACT_ARGS, f"generator {name} has no entry in CONTRACT_ARGS"
-    gen, kw = data.GENERATORS[name], CONTRACT_ARGS[name]
-    one, four = _arrays(gen(trials=1, seed=seed, **kw)), _arrays(gen(trials=4, seed=seed, **kw))
+    gen, kw, sh = data.GENERATORS[name], CONTRACT_ARGS[name], SHARED.get(name, ())
+    one, four = _arrays(gen(trials=1, seed=seed, **kw), sh), _arrays(gen(trials=4, seed=seed, **kw), sh)
     assert len(one) == len(four)
     for a, b in zip(one, four):
         assert a.shape[0] == 1 and b.shape[0] == 4
         np.testing.assert_array_equal(a[0], b[0])
     # the trials differ (the streams are independent), and the seed matters
     assert not np.array_equal(four[0][0], four[0][1])
-    assert not np.array_equal(one[0], _arrays(gen(trials=1, seed=8, **kw))[0])
+    assert not np.array_equal(one[0], _arrays(gen(trials=1, seed=8, **kw), sh)[0])
     # a trial drawn alone from its trial seed is the same trial
-    alone = _arrays(gen(seed=data.trial_seed(seed, 2), **kw))
+    alone = _arrays(gen(seed=data.trial_seed(seed, 2), **kw), sh)
     for a, b in zip(alone, four):
         np.testing.assert_array_equal(a, b[2])
+    # what is drawn once is the same whatever the trials and the seed
+    for k in sh:
+        np.testing.assert_array_equal(gen(trials=1, seed=seed, **kw)[k], gen(trials=4, seed=8, **kw)[k])
+
+
+def test_containers_share_the_trials_base():
+    """take/trial/stack come from one base class and agree for every container."""
+    from attnsvm import data
+    items = [data.random_unit(3, 4, 5, trials=4, seed=1), data.separable(5, 3, trials=4, seed=1),
+             data.ntp_sequences(4, 6, 3, trials=4, seed=1), data.ntp_synthetic(3, 6, 5, trials=4, seed=1)]
+    for D in items:
+        assert isinstance(D, data.TrialsData) and D.batched and D.trials == 4
+        sub = D.take([2, 0])
+        assert type(sub) is type(D) and sub.trials == 2
+        for a, b in zip(sub.trial(0)._fields(), D.trial(2)._fields()):
+            np.testing.assert_array_equal(a, b)
+        back = type(D).stack([D.trial(b) for b in range(4)])
+        for a, b in zip(back._fields(), D._fields()):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(ValueError, match="b must be in"):
+            D.trial(4)
+        with pytest.raises(ValueError, match="needs batched data"):
+            D.trial(0).take([0])
 
 
 def test_prescribed_scores_exact_scores():

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnsvm.data import orthogonal, random_unit, separable
-from attnsvm.svm import (InfeasibleError, att_svm, att_svm_batch, choose_formulation, head_svm,
-                         in_cone, is_locally_optimal, linear_svm, p_svm, rank,
+from attnsvm.svm import (InfeasibleError, att_svm, att_svm_batch, choose_formulation,
+                         head_support, head_svm, in_cone, is_locally_optimal, linear_svm, p_svm, rank,
                          support_tokens)
 from attnsvm.tokens import optimal_tokens, token_scores
 
@@ -250,6 +250,49 @@ def test_p_svm_kkt():
     np.testing.assert_allclose(p_svm(X, opt, solver="CLARABEL"), p, atol=1e-6)
 
 
+def test_relaxed_p_svm_kkt_reduction_and_direct_solve():
+    """Relaxed p-SVM (margin 1 on the support sequences, >= 0 elsewhere): feasible, KKT
+    certificate (p = sum lam U, lam >= 0, complementary slackness, zero duality gap), equal to a
+    direct cvxpy solve, strictly shorter than the strict p-SVM here, and equal to it when every
+    sequence is a support sequence."""
+    import cvxpy as cp
+
+    X, y, Z, v, opt = inst(6, 4, 20, seed=12)
+    n, T, _ = X.shape
+    sup = np.array([True, False, True, False, False, True])
+    p, lam = p_svm(X, opt, support=sup, return_dual=True)
+    U = X[np.arange(n), opt][:, None] - X
+    off = np.ones((n, T), bool)
+    off[np.arange(n), opt] = False
+    b = np.broadcast_to(sup[:, None].astype(float), (n, T))
+    mg = U @ p
+    assert np.all(mg[off] >= b[off] - 1e-9) and np.all(lam >= 0)
+    np.testing.assert_allclose(np.einsum("nt,ntd->d", lam, U), p, atol=1e-7)
+    assert np.max(lam[off] * np.abs(mg - b)[off]) <= 1e-7
+    assert abs(lam[sup].sum() - p @ p) <= 1e-7 * (p @ p)           # dual value = primal value
+    q = cp.Variable(X.shape[2])
+    cp.Problem(cp.Minimize(cp.sum_squares(q)),
+               [U[i, t] @ q >= b[i, t] for i in range(n) for t in range(T) if off[i, t]]
+               ).solve(solver="CLARABEL")
+    np.testing.assert_allclose(p, q.value, atol=1e-6)
+    strict = p_svm(X, opt)
+    assert np.linalg.norm(p) < np.linalg.norm(strict) - 1e-3
+    np.testing.assert_allclose(p_svm(X, opt, support=np.ones(n, bool)), strict, atol=1e-6)
+    with pytest.raises(ValueError, match="support"):
+        p_svm(X, opt, support=np.zeros(n, bool))
+    with pytest.raises(ValueError, match="support"):
+        p_svm(X, opt, support=np.ones(n - 1, bool))
+
+
+def test_head_support_marks_the_head_svms_margin():
+    X, y, Z, v, opt = inst(8, 3, 6, seed=13)
+    sup = head_support(X, y, opt)
+    vm = head_svm(X, y, opt)
+    mg = y * (X[np.arange(8), opt] @ vm)
+    assert sup.any() and not sup.all()
+    np.testing.assert_array_equal(sup, mg <= 1 + 1e-6)
+
+
 def test_linear_svm_kkt_and_separable_margin():
     L = separable(40, 5, margin=0.3, seed=1)
     w, lam = linear_svm(L.X, L.y, return_dual=True)
@@ -329,11 +372,11 @@ GOOD = inst(3, 4, 5, seed=15)
     (dict(X=np.zeros((3, 4))), "X"),
     (dict(Z=np.zeros((3, 4))), "Z"),
     (dict(Z=np.full((3, 5), np.inf)), "Z"),
-    (dict(opt=np.array([0, 1, 4])), "opt"),
-    (dict(opt=np.array([0, 1])), "opt"),
-    (dict(opt=np.array([0.5, 1, 2])), "opt"),
-    (dict(opt=[{0, 1}, {0}, set()]), "opt"),
-    (dict(opt=[{0, 1, 2, 3}, {0}, {1}]), "opt"),
+    (dict(alpha=np.array([0, 1, 4])), "alpha"),
+    (dict(alpha=np.array([0, 1])), "alpha"),
+    (dict(alpha=np.array([0.5, 1, 2])), "alpha"),
+    (dict(alpha=[{0, 1}, {0}, set()]), "alpha"),
+    (dict(alpha=[{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}]), "alpha"),
     (dict(norm="operator"), "norm"),
     (dict(norm=0.5), "norm"),
     (dict(solver="NOPE"), "solver"),
@@ -341,11 +384,11 @@ GOOD = inst(3, 4, 5, seed=15)
 ])
 def test_att_svm_malformed(kwargs, match):
     X, y, Z, v, opt = GOOD
-    args = dict(X=X, Z=Z, opt=opt)
+    args = dict(X=X, Z=Z, alpha=opt)
     args.update(kwargs)
     extra = {k: args.pop(k) for k in ("norm", "solver") if k in args}
     with pytest.raises(ValueError, match=match):
-        att_svm(args["X"], args["Z"], args["opt"], **extra)
+        att_svm(args["X"], args["Z"], args["alpha"], **extra)
 
 
 def test_other_malformed():
@@ -368,7 +411,7 @@ def test_other_malformed():
         in_cone(np.eye(2), np.zeros((2, 2)), R0=0, eps=0.1)
     with pytest.raises(ValueError, match="rtol"):
         rank(np.eye(2), rtol=0)
-    with pytest.raises(ValueError, match="opt"):
+    with pytest.raises(ValueError, match="alpha"):
         att_svm_batch(X[None], Z[None], opt)
 
 

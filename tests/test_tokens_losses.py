@@ -67,3 +67,38 @@ def test_loss_floor_is_the_limit_along_the_svm():
     assert losses.loss_floor(random_unit(3, 3, 8, trials=2, seed=0)).shape == (2,)
     with pytest.raises(ValueError, match="data"):
         losses.loss_floor(np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- log excess loss
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
+def test_log_excess_loss_is_the_excess_of_the_loss(loss):
+    """numpy and torch agree, and both equal log(mean_i l(g*_i - delta_i) - l(g*_i)) computed
+    directly where that is accurate; the small-gap expansion keeps tiny excesses finite."""
+    import torch
+
+    from attnsvm.losses import get_loss, log_excess_loss
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((3, 4, 5))                          # token scores (B, n, T)
+    a = rng.standard_normal((3, 4, 5)) * 2                      # attention scores
+    gs = G.max(-1)
+    D = gs[..., None] - G
+    log_gap = np.where(D > 0, np.log(np.where(D > 0, D, 1.0)), -np.inf)
+    log_s = a - np.log(np.exp(a).sum(-1, keepdims=True))
+    out_np = log_excess_loss(log_s, log_gap, gs, loss)
+    out_t = log_excess_loss(torch.as_tensor(log_s), torch.as_tensor(log_gap), torch.as_tensor(gs), loss)
+    np.testing.assert_allclose(out_t.numpy(), out_np, rtol=1e-12)
+    ell = get_loss(loss)
+    delta = (np.exp(log_s) * D).sum(-1)
+    direct = np.log(np.mean(ell.value_np(gs - delta) - ell.value_np(gs), axis=-1))
+    np.testing.assert_allclose(out_np, direct, rtol=1e-10)
+    # a tiny excess: the expansion (default) is finite and matches the direct formula's limit
+    tiny = log_s - 40.0 * (D > 0)                              # weights ~e^-40 off the best token
+    fine = log_excess_loss(tiny, log_gap, gs, loss)
+    assert np.all(np.isfinite(fine))
+    ref = log_excess_loss(tiny, log_gap, gs, loss, small_gap=0.0)
+    np.testing.assert_allclose(fine, ref, rtol=1e-12)
+    huge = log_s - 800.0 * (D > 0)                             # the direct formula underflows
+    assert np.all(np.isfinite(log_excess_loss(huge, log_gap, gs, loss)))
+    if loss != "correlation":
+        with np.errstate(divide="ignore", invalid="ignore"):        # the direct formula fails
+            assert not np.any(np.isfinite(log_excess_loss(huge, log_gap, gs, loss, small_gap=0.0)))

@@ -342,12 +342,12 @@ def test_rule_options_validated(kw, match):
 
 # ---------------------------------------------------------------- model objects (NTP)
 def _ntp_data(trials=3, seed=0):
-    from attnsvm import ntp
-    return ntp.synthetic(4, 6, 7, trials=trials, seed=seed)
+    from attnsvm.data import ntp_synthetic
+    return ntp_synthetic(4, 6, 7, trials=trials, seed=seed)
 
 
 def test_ntp_linear_objective_matches_autograd_and_entropy():
-    from attnsvm import ntp
+    from attnsvm import losses
     from attnsvm.models import NTPLinear
     data = _ntp_data()
     net = NTPLinear()
@@ -357,8 +357,8 @@ def test_ntp_linear_objective_matches_autograd_and_entropy():
     assert ls is None
     (auto,) = torch.autograd.grad(loss.sum(), [W])
     np.testing.assert_allclose(grads["W"].detach().numpy(), auto.numpy(), rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(loss.detach().numpy(), ntp.ce_loss(W.detach().numpy(), data), rtol=1e-12)
-    np.testing.assert_allclose(net.L_star(batch).numpy(), ntp.entropy(data), rtol=1e-12)
+    np.testing.assert_allclose(loss.detach().numpy(), losses.ce_loss(W.detach().numpy(), data), rtol=1e-12)
+    np.testing.assert_allclose(net.L_star(batch).numpy(), losses.entropy(data), rtol=1e-12)
     assert np.all(loss.detach().numpy() > net.L_star(batch).numpy())
 
 
@@ -369,23 +369,23 @@ def test_ntp_linear_objective_matches_autograd_and_entropy():
                                 dict(optimizer="sd", norm="spectral", lr=0.05)],
                          ids=lambda kw: kw["optimizer"])
 def test_ntp_linear_in_fit_batched_equals_one_and_hand_gd(kw):
-    from attnsvm import ntp
+    from attnsvm import losses
     from attnsvm.models import NTPLinear
     data = _ntp_data()
     W0 = np.random.default_rng(5).standard_normal((3, 6, 7)) * 0.1
     hb = fit(data, model=NTPLinear(), init=W0, steps=40, record_every=10, snapshots=True,
              device="cpu", **kw)
     assert hb.excess.shape == hb.loss.shape and np.all(hb.excess > 0)
-    np.testing.assert_allclose(hb.excess, hb.loss - ntp.entropy(data), rtol=1e-12)
+    np.testing.assert_allclose(hb.excess, hb.loss - losses.entropy(data), rtol=1e-12)
     for b in range(3):
         one = fit(data.trial(b), model=NTPLinear(), init=W0[b], steps=40, record_every=10,
                   snapshots=True, device="cpu", seed=[(0, b)], **kw)
         np.testing.assert_allclose(one.snapshots[:, 0], hb.snapshots[:, b], rtol=1e-11, atol=1e-14)
         np.testing.assert_allclose(one.loss[:, 0], hb.loss[:, b], rtol=1e-12)
-    if kw["optimizer"] == "gd":                      # hand-written numpy GD on ntp.ce_grad
+    if kw["optimizer"] == "gd":                      # hand-written numpy GD on losses.ce_grad
         W = W0.copy()
         for _ in range(40):
-            W = W - 0.5 * ntp.ce_grad(W, data)
+            W = W - 0.5 * losses.ce_grad(W, data)
         np.testing.assert_allclose(hb.W, W, rtol=1e-10, atol=1e-13)
     if kw["optimizer"] == "polyak_star":             # the Polyak step with L* = H decreases L - L*
         assert np.all(hb.excess[-1] < hb.excess[0])
@@ -440,3 +440,23 @@ def test_model_object_interface_log_scales_and_validation():
     from attnsvm.models import NTPLinear
     with pytest.raises(ValueError, match="NTPData"):
         fit(data, model=NTPLinear(), steps=2)
+
+
+@pytest.mark.parametrize("loss", ["correlation", "logistic"])
+def test_margin_objective_records_like_the_margin_path(loss):
+    """fit(model=MarginObjective(net, loss)) runs (the correlation loss included, whose log L is
+    undefined: recorded as NaN) and gives the loss, log-loss and iterates of fit(model="W")."""
+    from attnsvm.models import AttentionClassifier, MarginObjective
+    data = random_unit(4, 5, 6, trials=3, seed=2)
+    opts = dict(optimizer="ngd", lr=0.1, steps=40, record_every=10, device="cpu")
+    h = fit(data, model="W", loss=loss, **opts)
+    batch = {"X": data.X, "y": data.y, "Z": data.Z}
+    init = {"W": np.zeros((3, 6, 6)), "v": data.v}
+    ho = fit(batch, model=MarginObjective(AttentionClassifier("W"), loss), init=init, **opts)
+    np.testing.assert_allclose(ho.params["W"], h.W, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ho.loss, h.loss, rtol=1e-12, atol=1e-14)
+    assert np.isfinite(ho.loss).all()
+    if loss == "correlation":
+        assert np.isnan(ho.log_loss).all() and np.isnan(h.log_loss).all()
+    else:
+        np.testing.assert_allclose(ho.log_loss, h.log_loss, rtol=1e-12)

@@ -3,9 +3,10 @@
 The helper library of the book *Attention as an SVM*. Modules, by concept:
 
 ``tokens``   token scores, optimal tokens, attention scores, margins, lifted features
-``losses``   margin losses with stable log-space companions
-``data``     seeded data models (one seeding contract, named streams)
-``svm``      attention SVMs (Frobenius, nuclear, l_p), token optimality, local optimality (a package)
+``losses``   margin losses with stable log-space companions, the log excess loss, NTP losses
+``data``     data containers and seeded generators (one seeding contract, named streams), NTP data
+``svm``      every max-margin problem (a package): Att-SVMs (Frobenius, nuclear, l_p, spectral),
+             local optimality, l_p linear SVMs, NTP / logit / graph SVMs, the finite parts W*
 ``models``   the attention classifier: score parameterizations and heads (a package)
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
@@ -15,8 +16,9 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``book``     the book's build (``python -m attnsvm.book build``)
-``svm_geometry``, ``optim_geometry``, ``ntp``   Part IV: l_p / spectral / NTP SVMs, geometry
-             rules (steepest, mirror, PRGD, scheduled Adam), linear next-token prediction
+``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
+``optim_geometry``   Part IV: geometry rules (steepest, mirror, PRGD, scheduled Adam)
+``ntp``      training wrappers of linear next-token prediction (to be removed: use ``fit``)
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -33,7 +35,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
                "bounds", "claims", "experiments",
-               "svm_geometry", "optim_geometry", "ntp")   # Part IV
+               "graphs", "optim_geometry", "ntp")   # Part IV
 
 #: public name -> submodule that defines it
 _EXPORTS = {

@@ -6,11 +6,12 @@ what was wrong, instead of returning ``None``, NaN or a garbage matrix.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
 
-__all__ = ["as_float_array", "check_positive", "check_int", "check_choice"]
+__all__ = ["as_float_array", "check_positive", "check_int", "check_choice", "check_bool", "renamed"]
 
 
 def as_float_array(name, x, *, ndim=None, min_ndim=None, max_ndim=None, shape=None,
@@ -75,3 +76,29 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
     return value
+
+
+def check_bool(name, value):
+    """Return ``value`` if it is a bool (or numpy bool), else raise ValueError naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def renamed(**old):
+    """Decorator: a keyword of the old spelling raises a ``TypeError`` that names the new one.
+
+    ``@renamed(rule="optimizer", query="cross (a bool: cross=True for query='cross')")`` makes
+    ``f(rule="gd")`` raise ``TypeError: f() takes optimizer=, not rule= (renamed)``; the old
+    keyword is never accepted silently.
+    """
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for name, new in old.items():
+                if name in kwargs:
+                    raise TypeError(f"{fn.__name__}() takes {new.split(' ', 1)[0]}=, not {name}= "
+                                    f"(renamed{': ' + new.split(' ', 1)[1] if ' ' in new else ''})")
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco

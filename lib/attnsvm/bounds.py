@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import as_float_array
+from .data import _support
+
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
-           "global_excess_bound", "mass_from_excess"]
+           "global_excess_bound", "mass_from_excess", "finite_part_bound"]
 
 
 
@@ -338,3 +341,21 @@ def mass_from_excess(excess, n, bD_minus):
     if np.any(excess < 0):
         raise ValueError("excess must be >= 0")
     return n * excess / bD_minus
+
+
+def finite_part_bound(gap_j, P):
+    r"""The bound of the chapter's lemma on the finite part (proved there): if the per-context
+    excess :math:`\mathrm{KL}(p_j\,\|\,\mathrm{softmax}(L_j)) = \kappa_j` and
+    :math:`\delta_j = \sqrt{\kappa_j/2} < p_{\min,j} = \min_{z\in S_j}p_{jz}`, then every entry of
+    :math:`P_{F_L}L - L^*` in row :math:`j` is at most
+    :math:`2\log(1 + \delta_j/(p_{\min,j} - \delta_j))` in absolute value. Returns the bound per
+    row (``inf`` where :math:`\delta_j \ge p_{\min,j}`), shape of ``gap_j``."""
+    P, sup = _support(P)
+    gap_j = as_float_array("gap_j", gap_j, shape=P.shape[:-1])
+    if np.any(gap_j < -1e-12):
+        raise ValueError("gap_j must be nonnegative (a KL divergence)")
+    delta = np.sqrt(0.5 * np.maximum(gap_j, 0.0))       # Pinsker: TV <= sqrt(KL/2)
+    pmin = np.where(sup, P, np.inf).min(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = 2.0 * np.log1p(delta / (pmin - delta))
+    return np.where(delta < pmin, b, np.inf)

@@ -84,7 +84,7 @@ class Word:
 
 def _glue(key, value):
     try:
-        from myst_nb import glue
+        from myst_nb import glue  # deferred: myst_nb is optional (notebooks only)
     except ImportError:  # pragma: no cover - myst-nb is a requirement of the book
         return
     glue(key, value, display=False)

@@ -25,6 +25,9 @@ whatever ``B`` is, and ``gen(..., seed=trial_seed(s, b))`` reproduces it unbatch
 * :func:`prescribed_scores`: exact token scores (one optimal token, equal or distinct others).
 * :func:`planted_token`: Gaussian tokens with one planted label-carrying token per sequence.
 * :func:`planted_prompt`: a relevant token, a distractor and background (prompt attention).
+* :func:`ntp_synthetic`, :func:`ntp_patterns`, :func:`ntp_corpus`: next-token prediction with a
+  linear decoder (:class:`NTPData`): synthetic contexts, targets with a repeated support
+  pattern, and the Zen of Python as a corpus.
 * :func:`ntp_sequences`: sequences of distinct vocabulary tokens with a next-token label drawn
   from a hidden priority order (next-token prediction with self-attention, :class:`NTPSeqData`).
 
@@ -40,21 +43,81 @@ share a stream by accident; an unknown name raises). A new stream adds a name wi
 """
 from __future__ import annotations
 
+import codecs
+import contextlib
+import dataclasses
+import importlib
+import io
+import re
+import sys
+from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy.optimize import linprog
 
 from ._checks import as_float_array, check_int, check_positive
+from .tokens import optimal_tokens, token_scores
 
 __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Stream", "stream", "stream_seed",
            "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
            "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt",
-           "ntp_sequences"]
+           "ntp_sequences", "keyed_instances", "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
+           "support_patterns", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
+
+
+class TrialsData:
+    """Base of the data containers: frozen dataclasses whose array fields share an optional
+    leading trials axis ``B``. A subclass names the field that tells whether it is batched
+    (``_lead``) and that field's number of dimensions without the trials axis (``_ndim``);
+    ``None`` fields (an optional planted direction) are carried as ``None``."""
+
+    _lead = "X"
+    _ndim = 3
+
+    @property
+    def batched(self) -> bool:
+        """Whether the arrays carry a leading trials axis."""
+        return getattr(self, self._lead).ndim == self._ndim + 1
+
+    @property
+    def trials(self) -> int:
+        """Number of trials ``B`` (1 when not batched)."""
+        return getattr(self, self._lead).shape[0] if self.batched else 1
+
+    def _fields(self):
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+    def trial(self, b: int):
+        """The ``b``-th trial as an unbatched instance."""
+        if not self.batched:
+            raise ValueError("trial(b) needs batched data (a leading trials axis)")
+        if not 0 <= b < self.trials:
+            raise ValueError(f"b must be in [0, {self.trials}), got {b}")
+        return type(self)(*(None if a is None else a[b] for a in self._fields()))
+
+    def take(self, idx):
+        """The trials ``idx`` (int array, boolean mask or slice) as a batched instance."""
+        if not self.batched:
+            raise ValueError("take(idx) needs batched data (a leading trials axis)")
+        idx = _trial_index("idx", idx, self.trials)
+        return type(self)(*(None if a is None else a[idx] for a in self._fields()))
+
+    @classmethod
+    def stack(cls, items):
+        """Stack unbatched instances of equal shape along a new leading trials axis."""
+        items = list(items)
+        if not items:
+            raise ValueError(f"items must contain at least one {cls.__name__}")
+        if any(not isinstance(it, cls) or it.batched for it in items):
+            raise ValueError(f"items must be unbatched {cls.__name__} instances")
+        cols = zip(*(it._fields() for it in items))
+        return cls(*(None if c[0] is None else np.stack(c) for c in cols))
 
 
 @dataclass(frozen=True)
-class AttnData:
+class AttnData(TrialsData):
     """One instance (or a batch of ``B`` instances) of the attention classification problem.
 
     Attributes
@@ -88,16 +151,6 @@ class AttnData:
             object.__setattr__(self, name, val)
 
     @property
-    def batched(self) -> bool:
-        """Whether the arrays carry a leading trials axis."""
-        return self.X.ndim == 4
-
-    @property
-    def trials(self) -> int:
-        """Number of trials ``B`` (1 when not batched)."""
-        return self.X.shape[0] if self.batched else 1
-
-    @property
     def n(self) -> int:
         return self.X.shape[-3]
 
@@ -112,44 +165,17 @@ class AttnData:
     @property
     def gamma(self) -> np.ndarray:
         """Token scores :math:`\\gamma_{it} = y_i v^\\top x_{it}`, shape (n, T) or (B, n, T)."""
-        from .tokens import token_scores
         return token_scores(self.X, self.y, self.v)
 
     @property
     def opt(self) -> np.ndarray:
         """Optimal tokens :math:`\\arg\\max_t \\gamma_{it}`, shape (n,) or (B, n) (see
         :func:`attnsvm.svm.optimal_tokens`; raises ValueError on a tie)."""
-        from .tokens import optimal_tokens
         return optimal_tokens(self.X, self.y, self.v)
-
-    def trial(self, b: int) -> "AttnData":
-        """The ``b``-th trial as an unbatched instance."""
-        if not self.batched:
-            raise ValueError("trial(b) needs batched data (a leading trials axis)")
-        if not 0 <= b < self.trials:
-            raise ValueError(f"b must be in [0, {self.trials}), got {b}")
-        return AttnData(self.X[b], self.y[b], self.Z[b], self.v[b])
-
-    def take(self, idx) -> "AttnData":
-        """The trials ``idx`` (int array, boolean mask or slice) as a batched instance."""
-        if not self.batched:
-            raise ValueError("take(idx) needs batched data (a leading trials axis)")
-        idx = _trial_index("idx", idx, self.trials)
-        return AttnData(self.X[idx], self.y[idx], self.Z[idx], self.v[idx])
-
-    @classmethod
-    def stack(cls, items) -> "AttnData":
-        """Stack unbatched instances of equal shape along a new leading trials axis."""
-        items = list(items)
-        if not items:
-            raise ValueError("items must contain at least one AttnData")
-        if any(it.batched for it in items):
-            raise ValueError("items must be unbatched AttnData instances")
-        return cls(*(np.stack([getattr(it, f) for it in items]) for f in ("X", "y", "Z", "v")))
 
 
 @dataclass(frozen=True)
-class LinearData:
+class LinearData(TrialsData):
     """Linear binary classification data: features ``X`` (n, d) and labels ``y`` (n,).
 
     Optionally batched with a leading trials axis: ``X`` (B, n, d), ``y`` (B, n).
@@ -173,13 +199,7 @@ class LinearData:
             w = as_float_array("w_star", self.w_star, shape=X.shape[:-2] + X.shape[-1:])
             object.__setattr__(self, "w_star", w)
 
-    @property
-    def batched(self) -> bool:
-        return self.X.ndim == 3
-
-    @property
-    def trials(self) -> int:
-        return self.X.shape[0] if self.batched else 1
+    _ndim = 2
 
     @property
     def n(self) -> int:
@@ -189,25 +209,9 @@ class LinearData:
     def d(self) -> int:
         return self.X.shape[-1]
 
-    def trial(self, b: int) -> "LinearData":
-        if not self.batched:
-            raise ValueError("trial(b) needs batched data (a leading trials axis)")
-        if not 0 <= b < self.trials:
-            raise ValueError(f"b must be in [0, {self.trials}), got {b}")
-        return LinearData(self.X[b], self.y[b],
-                          None if self.w_star is None else self.w_star[b])
-
-    def take(self, idx) -> "LinearData":
-        """The trials ``idx`` (int array, boolean mask or slice) as a batched instance."""
-        if not self.batched:
-            raise ValueError("take(idx) needs batched data (a leading trials axis)")
-        idx = _trial_index("idx", idx, self.trials)
-        return LinearData(self.X[idx], self.y[idx],
-                          None if self.w_star is None else self.w_star[idx])
-
 
 @dataclass(frozen=True)
-class NTPSeqData:
+class NTPSeqData(TrialsData):
     r"""Next-token prediction with self-attention: sequences of distinct vocabulary tokens.
 
     Attributes
@@ -255,13 +259,7 @@ class NTPSeqData:
         object.__setattr__(self, "tokens", tok)
         object.__setattr__(self, "y", y)
 
-    @property
-    def batched(self) -> bool:
-        return self.E.ndim == 3
-
-    @property
-    def trials(self) -> int:
-        return self.E.shape[0] if self.batched else 1
+    _lead, _ndim = "E", 2
 
     @property
     def K(self) -> int:
@@ -295,13 +293,6 @@ class NTPSeqData:
     def ypos(self) -> np.ndarray:
         """Position of :math:`y_i` in sequence :math:`i`, shape (n,) or (B, n)."""
         return np.argmax(self.tokens == self.y[..., None], axis=-1)
-
-    def trial(self, b: int) -> "NTPSeqData":
-        if not self.batched:
-            raise ValueError("trial(b) needs batched data (a leading trials axis)")
-        if not 0 <= b < self.trials:
-            raise ValueError(f"b must be in [0, {self.trials}), got {b}")
-        return NTPSeqData(self.E[b], self.tokens[b], self.y[b])
 
 
 def _int_array(name, x, *, ndim):
@@ -480,6 +471,30 @@ def random_unit(n, T, d, *, cross=False, trials=None, seed=0):
     return _generate(one, trials, seed)
 
 
+def keyed_instances(n, T, d, keys, *, cross=False):
+    r"""One :func:`random_unit` instance per entropy key, stacked on a trials axis: trial ``j``
+    is ``random_unit(n, T, d, cross=cross, seed=np.random.SeedSequence(keys[j]))`` (the seeding of
+    Parts I's sweeps, whose trials are named by tuples such as ``(seed, n, T, d, j)``).
+
+    Parameters
+    ----------
+    n, T, d : int
+    keys : sequence of int or of sequences of int (the entropy of each trial)
+    cross : bool
+        Queries drawn independently (``True``) or :math:`z_i = x_{i1}` (``False``).
+
+    Returns
+    -------
+    AttnData (batched)
+    """
+    keys = list(keys)
+    if not keys:
+        raise ValueError("keys must name at least one trial")
+    return AttnData.stack([random_unit(n, T, d, cross=cross,
+                                       seed=np.random.SeedSequence([int(k) for k in np.atleast_1d(key)]))
+                           for key in keys])
+
+
 @_generator
 def score_gap(n, T, d, *, gap=0.5, noise=0.5, cross=False, trials=None, seed=0):
     r"""One optimal token per sequence with a score gap; the other tokens are noise.
@@ -644,9 +659,6 @@ def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
     -------
     AttnData with d = 2
     """
-    from .svm import InfeasibleError, p_svm
-    from .tokens import optimal_tokens, token_scores
-
     n = check_int("n", n, minimum=1)
     T = check_int("T", T, minimum=2)
     if n > 5:
@@ -664,13 +676,26 @@ def prompt_2d(n=2, T=3, *, min_gap=0.1, trials=None, seed=0, max_tries=1000):
             g = np.sort(token_scores(X, y, v), axis=-1)
             if np.min(g[:, -1] - g[:, -2]) < min_gap:
                 continue
-            try:
-                p_svm(X, optimal_tokens(X, y, v))
-            except InfeasibleError:
+            if not _prompt_feasible(X, optimal_tokens(X, y, v)):
                 continue
             return X, y, X[:, 0].copy(), v
         raise RuntimeError(f"no feasible 2-D instance with n={n}, T={T} in {max_tries} draws")
     return _generate(one, trials, seed)
+
+
+def _prompt_feasible(X, opt):
+    r"""Whether some prompt :math:`p` has :math:`(x_{i,\mathrm{opt}_i} - x_{it})^\top p \ge 1` for
+    all :math:`i, t \ne \mathrm{opt}_i` (the constraints of :func:`attnsvm.svm.p_svm`): a
+    feasibility linear program (HiGHS)."""
+    n, T, d = X.shape
+    D = (X[np.arange(n), opt][:, None, :] - X).reshape(n * T, d)
+    keep = np.ones((n, T), dtype=bool)
+    keep[np.arange(n), opt] = False
+    res = linprog(np.zeros(d), A_ub=-D[keep.ravel()], b_ub=-np.ones(int(keep.sum())),
+                  bounds=[(None, None)] * d, method="highs")
+    if res.status not in (0, 2):
+        raise RuntimeError(f"the prompt feasibility program failed: {res.message}")
+    return res.status == 0
 
 
 @_generator
@@ -942,3 +967,231 @@ def ntp_sequences(n, K, T, d=None, *, queries=2, levels=3, embedding="orthonorma
             y[i] = tokens[i, rng.choice(np.flatnonzero(p == p.max()))]
         return E, tokens, y
     return _generate(one, trials, seed, cls=NTPSeqData)
+
+
+# ----------------------------------------------------------------------------- next-token prediction
+
+@dataclass(frozen=True)
+class NTPData(TrialsData):
+    r"""Next-token-prediction data with a linear decoder (Chapter 15): context embeddings ``H``
+    (m, d) (rows :math:`h_j`), next-token distributions ``P`` (m, V) (rows :math:`p_j`, support
+    :math:`S_j = \{z : p_{jz} > 0\}`) and context frequencies ``pi`` (m,), optionally with a
+    leading trials axis."""
+
+    H: np.ndarray
+    P: np.ndarray
+    pi: np.ndarray
+
+    _lead, _ndim = "H", 2
+
+    def __post_init__(self):
+        H = as_float_array("H", self.H, min_ndim=2, max_ndim=3)
+        P = as_float_array("P", self.P, ndim=H.ndim)
+        pi = as_float_array("pi", self.pi, shape=H.shape[:-1])
+        if P.shape[:-1] != H.shape[:-1]:
+            raise ValueError(f"P must have one row per context: H {H.shape}, P {P.shape}")
+        if np.any(P < 0) or not np.allclose(P.sum(-1), 1.0, atol=1e-10):
+            raise ValueError("P must hold probability vectors (nonnegative rows summing to 1)")
+        if np.any(pi <= 0) or not np.allclose(pi.sum(-1), 1.0, atol=1e-10):
+            raise ValueError("pi must be positive and sum to 1")
+        object.__setattr__(self, "H", H)
+        object.__setattr__(self, "P", P)
+        object.__setattr__(self, "pi", pi)
+
+
+@_generator
+def ntp_synthetic(m, V, d, *, support=3, concentration=1.0, trials=None, seed=0):
+    r"""Seeded synthetic NTP data (:class:`NTPData`).
+
+    Each context draws :math:`h_j \sim N(0, I_d/d)`, a support :math:`S_j` of ``support``
+    distinct tokens uniformly from the ``V`` tokens, :math:`p_j` on :math:`S_j` from a
+    Dirichlet(``concentration``) law, and the frequencies :math:`\pi` from Dirichlet(1) over the
+    ``m`` contexts. ``trials``, ``seed``: the seeding contract of this module. With ``d > m``
+    the embeddings have full rank almost surely, and the data are NTP_H-compatible and
+    NTP-separable (Thrampoulidis 2024, Lemma 1).
+    """
+    m = check_int("m", m, minimum=1)
+    V = check_int("V", V, minimum=2)
+    d = check_int("d", d, minimum=1)
+    support = check_int("support", support, minimum=1)
+    if support >= V:
+        raise ValueError(f"support must be < V = {V}, got {support}")
+    concentration = check_positive("concentration", concentration)
+
+    def one(rng):
+        H = rng.standard_normal((m, d)) / np.sqrt(d)
+        P = np.zeros((m, V))
+        for j in range(m):
+            S = rng.choice(V, size=support, replace=False)
+            P[j, S] = rng.dirichlet(np.full(support, concentration))
+            P[j, S] = np.maximum(P[j, S], 1e-3)
+            P[j] /= P[j].sum()
+        pi = rng.dirichlet(np.ones(m))
+        return H, P, pi
+    return _generate(one, trials, seed, cls=NTPData)
+
+
+def _support(P):
+    P = as_float_array("P", P, min_ndim=2)
+    if np.any(P < 0) or not np.allclose(P.sum(-1), 1.0, atol=1e-10):
+        raise ValueError("P must hold probability vectors (nonnegative rows summing to 1)")
+    return P, P > 0
+
+
+@_generator
+def ntp_patterns(m, V, n_patterns, *, support=3, concentration=1.0, floor=1e-2, trials=None,
+                 seed=0, pattern_seed=0):
+    r"""Synthetic NTP targets whose support sets repeat: a sparsity pattern shared by trials.
+
+    ``n_patterns`` support sets of ``support`` tokens each are drawn once from
+    ``pattern_seed``; context :math:`j` gets the pattern :math:`j \bmod` ``n_patterns``. Each
+    trial draws (under the seeding contract of this module) the probabilities on each context's
+    support (Dirichlet(``concentration``), floored at ``floor`` and renormalized) and the
+    frequencies :math:`\pi` (Dirichlet(1)). So every trial has the same support pattern and
+    different probabilities.
+
+    Returns
+    -------
+    P : ndarray (m, V) or (trials, m, V); pi : ndarray (m,) or (trials, m);
+    groups : ndarray (m,) of pattern labels (the same for every trial)
+    """
+    m = check_int("m", m, minimum=2)
+    V = check_int("V", V, minimum=2)
+    n_patterns = check_int("n_patterns", n_patterns, minimum=1)
+    if n_patterns > m:
+        raise ValueError(f"n_patterns must be <= m = {m}, got {n_patterns}")
+    support = check_int("support", support, minimum=1)
+    if support >= V:
+        raise ValueError(f"support must be < V = {V}, got {support}")
+    concentration = check_positive("concentration", concentration)
+    floor = check_positive("floor", floor)
+    prng = np.random.default_rng(check_int("pattern_seed", pattern_seed, minimum=0))
+    pats = []
+    while len(pats) < n_patterns:                       # distinct support sets
+        S = tuple(sorted(prng.choice(V, size=support, replace=False)))
+        if S not in pats:
+            pats.append(S)
+    groups = np.arange(m) % n_patterns
+
+    def one(rng):
+        P = np.zeros((m, V))
+        for j in range(m):
+            S = list(pats[groups[j]])
+            P[j, S] = np.maximum(rng.dirichlet(np.full(support, concentration)), floor)
+            P[j] /= P[j].sum()
+        return P, rng.dirichlet(np.ones(m))
+    seed = _check_seed(seed)
+    if trials is None:
+        P, pi = one(np.random.default_rng(stream_seed(*seed) if isinstance(seed, Stream)
+                                          else seed))
+    else:
+        B = check_int("trials", trials, minimum=1)
+        P, pi = (np.stack(a) for a in
+                 zip(*[one(np.random.default_rng(trial_seed(seed, b))) for b in range(B)]))
+    return P, pi, groups
+
+
+def support_patterns(P):
+    """Pattern labels: contexts ``j`` and ``j'`` get the same label iff they have the same support
+    set (labels in order of first occurrence). ``P`` is (m, V) (one data set)."""
+    P, sup = _support(P)
+    if P.ndim != 2:
+        raise ValueError(f"P must be (m, V), got shape {P.shape}")
+    labels, seen = np.zeros(P.shape[0], dtype=int), {}
+    for j, row in enumerate(sup):
+        labels[j] = seen.setdefault(row.tobytes(), len(seen))
+    return labels
+
+
+
+# ----------------------------------------------------------------------------- a real corpus
+
+def zen_of_python():
+    """The text of the Zen of Python (PEP 20), decoded from the standard-library module ``this``
+    (which stores it rot13-encoded in ``this.s``), without printing it."""
+    if "this" in sys.modules:
+        mod = sys.modules["this"]
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):   # importing `this` prints the poem
+            mod = importlib.import_module("this")
+    return codecs.decode(mod.s, "rot13")
+
+
+def tokenize(text):
+    """Lower-case words (letters with an optional apostrophe suffix, e.g. ``"aren't"``), in order;
+    punctuation and digits are dropped."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return re.findall(r"[a-z]+(?:'[a-z]+)?", text.lower())
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """NTP data built from a text: ``data`` (:class:`NTPData`, one trial per draw of the
+    context embeddings), ``contexts`` (m strings, the distinct contexts), ``vocab`` (V strings,
+    the token of each column of ``P``) and ``n_words`` (length of the token sequence)."""
+
+    data: NTPData
+    contexts: tuple
+    vocab: tuple
+    n_words: int
+
+
+OTHER = "<other>"
+
+
+@_generator
+def ntp_corpus(text=None, *, k=1, vocab_size=20, d=None, trials=None, seed=0):
+    r"""Next-token-prediction data from a text (default: :func:`zen_of_python`).
+
+    The text is tokenized by :func:`tokenize`; the ``vocab_size - 1`` most frequent words (ties
+    broken by first occurrence) keep their identity and every other word becomes the token
+    ``"<other>"`` (so :math:`V =` ``vocab_size``, or less for a short text). The contexts are the
+    distinct tuples of ``k`` consecutive tokens that are followed by a token; context :math:`j`
+    gets the frequency :math:`\pi_j` (its share of the positions) and the empirical distribution
+    :math:`p_j` of the next token (its support :math:`S_j` is the set of words seen after it).
+    Each trial draws fixed random context embeddings :math:`h_j \sim N(0, I_d/d)` from
+    :func:`trial_seed` ``(seed, b)`` (the seeding contract; ``trials=None``: one unbatched data
+    set); ``P`` and ``pi`` are the same in every trial.
+
+    With ``d > m`` (default ``d = m + 4``) the embeddings have full rank almost surely, so the data
+    are NTP_H-compatible and NTP-separable (Thrampoulidis 2024, Lemma 1); with ``d <= m`` they may
+    not be, and :func:`attnsvm.svm.ntp_svm` then raises ``InfeasibleError`` naming a
+    context.
+
+    Returns
+    -------
+    Corpus
+    """
+    text = zen_of_python() if text is None else text
+    words = tokenize(text)
+    k = check_int("k", k, minimum=1)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+    if len(words) <= k:
+        raise ValueError(f"text has {len(words)} words, it needs more than k = {k}")
+    counts = Counter(words)
+    order = {w: i for i, w in reversed(list(enumerate(words)))}       # first occurrence
+    ranked = sorted(counts, key=lambda w: (-counts[w], order[w]))
+    keep = ranked[:vocab_size - 1] if len(ranked) > vocab_size else ranked
+    toks = [w if w in keep else OTHER for w in words]
+    vocab = tuple(keep) + ((OTHER,) if OTHER in toks else ())
+    col = {w: i for i, w in enumerate(vocab)}
+    table = {}
+    for i in range(k, len(toks)):
+        table.setdefault(tuple(toks[i - k:i]), Counter())[toks[i]] += 1
+    ctxs = list(table)                                     # in order of first occurrence
+    m, V = len(ctxs), len(vocab)
+    P = np.zeros((m, V))
+    nj = np.zeros(m)
+    for j, c in enumerate(ctxs):
+        for w, n in table[c].items():
+            P[j, col[w]] = n
+        nj[j] = P[j].sum()
+        P[j] /= nj[j]
+    pi = nj / nj.sum()
+    d = m + 4 if d is None else check_int("d", d, minimum=1)
+
+    def one(rng):
+        return rng.standard_normal((m, d)) / np.sqrt(d), P.copy(), pi.copy()
+    data = _generate(one, trials, seed, cls=NTPData)
+    return Corpus(data, tuple(" ".join(c) for c in ctxs), vocab, len(words))

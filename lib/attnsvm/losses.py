@@ -10,7 +10,21 @@ well-scaled :math:`\tilde g`, and step rules never see an underflowed loss or gr
 
 The same objects evaluate :math:`\ell` and :math:`-\ell'` on numpy arrays
 (:meth:`Loss.value_np`, :meth:`Loss.neg_deriv_np`) for the experiments' closed forms, and
-:func:`loss_floor` is the loss floor :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
+:func:`loss_floor` is the loss floor :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`, and
+:func:`log_excess_loss` the log of the excess loss above it (numpy and torch, every loss).
+
+Next-token prediction
+---------------------
+The cross-entropy of the linear decoder (:func:`ce_loss`, :func:`ce_grad`, its lower bound
+:func:`entropy` and smoothness :func:`ce_smoothness`; data :class:`attnsvm.data.NTPData`),
+
+.. math::
+
+    \mathrm{CE}(W) = -\sum_j \pi_j \sum_{z} p_{jz} \log \mathrm{softmax}(W h_j)_z
+    = H + \sum_j \pi_j \,\mathrm{KL}(p_j \,\|\, \mathrm{softmax}(W h_j)),
+
+and the log-loss of the next token with one self-attention layer
+(:func:`ntp_attention_objective`, Chapter 16).
 """
 from __future__ import annotations
 
@@ -18,10 +32,15 @@ import math
 
 import numpy as np
 import torch
+from scipy.special import log_softmax
 
 from ._checks import check_choice
+from .data import AttnData
+from .tokens import token_scores
 
-__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor"]
+__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor",
+           "log_excess_loss", "ce_loss", "ce_grad", "entropy", "ce_smoothness",
+           "ntp_attention_objective"]
 
 
 class Loss:
@@ -29,7 +48,6 @@ class Loss:
 
     Methods take a tensor of margins ``u`` and work elementwise.
     """
-
     name = "loss"
     nonnegative = True
 
@@ -61,7 +79,6 @@ class _Logistic(Loss):
     r""":math:`\ell(u) = \log(1 + e^{-u})`, :math:`-\ell'(u) = \sigma(-u)`,
     :math:`\log(-\ell'(u)) = -\mathrm{softplus}(u)`; for :math:`u > 30`,
     :math:`\log \ell(u) = -u + \log(\log(1+w)/w) \approx -u - w/2` with :math:`w = e^{-u}`."""
-
     name = "logistic"
 
     def value(self, u):
@@ -85,7 +102,6 @@ class _Logistic(Loss):
 
 class _Exponential(Loss):
     r""":math:`\ell(u) = e^{-u}`, :math:`\log \ell = \log(-\ell') = -u`."""
-
     name = "exponential"
 
     def value(self, u):
@@ -106,7 +122,6 @@ class _Exponential(Loss):
 
 class _Correlation(Loss):
     r""":math:`\ell(u) = -u`, :math:`-\ell' = 1`. Unbounded below, so it has no log value."""
-
     name = "correlation"
     nonnegative = False
 
@@ -183,9 +198,6 @@ def loss_floor(data, alpha=None, *, loss="logistic"):
     -------
     float, or ndarray (B,) for batched data
     """
-    from .data import AttnData
-    from .tokens import token_scores
-
     if not isinstance(data, AttnData):
         raise ValueError(f"data must be AttnData, got {type(data).__name__}")
     ell = get_loss(loss)
@@ -199,3 +211,142 @@ def loss_floor(data, alpha=None, *, loss="logistic"):
         ga = np.take_along_axis(g, a[..., None].astype(np.int64), axis=-1)[..., 0]
     out = np.mean(ell.value_np(ga), axis=-1)
     return float(out) if np.ndim(out) == 0 else out
+
+
+# ----------------------------------------------------------------------------- excess loss
+
+def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic", *, small_gap=1e-8):
+    r""":math:`\log(\mathcal{L} - \mathcal{L}_\infty)`, the log of the excess margin loss of
+    attention with fixed token scores, per trial (numpy arrays or torch tensors).
+
+    Sequence :math:`i` attends with weights :math:`s_{it}` to tokens of scores
+    :math:`\gamma_{it}`; its margin is :math:`\gamma^\star_i - \delta_i` with
+    :math:`\gamma^\star_i` the score of the selected token and
+    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - \gamma_{it}) \ge 0`, summed in log space.
+    The excess of sequence :math:`i` is :math:`E_i = \ell(\gamma^\star_i - \delta_i) -
+    \ell(\gamma^\star_i)`:
+
+    * logistic: :math:`E_i = \log(1 + \sigma(-\gamma^\star_i)(e^{\delta_i} - 1))`;
+    * exponential: :math:`E_i = e^{-\gamma^\star_i}(e^{\delta_i} - 1)`;
+    * correlation: :math:`E_i = \delta_i`;
+
+    evaluated with ``log1p``/``expm1``, and for :math:`\delta_i \le` ``small_gap`` from the expansion
+    :math:`\log E_i = \log b_i + \log\delta_i + \log(1 + c_i\delta_i/2)` (:math:`b_i =
+    -\ell'(\gamma^\star_i)`, :math:`c_i = 1 - b_i` (logistic) or 1 (exponential)), so that no
+    term underflows. The result is :math:`\log\frac1n\sum_i E_i`.
+
+    Parameters
+    ----------
+    log_s : array or Tensor (..., n, T)
+        Log attention weights :math:`\log s_{it}` (only the entries with a finite ``log_gap``
+        are used).
+    log_gap : array or Tensor (..., n, T)
+        :math:`\log(\gamma^\star_i - \gamma_{it})`, ``-inf`` where the gap is zero (the
+        selected token).
+    gamma_star : array or Tensor (..., n)
+        :math:`\gamma^\star_i`.
+    loss : str or Loss
+    small_gap : float
+        Below this :math:`\delta_i` the expansion is used (default :math:`10^{-8}`; 0 never
+        uses it, the direct formula then underflows to ``-inf`` once :math:`E_i` does).
+
+    Returns
+    -------
+    array or Tensor, shape (...)
+    """
+    name = get_loss(loss).name
+    if isinstance(log_s, torch.Tensor):
+        log_delta = torch.logsumexp(log_s + log_gap, -1)
+        if name == "correlation":
+            return torch.logsumexp(log_delta, -1) - math.log(log_delta.shape[-1])
+        delta = torch.exp(log_delta)
+        if name == "logistic":
+            b = torch.sigmoid(-gamma_star)
+            big = torch.log(torch.log1p(b * torch.expm1(delta)))
+            small = torch.log(b) + log_delta + torch.log1p((1 - b) * delta / 2)
+        else:
+            big = -gamma_star + torch.log(torch.expm1(delta))
+            small = -gamma_star + log_delta + torch.log1p(delta / 2)
+        log_Ei = torch.where(delta > small_gap, big, small) if small_gap > 0 else big
+        return torch.logsumexp(log_Ei, -1) - math.log(log_Ei.shape[-1])
+    terms = np.asarray(log_s, dtype=float) + np.asarray(log_gap, dtype=float)
+    gamma_star = np.asarray(gamma_star, dtype=float)
+    tm = terms.max(axis=-1, keepdims=True)
+    log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))
+    delta = np.exp(log_delta)
+    with np.errstate(divide="ignore"):
+        if name == "correlation":
+            log_Ei = log_delta
+        elif name == "logistic":
+            b = LOSSES["logistic"].neg_deriv_np(gamma_star)
+            big = np.log(np.log1p(b * np.expm1(delta)))
+            log_Ei = np.where(delta > small_gap, big, np.log(b) + log_delta + np.log1p((1 - b) * delta / 2)) \
+                if small_gap > 0 else big
+        else:
+            big = -gamma_star + np.log(np.expm1(delta))
+            log_Ei = np.where(delta > small_gap, big, -gamma_star + log_delta + np.log1p(delta / 2)) \
+                if small_gap > 0 else big
+    mx = log_Ei.max(axis=-1, keepdims=True)
+    return mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
+
+
+# ----------------------------------------------------------------------------- next-token prediction
+
+def _logq(W, H):
+    return log_softmax(np.einsum("...vd,...md->...mv", W, H), axis=-1)
+
+
+def ce_loss(W, data):
+    r"""Cross-entropy :math:`\mathrm{CE}(W)` (log-sum-exp), per trial."""
+    lq = _logq(W, data.H)
+    with np.errstate(invalid="ignore"):
+        terms = np.where(data.P > 0, data.P * lq, 0.0)
+    return -np.einsum("...m,...m->...", data.pi, terms.sum(-1))
+
+
+def entropy(data):
+    r"""The lower bound :math:`H = -\sum_j \pi_j \sum_z p_{jz}\log p_{jz}`, per trial."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(data.P > 0, data.P * np.log(np.where(data.P > 0, data.P, 1.0)), 0.0)
+    return -np.einsum("...m,...m->...", data.pi, t.sum(-1))
+
+
+def ce_grad(W, data):
+    r""":math:`\nabla\mathrm{CE}(W) = \sum_j \pi_j(\mathrm{softmax}(W h_j) - p_j)h_j^\top`."""
+    q = np.exp(_logq(W, data.H))
+    R = data.pi[..., :, None] * (q - data.P)                    # (..., m, V)
+    return np.einsum("...mv,...md->...vd", R, data.H)
+
+
+def ce_smoothness(data):
+    r"""An upper bound on the smoothness of CE: :math:`\frac12\|\sum_j\pi_j h_j h_j^\top\|_2`
+    (the softmax Jacobian :math:`\mathrm{diag}(q) - qq^\top` has norm at most 1/2)."""
+    C = np.einsum("...m,...md,...me->...de", data.pi, data.H, data.H)
+    return 0.5 * np.linalg.eigvalsh(C)[..., -1]
+
+
+
+def ntp_attention_objective(W, X, Z, ypos, mask=None):
+    r"""Log-loss of the next token and its gradient, per trial (log-sum-exp, no autograd).
+
+    Parameters
+    ----------
+    W : Tensor (B, d, d)
+    X : Tensor (B, n, T, d); Z : Tensor (B, n, d); ypos : LongTensor (B, n)
+    mask : BoolTensor (B, n, T), optional
+        Softmax over the masked tokens only (each row must contain ``ypos``).
+
+    Returns
+    -------
+    loss : Tensor (B,); grad : Tensor (B, d, d); attn : Tensor (B, n, T) the softmax.
+    """
+    a = torch.einsum("bntd,bde,bne->bnt", X, W, Z)
+    if mask is not None:
+        a = a.masked_fill(~mask, float("-inf"))
+    logp = torch.log_softmax(a, dim=-1)
+    n = X.shape[1]
+    loss = -logp.gather(-1, ypos.unsqueeze(-1)).squeeze(-1).sum(-1) / n
+    s = torch.exp(logp)
+    r = s.scatter_add(-1, ypos.unsqueeze(-1), -torch.ones_like(s[..., :1]))
+    grad = torch.einsum("bnt,bntd,bne->bde", r, X, Z) / n
+    return loss, grad, s

@@ -6,7 +6,9 @@ r"""Metrics (numpy): correlation, direction error, stable softmax, attention map
 * :func:`attention`: :math:`\mathrm{softmax}(X W z_i)` per sequence (or :math:`\mathrm{softmax}(X p)`).
 * :func:`opt_mass`: softmax mass on the optimal token :math:`s_{i,\mathrm{opt}_i}`.
 * :func:`fit_rate`: the least-squares slope of :math:`\log \mathrm{err}` against
-  :math:`\log t` on the tail of a trajectory (err :math:`\approx C t^{\mathrm{slope}}`).
+  :math:`\log t` on the tail of a trajectory (err :math:`\approx C t^{\mathrm{slope}}`);
+  :func:`slopes`, the same per trial on the last decade.
+* :func:`collapse_ratio`: subspace collapse of embeddings with pattern labels (Chapter 15).
 
 All functions broadcast over leading (trials) axes.
 """
@@ -15,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, check_int
+from .tokens import attention_scores
 
 __all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
-           "opt_mass", "fit_rate"]
+           "opt_mass", "fit_rate", "slopes", "collapse_ratio"]
 
 
 def nanmedian(x, axis=None):
@@ -140,7 +143,6 @@ def attention(X, W, Z=None):
         Z = as_float_array("Z", Z, min_ndim=2)
         if W.ndim < 2 or W.shape[-2:] != (X.shape[-1],) * 2:
             raise ValueError(f"W must have shape (..., d, d) with d = {X.shape[-1]}, got {W.shape}")
-    from .tokens import attention_scores
     return softmax(attention_scores(X, W, Z), axis=-1)
 
 
@@ -222,3 +224,37 @@ def fit_rate(t, err, *, tail=0.5, return_intercept=False):
     if err.ndim == 1:
         b0, b1 = float(b0[0]), float(b1[0])
     return (b1, b0) if return_intercept else b1
+
+
+def slopes(t, series, *, tail=0.1):
+    r"""Per-trial log-log slope of ``series`` (K, B) against ``t`` on the last decade
+    ``[t_max * tail, t_max]`` (:func:`fit_rate`). Trials whose series is not
+    positive there give NaN."""
+    t = np.asarray(t, dtype=float)
+    series = np.asarray(series, dtype=float)
+    lo = t.max() * tail
+    out = np.full(series.shape[1], np.nan)
+    keep = t >= lo
+    for b in range(series.shape[1]):
+        col = series[keep, b]
+        if np.all(np.isfinite(col)) and np.all(col > 0):
+            out[b] = fit_rate(t[keep], col)
+    return out
+
+
+def collapse_ratio(E, groups):
+    r"""Subspace-collapse measure of embeddings ``E`` (..., m, d) with pattern labels ``groups``
+    (m,): the mean distance between the normalized embeddings :math:`E/\|E\|_F` of two contexts
+    with the same label, divided by the mean distance between contexts with different labels.
+    0 means complete collapse of each pattern to one point."""
+    E = as_float_array("E", E, min_ndim=2)
+    groups = np.asarray(groups)
+    if groups.shape != (E.shape[-2],):
+        raise ValueError(f"groups must have one label per context ({E.shape[-2]}), got {groups.shape}")
+    same = (groups[:, None] == groups[None]) & ~np.eye(len(groups), dtype=bool)
+    diff = groups[:, None] != groups[None]
+    if not same.any() or not diff.any():
+        raise ValueError("groups needs two contexts with one label and two different labels")
+    En = E / np.linalg.norm(E, axis=(-2, -1), keepdims=True)
+    D = np.linalg.norm(En[..., :, None, :] - En[..., None, :, :], axis=-1)
+    return D[..., same].mean(-1) / D[..., diff].mean(-1)

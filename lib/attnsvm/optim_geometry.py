@@ -23,6 +23,8 @@ import numpy as np
 
 from ._checks import check_choice, check_int, check_positive
 from .optim import dual_norm, mirror_map, steepest_direction
+from .models import MarginObjective
+from .train import fit
 
 __all__ = ["RULES", "steepest_direction", "dual_norm", "mirror_map", "run"]
 
@@ -71,9 +73,6 @@ def run(model, params, batch, *, rule, steps, lr, loss="exponential", norm=2, p=
     dict
         ``steps`` (K,), ``iterates`` (K, B, ...) numpy float64, ``log_loss`` (K, B).
     """
-    from .models import MarginObjective
-    from .train import fit
-
     rule = check_choice("rule", rule, RULES)
     steps = check_int("steps", steps, minimum=1)
     lr = check_positive("lr", lr)

@@ -6,6 +6,11 @@ fixed colours (:data:`COLORS`), so GD is the same colour in every chapter.
 """
 from __future__ import annotations
 
+import base64
+import io
+import os
+import struct
+
 import numpy as np
 
 __all__ = ["COLORS", "RC", "use_style", "figure", "trial_band", "save_or_glue"]
@@ -54,7 +59,7 @@ def use_style(width: float | None = None):
     (:data:`PAGE_WIDTH`): it is shown narrowed to the page, and its text should still read at
     the size of a page-wide figure's.
     """
-    import matplotlib
+    import matplotlib  # deferred: matplotlib is heavy to import
 
     scale = 1.0 if width is None else max(1.0, float(width) / PAGE_WIDTH)
     matplotlib.rcParams.update(RC)
@@ -80,7 +85,7 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float | None = None,
     **kwargs
         Passed to :func:`matplotlib.pyplot.subplots` (not available for a stacked layout).
     """
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy to import
 
     if int(ncols) < 1 or int(nrows) < 1:
         raise ValueError(f"ncols and nrows must be >= 1, got ncols={ncols}, nrows={nrows}")
@@ -171,8 +176,8 @@ def _drop_unshowable(fig) -> None:
     Matplotlib clips ``x <= 0`` (or ``y <= 0``) on a log axis to a tiny positive number, which
     draws a vertical (or horizontal) drop to the axis edge; the book drops such points instead.
     """
-    from matplotlib.collections import PolyCollection
-    from matplotlib.lines import Line2D
+    from matplotlib.collections import PolyCollection  # deferred: matplotlib is heavy to import
+    from matplotlib.lines import Line2D  # deferred: matplotlib is heavy to import
 
     for ax in fig.axes:
         logx, logy = ax.get_xscale() == "log", ax.get_yscale() == "log"
@@ -209,7 +214,6 @@ def _drop_unshowable(fig) -> None:
 
 
 def _png(fig) -> bytes:
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight",
@@ -230,16 +234,13 @@ def save_or_glue(fig, key: str):
 
     Returns ``None``, so that a cell ending with this call does not display the figure twice.
     """
-    import base64
-    import struct
-
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib is heavy to import
 
     if not isinstance(key, str) or not key:
         raise ValueError(f"key must be a non-empty string, got {key!r}")
     try:
-        from IPython import get_ipython
-        from IPython.display import display
+        from IPython import get_ipython  # deferred: IPython is optional (notebooks only)
+        from IPython.display import display  # deferred: IPython is optional (notebooks only)
     except ImportError:  # pragma: no cover - IPython comes with the book's requirements
         get_ipython = None
     if get_ipython is None or get_ipython() is None:
@@ -265,8 +266,6 @@ def save_or_glue(fig, key: str):
 def _sweep_rows(table):
     """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
     columns or a pandas DataFrame."""
-    import os
-
     if isinstance(table, (str, os.PathLike)):
         from .book.sweep import read_table
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from ._checks import as_float_array
 
-__all__ = ["TIE_TOL", "token_scores", "optimal_tokens", "attention_scores", "token_differences",
-           "selection_margins", "lifted_features"]
+__all__ = ["TIE_TOL", "token_scores", "optimal_tokens", "attention_scores", "selected_tokens",
+           "token_differences", "selection_margins", "lifted_features"]
 
 #: relative tolerance under which two token scores count as tied
 TIE_TOL = 1e-12
@@ -103,6 +103,19 @@ def _choice(alpha, shape, T):
     if np.any(a < 0) or np.any(a >= T):
         raise ValueError(f"alpha entries must lie in [0, {T})")
     return a.astype(np.int64)
+
+
+def selected_tokens(X, W, Z=None):
+    r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
+    :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``): the
+    largest attention score, hence the largest attention weight.
+
+    Shapes broadcast over a leading trials axis: X (..., n, T, d), W (..., d, d) or (..., d),
+    Z (..., n, d). Returns int array (..., n).
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    W = as_float_array("W", W)
+    return np.argmax(attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
 
 
 def token_differences(X, alpha):

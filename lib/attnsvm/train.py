@@ -10,35 +10,41 @@ One step, for every trial at once:
 
 1. forward pass: margins :math:`u_i = y_i f(X_i)` (:mod:`attnsvm.models`);
 2. log-scaled loss gradient :math:`\nabla L = e^{\sigma}\tilde g` from the hand-derived
-   formulas (autograd only for the MLP head), see
+   formulas (for the MLP head, with the head linearized at :math:`h_i`), see
    :func:`attnsvm.losses.grad_coefficients`;
 3. the step rule's increment (:func:`attnsvm.optim.update`).
 
 Metrics are computed only on the record grid (log-spaced by default).
 
 The pieces: :class:`FitConfig` (the arguments, validated against the data before anything
-runs), a recorder (what is recorded at the record steps, snapshots of any named parameter), a
-finite-value guard (:class:`NonFiniteError` naming the trial and the step) and the step;
-:func:`fit` builds the configuration and :func:`run` runs it.
+runs); the model's terms, one interface for both kinds of model (``_MarginTerms`` for a
+model name, ``_ObjectiveTerms`` for a model object on the objective interface of
+:mod:`attnsvm.models.objective`): the gradient of a step and the records of a record step;
+then one step (the rule's increment), one recorder (what is recorded at the record steps,
+snapshots of any named parameter), one finite-value guard (:class:`NonFiniteError` naming
+the trial and the step) and one loop. :func:`fit` builds the configuration and :func:`run`
+runs it.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
-from .losses import get_loss, log_mean_loss
+from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
-__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS"]
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
+           "OPTIONS"]
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -237,28 +243,16 @@ def _log_excess_logistic(a, G):
     :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
     :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
     :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
-    (e^\delta - 1))` (the formula of ``attnsvm.experiments.rates.excess_loss``), shape (B,)."""
+    (e^\delta - 1))` (:func:`attnsvm.losses.log_excess_loss`), shape (B,)."""
     gs = G.max(-1, keepdim=True).values
     D = gs - G
-    terms = torch.where(D > 0, torch.log_softmax(a, -1) + torch.log(torch.where(D > 0, D, 1.0)),
-                        -torch.inf)
-    log_delta = torch.logsumexp(terms, -1)
-    delta = torch.exp(log_delta)
-    b = torch.sigmoid(-gs[..., 0])
-    log_Ei = torch.where(delta > 1e-8, torch.log(torch.log1p(b * torch.expm1(delta))),
-                         torch.log(b) + log_delta + torch.log1p((1 - b) * delta / 2))
-    return torch.logsumexp(log_Ei, -1) - math.log(G.shape[-2])
+    log_gap = torch.where(D > 0, torch.log(torch.where(D > 0, D, 1.0)), -torch.inf)
+    return log_excess_loss(torch.log_softmax(a, -1), log_gap, gs[..., 0])
 
 
 # ----------------------------------------------------------------------------- configuration
 #: the options of the step rules (:data:`attnsvm.optim.RULES`), None = the rule's default
 RULE_OPTIONS = ("norm", "p", "normalize", "decay", "period", "growth", "R0", "step_power")
-
-_ARGS = ("model", "m", "head", "width", "train_v", "loss", "optimizer", "lr", "eta_max", "L_star",
-         "betas", "eps") + RULE_OPTIONS + (
-    "steps", "batch_size", "penalty", "init", "init_scale", "refs", "opt", "record_every",
-    "n_records", "snapshots", "seed", "device", "dtype", "progress", "num_threads")
-
 
 @dataclass
 class FitConfig:
@@ -306,17 +300,17 @@ class FitConfig:
     dtype: object = torch.float64
     progress: bool | None = None
     num_threads: int | None = None
-    # derived by build()
-    rule: str = field(default="", repr=False)
-    rule_obj: object = field(default=None, repr=False)
-    objective: bool = field(default=False, repr=False)
-    trials: int = field(default=0, repr=False)
-    obj_batch: dict | None = field(default=None, repr=False)
-    stochastic: bool = field(default=False, repr=False)
-    lossobj: object = field(default=None, repr=False)
-    dev: object = field(default=None, repr=False)
-    net: object = field(default=None, repr=False)
-    grid: np.ndarray | None = field(default=None, repr=False)
+    # derived by build() (not options of fit)
+    rule: str = field(default="", repr=False, init=False)
+    rule_obj: object = field(default=None, repr=False, init=False)
+    objective: bool = field(default=False, repr=False, init=False)
+    trials: int = field(default=0, repr=False, init=False)
+    obj_batch: dict | None = field(default=None, repr=False, init=False)
+    stochastic: bool = field(default=False, repr=False, init=False)
+    lossobj: object = field(default=None, repr=False, init=False)
+    dev: object = field(default=None, repr=False, init=False)
+    net: object = field(default=None, repr=False, init=False)
+    grid: np.ndarray | None = field(default=None, repr=False, init=False)
 
     @classmethod
     def build(cls, data, **kwargs):
@@ -327,7 +321,7 @@ class FitConfig:
         ValueError
             An invalid argument (the message names it).
         """
-        unknown = set(kwargs) - set(_ARGS)
+        unknown = set(kwargs) - set(OPTIONS)
         if unknown:
             raise TypeError(f"fit() got unexpected keyword arguments {sorted(unknown)}")
         cfg = cls(**kwargs)
@@ -340,16 +334,42 @@ class FitConfig:
         return dict(dtype=self.dtype, device=self.dev)
 
     def _validate(self, data):
+        """Every check, one concern per method, in the order of the messages of :func:`fit`."""
+        self._check_model_kind()
+        lr_default = self._check_optimizer()
+        self._check_polyak_options()
+        if self.objective:
+            self._validate_objective(data)
+        else:
+            self._validate_margin(data)
+        self.lr = self._check_lr(lr_default)
+        self.steps = check_int("steps", self.steps, minimum=1)
+        self._check_rule_options()
+        self._check_run_options()
+        self._check_init_and_penalty()
+        self.refs = {} if self.refs is None else dict(self.refs)
+        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        if self.objective:
+            self._objective_batch(data)
+
+    def _check_model_kind(self):
+        """``model``: a model name or an object on the objective interface."""
         self.objective = is_objective_model(self.model)
-        if not self.objective:
-            if not isinstance(self.model, str) or self.model not in ("W", "KQ", "prompt", "linear"):
-                raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
-                                 f"object with objective() (attnsvm.models.ObjectiveModel), "
-                                 f"got {self.model!r}")
+        if not self.objective and (not isinstance(self.model, str)
+                                   or self.model not in ("W", "KQ", "prompt", "linear")):
+            raise ValueError(f"model must be one of ['KQ', 'W', 'linear', 'prompt'] or a model "
+                             f"object with objective() (attnsvm.models.ObjectiveModel), "
+                             f"got {self.model!r}")
+
+    def _check_optimizer(self):
+        """``optimizer``: sets the step ``rule`` and ``stochastic``; returns the default lr."""
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        optimizer = self.optimizer
-        self.rule, self.stochastic, lr_default = OPTIMIZERS[optimizer]
-        rule = self.rule
+        self.rule, self.stochastic, lr_default = OPTIMIZERS[self.optimizer]
+        return lr_default
+
+    def _check_polyak_options(self):
+        """``eta_max`` and ``L_star``: only for the Polyak rules."""
+        rule, optimizer = self.rule, self.optimizer
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -359,33 +379,36 @@ class FitConfig:
             if rule != "polyak_star":
                 raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
             self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
-        if self.objective:
-            self._validate_objective(data)
-        else:
-            self._validate_margin(data)
-        self.lr = self._check_lr(lr_default)
-        self.steps = check_int("steps", self.steps, minimum=1)
+
+    def _check_rule_options(self):
+        """The step rule's own options (:data:`RULE_OPTIONS`, Adam's constants), by
+        :func:`attnsvm.optim.make_rule` (a ValueError names a bad or foreign option)."""
         opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
-        if rule == "adam":
+        if self.rule == "adam":
             opts.update(betas=self.betas, eps=self.eps)
-        self.rule_obj = make_rule(rule, **opts)       # ValueError naming a bad or foreign option
+        self.rule_obj = make_rule(self.rule, **opts)
+
+    def _check_run_options(self):
+        """``dtype``, ``device``, the record grid and the progress bar."""
         if self.dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype must be torch.float64 or torch.float32, got {self.dtype!r}")
         self.dev = resolve_device(self.device)
         self.grid = record_grid(self.steps, self.record_every, self.n_records)
         if self.progress is None:
             self.progress = self.steps >= 20000 and sys.stderr.isatty()
+
+    def _check_init_and_penalty(self):
         if self.init_scale is not None:
             self.init_scale = check_positive("init_scale", self.init_scale)
         self.penalty = check_positive("penalty", self.penalty, allow_zero=True)
-        self.refs = {} if self.refs is None else dict(self.refs)
-        self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
-        if self.objective:
-            self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
-            if not self.obj_batch:
-                raise ValueError("the model's batch(data) returned no tensors")
-            self.trials = int(next(iter(self.obj_batch.values())).shape[0])
-            self._check_lr_trials()
+
+    def _objective_batch(self, data):
+        """A model object's tensors (its ``batch(data)``) and the number of trials."""
+        self.obj_batch = self.net.batch(data, dtype=self.dtype, device=self.dev)
+        if not self.obj_batch:
+            raise ValueError("the model's batch(data) returned no tensors")
+        self.trials = int(next(iter(self.obj_batch.values())).shape[0])
+        self._check_lr_trials()
 
     def _check_lr(self, default):
         """``lr``: a positive float, or one positive step size per trial (array (B,))."""
@@ -431,6 +454,20 @@ class FitConfig:
         self.net = net
 
     def _validate_margin(self, data):
+        """A margin model (a model name): its loss, the model object and its data, the
+        mini-batches, the default init and ``opt``."""
+        self._check_margin_loss()
+        self._margin_net(data)
+        self.trials = data.trials
+        self._check_batch_size(data.n)
+        if self.init is None:
+            self.init = "random" if self.model == "KQ" else "zeros"
+        if self.opt is not None and self.model == "linear":
+            raise ValueError("opt does not apply to model='linear'")
+        self._check_lr_trials()
+
+    def _check_margin_loss(self):
+        """``loss`` (default logistic) and what the Polyak rules need of it."""
         rule, optimizer = self.rule, self.optimizer
         if self.loss is None:
             self.loss = "logistic"
@@ -443,33 +480,32 @@ class FitConfig:
         if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
             raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
                              f"{optimizer!r}) needs a nonnegative loss")
+
+    def _margin_net(self, data):
+        """The model object of a model name, checked against the kind of ``data``."""
         if self.model == "linear":
             if not isinstance(data, LinearData):
                 raise ValueError(f"data must be LinearData for model='linear', got {type(data).__name__}")
             if self.head != "linear" or self.train_v or self.m is not None or self.width is not None:
                 raise ValueError("head, train_v, m and width do not apply to model='linear'")
             self.net = LinearClassifier()
-        else:
-            if not isinstance(data, AttnData):
-                raise ValueError(f"data must be AttnData for model={self.model!r}, "
-                                 f"got {type(data).__name__}")
-            self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
-                                           train_v=self.train_v)
-        self.trials = data.trials
-        n = data.n
+            return
+        if not isinstance(data, AttnData):
+            raise ValueError(f"data must be AttnData for model={self.model!r}, "
+                             f"got {type(data).__name__}")
+        self.net = AttentionClassifier(self.model, m=self.m, head=self.head, width=self.width,
+                                       train_v=self.train_v)
+
+    def _check_batch_size(self, n):
+        """``batch_size`` in [1, n] (required by the stochastic rules; n means full batch)."""
         if self.stochastic and self.batch_size is None:
-            raise ValueError(f"batch_size is required for optimizer={optimizer!r}")
+            raise ValueError(f"batch_size is required for optimizer={self.optimizer!r}")
         if self.batch_size is not None:
             self.batch_size = check_int("batch_size", self.batch_size, minimum=1)
             if self.batch_size > n:
                 raise ValueError(f"batch_size must be <= n = {n}, got {self.batch_size}")
             if self.batch_size == n:
                 self.batch_size = None
-        if self.init is None:
-            self.init = "random" if self.model == "KQ" else "zeros"
-        if self.opt is not None and self.model == "linear":
-            raise ValueError("opt does not apply to model='linear'")
-        self._check_lr_trials()
 
     def as_dict(self, trials):
         """The resolved arguments, as recorded in :attr:`History.config`."""
@@ -508,78 +544,6 @@ def _snapshot_names(snapshots, model, net):
         raise ValueError(f"snapshots must name distinct parameters of model={model!r} among "
                          f"{list(allowed)}, got {list(names)}")
     return names
-
-
-# ----------------------------------------------------------------------------- recorder
-class _Recorder:
-    """What is recorded at a record step: loss, log-loss, norm and correlations of the main
-    matrix, optimal-token mass and selected tokens (attention) or the normalized margin
-    (linear), and snapshots of the parameters named in ``cfg.snapshots``."""
-
-    def __init__(self, cfg, net, full, B, ref_t, opt_t):
-        self.cfg, self.net, self.full, self.B = cfg, net, full, B
-        self.ref_t = ref_t
-        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
-        self.opt_t = opt_t
-        self.rec = {"loss": [], "log_loss": [], "norm": [], "opt_mass": [], "selected": [],
-                    "margin": []}
-        self.corr = {name: [] for name in ref_t}
-        self.snap = {name: [] for name in cfg.snapshots}
-        self.opt_init = None
-
-    def __call__(self, params):
-        cfg, net, full, rec = self.cfg, self.net, self.full, self.rec
-        lossobj = cfg.lossobj
-        u, cache = net.forward(params, full)
-        rec["loss"].append(lossobj.value(u).mean(-1))
-        rec["log_loss"].append(log_mean_loss(lossobj, u) if lossobj.nonnegative
-                               else torch.full((self.B,), float("nan"), **cfg.kw))
-        M = net.matrix(params)
-        nrm = M.flatten(1).norm(dim=1)
-        rec["norm"].append(nrm)
-        for name, R in self.ref_t.items():
-            self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
-        main = _main_name(cfg.model)
-        for name in self.snap:
-            self.snap[name].append((M if name == main else params[name]).clone())
-        if cfg.model == "linear":
-            rec["margin"].append(u.amin(-1) / nrm)
-            return
-        o = self.opt_t
-        if o is None:
-            o = net.token_scores(params, full).argmax(-1)
-            if self.opt_init is None:
-                self.opt_init = o
-        rec["opt_mass"].append(cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1))
-        rec["selected"].append(net.scores(params, full, cache.get("W")).argmax(-1))
-
-    def history(self, params, B):
-        """The records as a :class:`History` (numpy arrays)."""
-        cfg = self.cfg
-
-        def stack(lst):
-            return torch.stack(lst).cpu().numpy() if lst else None
-
-        opt_src = self.opt_t if self.opt_t is not None else self.opt_init
-        final = {k: p.cpu().numpy() for k, p in params.items()}
-        if cfg.model == "KQ":
-            final["W"] = self.net.matrix(params).cpu().numpy()
-        traj = {name: stack(v) for name, v in self.snap.items()}
-        return History(
-            steps=cfg.grid,
-            loss=stack(self.rec["loss"]),
-            log_loss=stack(self.rec["log_loss"]),
-            norm=stack(self.rec["norm"]),
-            corr={name: stack(v) for name, v in self.corr.items()},
-            opt_mass=stack(self.rec["opt_mass"]),
-            selected=stack(self.rec["selected"]),
-            margin=stack(self.rec["margin"]),
-            opt=None if opt_src is None else opt_src.cpu().numpy(),
-            params=final,
-            snapshots=traj.get(_main_name(cfg.model)),
-            trajectory=traj,
-            config=cfg.as_dict(B),
-        )
 
 
 # ----------------------------------------------------------------------------- finite guard
@@ -624,55 +588,6 @@ class _FiniteGuard:
         self.check(steps + 1)
 
 
-# ----------------------------------------------------------------------------- step
-class _Step:
-    """One update of every trial: (mini-batch) gradient, optional penalty merged into the log
-    scale, the loss (or excess loss) the Polyak rules need, and the rule's increment
-    (:func:`attnsvm.optim.update`). ``__call__`` returns the margins of the batch."""
-
-    def __init__(self, cfg, net, full, params, keys32, n):
-        self.cfg, self.net, self.full = cfg, net, full
-        self.trainable = net.trainable
-        self.rule = cfg.rule_obj
-        self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
-        self.keys32, self.n = keys32, n
-        self.ar_n = torch.arange(n, device=cfg.dev)
-        self.want_log_loss = self.rule.needs_log_loss
-        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
-        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
-
-    def __call__(self, params, k):
-        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
-        penalty, trainable = cfg.penalty, self.trainable
-        batch = self.full if cfg.batch_size is None else _gather(
-            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        u, grads, sigma = net.grad(params, batch, lossobj)
-        if penalty:
-            log2pen = self.log2pen
-            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
-                sg = torch.clamp(sigma[name], min=log2pen)
-                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
-                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
-                sigma[name] = sg
-        log_loss = log_mean_loss(lossobj, u) if self.want_log_loss else None
-        if self.want_log_loss and penalty:
-            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
-            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-        if cfg.rule == "polyak_star":
-            log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                             batch["G"] * batch["y"][..., None])
-                        if cfg.L_star is None else
-                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
-        ctx = self.ctx
-        ctx.log_scale = [sigma[name] for name in trainable]
-        ctx.log_loss, ctx.params = log_loss, [params[name] for name in trainable]
-        deltas = self.rule.update([grads[name] for name in trainable], self.state, ctx)
-        for name, dl in zip(trainable, deltas):
-            params[name] = params[name] + dl
-        return u
-
-
 # ----------------------------------------------------------------------------- setup
 def _tensors(cfg, data):
     """Data tensors (with trials axis), initial parameters, references, optimal tokens and the
@@ -691,6 +606,9 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+    if model != "linear":
+        # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
+        full["Xt"] = full["X"].transpose(-1, -2).contiguous()
     main_shape = (d,) if model in ("prompt", "linear") else (d, d)
     ref_t = {name: _ref_tensor(name, R, B, main_shape, kw) for name, R in cfg.refs.items()}
     opt_t = None
@@ -707,13 +625,7 @@ def _tensors(cfg, data):
 
 
 # ----------------------------------------------------------------------------- fit
-def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, loss=None,
-        optimizer="gd", lr=None, eta_max=None, L_star=None, betas=(0.9, 0.999), eps=1e-8,
-        norm=None, p=None, normalize=None, decay=None, period=None, growth=None, R0=None,
-        step_power=None, steps=2000, batch_size=None, penalty=0.0, init=None, init_scale=None,
-        refs=None, opt=None, record_every="log",
-        n_records=100, snapshots=False, seed=0, device="auto", dtype=torch.float64,
-        progress=None, num_threads=None):
+def fit(data, **options):
     r"""Train ``B`` independent trials of a model at once and record their trajectories.
 
     Parameters
@@ -724,7 +636,7 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
         linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
         its own objective (the interface of :mod:`attnsvm.models.objective`, e.g.
-        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.ntp.NTPData`): its ``batch(data)``
+        :class:`attnsvm.models.NTPLinear` on :class:`attnsvm.data.NTPData`): its ``batch(data)``
         reads ``data``; ``m``, ``head``, ``width``, ``train_v``, ``loss``, ``batch_size``,
         ``penalty`` and ``opt`` do not apply; ``init`` defaults to the model's choice.
     m : int, optional
@@ -814,6 +726,24 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     -------
     History
 
+    Notes
+    -----
+    **Recording.** Records are taken only at the steps of the record grid (:func:`record_grid`),
+    never in between: ``record_every="log"`` (``n_records`` log-spaced steps), an int ``k``
+    (every ``k`` steps) or an explicit, strictly increasing sequence of steps (0 and ``steps``
+    are always added). What is recorded at each grid step is in :class:`History` (loss,
+    log-loss, norm, correlations with ``refs``, and for attention models the optimal-token mass
+    and the selected tokens); ``snapshots`` adds any named parameter (``History.trajectory``).
+    A caller that needs its own quantity along a trajectory (e.g. the iterates of
+    :func:`attnsvm.optim_geometry.run`, a rate measured at every step) passes the steps it needs
+    as ``record_every`` and the parameters as ``snapshots``, and computes from
+    ``History.trajectory``: there is no second training loop.
+
+    **Options.** The keyword options are the fields of :class:`FitConfig` (:data:`OPTIONS`,
+    declared there once); ``fit(data, **options)`` validates them with
+    :meth:`FitConfig.build` (an unknown keyword raises TypeError, a bad value ValueError naming
+    it) and runs them with :func:`run`.
+
     Raises
     ------
     ValueError
@@ -821,29 +751,31 @@ def fit(data, *, model="W", m=None, head="linear", width=None, train_v=False, lo
     NonFiniteError
         A trial's iterate became NaN/inf (the message names the trial and the step).
     """
-    cfg = FitConfig.build(
-        data, model=model, m=m, head=head, width=width, train_v=train_v, loss=loss,
-        optimizer=optimizer, lr=lr, eta_max=eta_max, L_star=L_star, betas=betas, eps=eps,
-        norm=norm, p=p, normalize=normalize, decay=decay, period=period, growth=growth, R0=R0,
-        step_power=step_power, steps=steps, batch_size=batch_size, penalty=penalty, init=init, init_scale=init_scale,
-        refs=refs, opt=opt, record_every=record_every, n_records=n_records, snapshots=snapshots,
-        seed=seed, device=device, dtype=dtype, progress=progress, num_threads=num_threads)
-    return run(cfg, data)
+    return run(FitConfig.build(data, **options), data)
+
+
+#: the options of :func:`fit`: the fields of :class:`FitConfig` (declared there, once)
+OPTIONS = tuple(f.name for f in fields(FitConfig) if f.init)
+# the keyword-only signature of fit, with the defaults of the fields (for help() and
+# introspection; the call itself is fit(data, **options) validated by FitConfig.build)
+fit.__signature__ = inspect.Signature(
+    [inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+       for f in fields(FitConfig) if f.init])
 
 
 def run(cfg, data):
-    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation)."""
-    if cfg.objective:
-        return _run_objective(cfg)
-    net = cfg.net
-    B, d, n = data.trials, data.d, data.n
-    full, params, ref_t, opt_t, keys32 = _tensors(cfg, data)
-    record = _Recorder(cfg, net, full, B, ref_t, opt_t)
-    step = _Step(cfg, net, full, params, keys32, n)
-    Tn = data.T if cfg.model != "linear" else 1
-    small = B * n * Tn * max(Tn, d) < 2 ** 18
-    _loop(cfg, B, params, record, step, lambda: net.forward(params, full)[0], small)
-    return record.history(params, B)
+    """Run a validated :class:`FitConfig` on ``data`` (what :func:`fit` does after validation).
+
+    One path for every model: the model's terms (:class:`_MarginTerms` for a model name,
+    :class:`_ObjectiveTerms` for a model object) give the step's gradient and the records;
+    one :class:`_Step`, one :class:`_Recorder` and one loop do the rest."""
+    terms = _ObjectiveTerms(cfg) if cfg.objective else _MarginTerms(cfg, data)
+    params = terms.params
+    record = _Recorder(cfg, terms)
+    step = _Step(cfg, terms, params)
+    _loop(cfg, terms.trials, params, record, step, lambda: terms.final_check(params), terms.small)
+    return record.history(params)
 
 
 def _loop(cfg, B, params, record, step, final_u, small):
@@ -855,7 +787,7 @@ def _loop(cfg, B, params, record, step, final_u, small):
     is_rec[cfg.grid] = True
     pbar = None
     if cfg.progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: tqdm is optional (progress bars only)
         name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
         pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
     tick = max(1, steps // 200)
@@ -883,7 +815,90 @@ def _loop(cfg, B, params, record, step, final_u, small):
             pbar.close()
 
 
-# ----------------------------------------------------------------------------- model objects
+# ----------------------------------------------------------------------------- the model's terms
+class _MarginTerms:
+    r"""A margin model (``model`` a name: "W", "KQ", "prompt", "linear") on the engine's one
+    interface: the data tensors and initial parameters, the log-scaled gradient of a step
+    (mini-batch, penalty merged into the log scale, and the loss or excess loss the Polyak
+    rules need) and the records (loss, log-loss; the normalized margin of the linear model,
+    or the optimal-token mass and the selected tokens of an attention model)."""
+
+    def __init__(self, cfg, data):
+        self.cfg, self.net = cfg, cfg.net
+        self.full, self.params, self.ref_t, self.opt_t, self.keys32 = _tensors(cfg, data)
+        self.trials, self.n = data.trials, data.n
+        self.trainable = tuple(self.net.trainable)
+        self.main = _main_name(cfg.model)
+        self.ar_n = torch.arange(data.n, device=cfg.dev)
+        self.pen_names = [name for name in self.trainable if name in ("W", "K", "Q", "p", "w")]
+        self.log2pen = math.log(2 * cfg.penalty) if cfg.penalty else None
+        self.opt_init = None
+        Tn = data.T if cfg.model != "linear" else 1
+        self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
+
+    def step_terms(self, params, k, want_log_loss):
+        """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
+        cfg, net, lossobj = self.cfg, self.net, self.cfg.lossobj
+        penalty = cfg.penalty
+        batch = self.full if cfg.batch_size is None else _gather(
+            self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
+        u, grads, sigma = net.grad(params, batch, lossobj)
+        if penalty:
+            log2pen = self.log2pen
+            for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
+                sg = torch.clamp(sigma[name], min=log2pen)
+                grads[name] = (grads[name] * _bcast(torch.exp(sigma[name] - sg), grads[name])
+                               + params[name] * _bcast(torch.exp(log2pen - sg), grads[name]))
+                sigma[name] = sg
+        log_loss = log_mean_loss(lossobj, u) if want_log_loss else None
+        if want_log_loss and penalty:
+            sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
+            log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
+        if cfg.rule == "polyak_star":
+            log_loss = (_log_excess_logistic(net.scores(params, batch),
+                                             batch["G"] * batch["y"][..., None])
+                        if cfg.L_star is None else
+                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        return grads, sigma, log_loss, u
+
+    def matrix(self, params):
+        return self.net.matrix(params)
+
+    def metrics(self, params, nrm):
+        """The records of one record step, name -> (B,) (or (B, n) for ``selected``)."""
+        cfg, net, full = self.cfg, self.net, self.full
+        lossobj = cfg.lossobj
+        u, cache = net.forward(params, full)
+        out = {"loss": lossobj.value(u).mean(-1),
+               "log_loss": (log_mean_loss(lossobj, u) if lossobj.nonnegative
+                            else torch.full((self.trials,), float("nan"), **cfg.kw))}
+        if cfg.model == "linear":
+            out["margin"] = u.amin(-1) / nrm
+            return out
+        o = self.opt_t
+        if o is None:
+            o = net.token_scores(params, full).argmax(-1)
+            if self.opt_init is None:
+                self.opt_init = o
+        out["opt_mass"] = cache["s"].gather(-1, o.unsqueeze(-1)).squeeze(-1).mean(-1)
+        out["selected"] = net.scores(params, full, cache.get("W")).argmax(-1)
+        return out
+
+    def final_params(self, params):
+        final = {k: p.cpu().numpy() for k, p in params.items()}
+        if self.cfg.model == "KQ":
+            final["W"] = self.net.matrix(params).cpu().numpy()
+        return final
+
+    def opt(self):
+        src = self.opt_t if self.opt_t is not None else self.opt_init
+        return None if src is None else src.cpu().numpy()
+
+    def final_check(self, params):
+        """The margins of the final iterate (the finite guard's last check)."""
+        return self.net.forward(params, self.full)[0]
+
+
 def _evaluate(net, params, batch):
     """``net.objective`` as ``(loss (B,), grads, log_scale dict or None, log_loss (B,))``."""
     out = net.objective(params, batch)
@@ -895,23 +910,36 @@ def _evaluate(net, params, batch):
     return loss, grads, ls, log_loss
 
 
-class _ObjectiveStep:
-    """One update of every trial of a model object: its objective, the loss (or excess loss)
-    the Polyak rules need, and the rule's increment."""
+class _ObjectiveTerms:
+    r"""A model object (the objective interface of :mod:`attnsvm.models.objective`) on the
+    engine's one interface: its batch and initial parameters, the gradient of a step (its
+    ``gradient`` when the rule needs no loss, else its ``objective``, and the excess loss
+    :math:`L - L^\star` for ``polyak_star``) and the records (loss, log-loss, excess)."""
 
-    def __init__(self, cfg, net, batch, params):
-        self.cfg, self.net, self.batch = cfg, net, batch
+    def __init__(self, cfg):
+        net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
+        self.cfg, self.net, self.batch, self.trials = cfg, net, batch, B
+        rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
+        self.params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale,
+                                           **cfg.kw))
+        missing = [k for k in net.trainable if k not in self.params]
+        if missing:
+            raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
         self.trainable = tuple(net.trainable)
-        self.rule = cfg.rule_obj
-        self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
-        self.fast = not self.rule.needs_log_loss and callable(getattr(net, "gradient", None))
-        self.L_star = None
+        self.main = _main_name(net)
+        shape = tuple(self.params[self.main].shape[1:])
+        self.ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
+        self.fast = (not cfg.rule_obj.needs_log_loss
+                     and callable(getattr(net, "gradient", None)))
+        self.L_star_step = None
         if cfg.rule == "polyak_star":
-            self.L_star = (net.L_star(batch) if cfg.L_star is None
-                           else torch.full((cfg.trials,), cfg.L_star, **cfg.kw))
+            self.L_star_step = (net.L_star(batch) if cfg.L_star is None
+                                else torch.full((B,), cfg.L_star, **cfg.kw))
+        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
+        self.small = sum(v.numel() for v in batch.values()) < 2 ** 18
 
-    def __call__(self, params, k):
+    def step_terms(self, params, k, want_log_loss):
+        """``(grads, log_scales, log_loss, check)``; ``check`` (B, 1) is finite iff the step is."""
         if self.fast:                     # the rule needs no loss: the model's gradient alone
             grads, ls = self.net.gradient(params, self.batch)
             log_loss = None
@@ -920,72 +948,97 @@ class _ObjectiveStep:
         else:
             loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
             check = loss
+        if self.L_star_step is not None:
+            log_loss = torch.log(torch.clamp(loss - self.L_star_step, min=0.0))
+        return grads, ls, log_loss, check.unsqueeze(-1)
+
+    def matrix(self, params):
+        return params[self.main]
+
+    def metrics(self, params, nrm):
+        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
+        out = {"loss": loss, "log_loss": log_loss}
         if self.L_star is not None:
-            log_loss = torch.log(torch.clamp(loss - self.L_star, min=0.0))
-        names = self.trainable
-        ctx = self.ctx
-        ctx.log_scale = [None if ls is None else ls[n] for n in names]
+            out["excess"] = loss - self.L_star
+        return out
+
+    def final_params(self, params):
+        return {k: p.cpu().numpy() for k, p in params.items()}
+
+    def opt(self):
+        return None
+
+    def final_check(self, params):
+        return _evaluate(self.net, params, self.batch)[0].unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------- step
+class _Step:
+    """One update of every trial, for every kind of model: the model's terms (gradient in
+    log-scaled form, the loss the Polyak rules need) and the rule's increment
+    (:mod:`attnsvm.optim`). ``__call__`` returns what the finite guard checks (the margins of
+    the batch, or the loss of a model object)."""
+
+    def __init__(self, cfg, terms, params):
+        self.terms, self.trainable = terms, terms.trainable
+        self.rule = cfg.rule_obj
+        self.state = self.rule.init_state([params[k] for k in self.trainable])
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.want_log_loss = self.rule.needs_log_loss
+
+    @property
+    def net(self):
+        return self.terms.net
+
+    def __call__(self, params, k):
+        grads, sigma, log_loss, check = self.terms.step_terms(params, k, self.want_log_loss)
+        names, ctx = self.trainable, self.ctx
+        ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
         deltas = self.rule.update([grads[n] for n in names], self.state, ctx)
         for n, dl in zip(names, deltas):
             params[n] = params[n] + dl
-        return check.unsqueeze(-1)
+        return check
 
 
-class _ObjectiveRecorder:
-    r"""Records of a model object: its loss and log-loss, the excess :math:`L - L^\star` (when
-    the model has ``L_star``), the norm and correlations of the main parameter, snapshots."""
+# ----------------------------------------------------------------------------- recorder
+class _Recorder:
+    """What is recorded at a record step, for every kind of model: the model's metrics
+    (loss, log-loss, and what the model adds), the norm and correlations of the main matrix
+    and snapshots of the parameters named in ``cfg.snapshots``."""
 
-    def __init__(self, cfg, net, batch, ref_t):
-        self.cfg, self.net, self.batch, self.ref_t = cfg, net, batch, ref_t
-        self.main = _main_name(net)
-        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in ref_t.items()}
-        self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
-        self.rec = {"loss": [], "log_loss": [], "norm": [], "excess": []}
-        self.corr = {name: [] for name in ref_t}
+    def __init__(self, cfg, terms):
+        self.cfg, self.terms = cfg, terms
+        self.ref_t = terms.ref_t
+        self.ref_n = {name: R.flatten(1).norm(dim=1) for name, R in self.ref_t.items()}
+        self.rec = {"norm": []}
+        self.corr = {name: [] for name in self.ref_t}
         self.snap = {name: [] for name in cfg.snapshots}
 
     def __call__(self, params):
-        loss, _, _, log_loss = _evaluate(self.net, params, self.batch)
-        self.rec["loss"].append(loss)
-        self.rec["log_loss"].append(log_loss)
-        if self.L_star is not None:
-            self.rec["excess"].append(loss - self.L_star)
-        M = params[self.main]
+        M = self.terms.matrix(params)
         nrm = M.flatten(1).norm(dim=1)
+        for name, val in self.terms.metrics(params, nrm).items():
+            self.rec.setdefault(name, []).append(val)
         self.rec["norm"].append(nrm)
         for name, R in self.ref_t.items():
             self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
+        main = self.terms.main
         for name in self.snap:
-            self.snap[name].append(params[name].clone())
+            self.snap[name].append((M if name == main else params[name]).clone())
 
-    def history(self, params, B):
-        def stack(lst):
+    def history(self, params):
+        """The records as a :class:`History` (numpy arrays)."""
+        def stack(name):
+            lst = self.rec.get(name)
             return torch.stack(lst).cpu().numpy() if lst else None
 
-        traj = {name: stack(v) for name, v in self.snap.items()}
+        traj = {name: torch.stack(v).cpu().numpy() for name, v in self.snap.items() if v}
         return History(
-            steps=self.cfg.grid, loss=stack(self.rec["loss"]), log_loss=stack(self.rec["log_loss"]),
-            norm=stack(self.rec["norm"]), corr={n: stack(v) for n, v in self.corr.items()},
-            excess=stack(self.rec["excess"]),
-            params={k: p.cpu().numpy() for k, p in params.items()},
-            snapshots=traj.get(self.main), trajectory=traj, config=self.cfg.as_dict(B))
-
-
-def _run_objective(cfg):
-    """:func:`run` for a model object (the objective interface of :mod:`attnsvm.models`)."""
-    net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
-    rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
-    params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale, **cfg.kw))
-    missing = [k for k in net.trainable if k not in params]
-    if missing:
-        raise ValueError(f"{type(net).__name__}.init_params gave no {missing}")
-    main = _main_name(net)
-    shape = tuple(params[main].shape[1:])
-    ref_t = {name: _ref_tensor(name, R, B, shape, cfg.kw) for name, R in cfg.refs.items()}
-    record = _ObjectiveRecorder(cfg, net, batch, ref_t)
-    step = _ObjectiveStep(cfg, net, batch, params)
-    small = sum(v.numel() for v in batch.values()) < 2 ** 18
-    _loop(cfg, B, params, record, step,
-          lambda: _evaluate(net, params, batch)[0].unsqueeze(-1), small)
-    return record.history(params, B)
+            steps=self.cfg.grid, loss=stack("loss"), log_loss=stack("log_loss"),
+            norm=stack("norm"),
+            corr={name: torch.stack(v).cpu().numpy() for name, v in self.corr.items()},
+            opt_mass=stack("opt_mass"), selected=stack("selected"), margin=stack("margin"),
+            excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
+            snapshots=traj.get(self.terms.main), trajectory=traj,
+            config=self.cfg.as_dict(self.terms.trials))

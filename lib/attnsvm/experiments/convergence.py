@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice, check_int, check_positive
+from .._checks import as_float_array, check_bool as _check_bool, check_choice, check_int, check_positive, renamed
 from ..data import AttnData
 from .. import data as _data
 from .. import metrics as _metrics
@@ -265,11 +265,12 @@ def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6)
 
 
 # ----------------------------------------------------------------------------- data
-def draw_instances(n, T, d, *, trials=1, seed=0, query="cross"):
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def draw_instances(n, T, d, *, trials=1, seed=0, cross=True):
     r"""Random instances in the setting of "Transformers as SVMs" (``attnsvm.data.random_unit``):
     tokens :math:`x_{it}`, queries :math:`z_i` and head :math:`v` drawn :math:`N(0, I_d)` and
-    normalized to unit length, labels random signs; ``query="cross"`` draws the queries
-    separately, ``query="self"`` sets :math:`z_i = x_{i1}` (token 0).
+    normalized to unit length, labels random signs; ``cross=True`` draws the queries
+    separately, ``cross=False`` sets :math:`z_i = x_{i1}` (token 0).
 
     The data seed is ``numpy.random.SeedSequence([seed, n, T, d])``, so instances of different
     sizes are independent, and trial ``b`` does not depend on ``trials``.
@@ -283,8 +284,7 @@ def draw_instances(n, T, d, *, trials=1, seed=0, query="cross"):
     d = check_int("d", d, minimum=1)
     trials = check_int("trials", trials, minimum=1)
     seed = check_int("seed", seed, minimum=0)
-    check_choice("query", query, ("cross", "self"))
-    return _data.random_unit(n, T, d, cross=(query == "cross"), trials=trials,
+    return _data.random_unit(n, T, d, cross=_check_bool("cross", cross), trials=trials,
                              seed=np.random.SeedSequence([seed, n, T, d]))
 
 
@@ -492,8 +492,9 @@ def _masses(S, alpha):
     return np.take_along_axis(S, idx, axis=-1)[..., 0].mean(-1)
 
 
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
 def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimizer="ngd",
-                     lr=0.1, init_scale=0.01, loss="logistic", query="cross",
+                     lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                      threshold=GLOBAL_CORR, n_records=60, seed=0, device="auto"):
     r"""Train ``trials`` random instances from random initializations (one batched fit) and
     record the correlation of :math:`W_t` with :math:`W_{mm}` (``opt``) and with
@@ -505,7 +506,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     -------
     LocalRun
     """
-    data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
+    data = draw_instances(n, T, d, trials=trials, seed=seed, cross=cross)
     opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
     with _train.cpu_threads(device):
@@ -529,7 +530,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
                     W_final=h.W,
                     config=dict(n=n, T=T, d=d, trials=trials, steps=steps, model=model,
                                 optimizer=optimizer, lr=lr, init_scale=init_scale, loss=loss,
-                                query=query, threshold=threshold, seed=seed))
+                                cross=cross, threshold=threshold, seed=seed))
 
 
 # ----------------------------------------------------------------------------- cone experiment
@@ -719,8 +720,9 @@ class OverparamSweep:
         return out
 
 
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
 def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
-                    optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", query="cross",
+                    optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                     threshold=GLOBAL_CORR, seed=0, device="auto"):
     r"""For every (n, T) in ``shapes`` and d in ``ds``: draw ``trials`` instances, train them
     from random initializations in one batched fit, and classify the outcomes
@@ -734,7 +736,7 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
                             "frac_feasible", "frac_opt", "median_corr_global")}
     for (n, T) in shapes:
         for d in ds:
-            data = draw_instances(n, T, d, trials=trials, seed=seed, query=query)
+            data = draw_instances(n, T, d, trials=trials, seed=seed, cross=cross)
             with _train.cpu_threads(device):
                 h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
                                init="random", init_scale=init_scale, loss=loss,
@@ -752,7 +754,7 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
     return OverparamSweep(rows=rows, threshold=threshold,
                           config=dict(shapes=tuple(shapes), ds=tuple(ds), trials=trials,
                                       steps=steps, optimizer=optimizer, lr=lr,
-                                      init_scale=init_scale, loss=loss, query=query, seed=seed))
+                                      init_scale=init_scale, loss=loss, cross=cross, seed=seed))
 
 
 # ----------------------------------------------------------------------------- 2-D pictures

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_choice, check_int
-from ..data import AttnData, random_unit
+from .._checks import check_bool as _check_bool, check_int, renamed
+from ..data import keyed_instances, random_unit
 from ..svm import InfeasibleError, att_svm, rank
 from ..tokens import optimal_tokens
 
@@ -30,7 +30,8 @@ __all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep"
            "feasibility_study", "singular_gap"]
 
 
-def draw_instance(n, T, d, *, seed, query="self"):
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def draw_instance(n, T, d, *, seed, cross=False):
     r"""One seeded attention instance of ``attnsvm.data.random_unit``: tokens, queries and head
     drawn :math:`N(0, I)` and normalized to unit length, labels :math:`y_i = \pm 1` with
     probability 1/2 each.
@@ -41,26 +42,25 @@ def draw_instance(n, T, d, *, seed, query="self"):
         Sequences, tokens per sequence (>= 2), dimension.
     seed : int or sequence of int
         Entropy of the ``numpy.random.SeedSequence`` passed to the generator.
-    query : {"self", "cross"}
-        ``"self"``: :math:`z_i = x_{i1}` (the first token, index 0); ``"cross"``: :math:`z_i`
+    cross : bool
+        ``False``: :math:`z_i = x_{i1}` (the first token, index 0); ``True``: :math:`z_i`
         drawn independently (unit length).
 
     Returns
     -------
     AttnData (unbatched)
     """
-    check_choice("query", query, ("self", "cross"))
     key = [int(k) for k in np.atleast_1d(seed)]
-    return random_unit(n, T, d, cross=query == "cross", seed=np.random.SeedSequence(key))
+    return random_unit(n, T, d, cross=_check_bool("cross", cross), seed=np.random.SeedSequence(key))
 
 
-def draw_instances(n, T, d, trials, *, seed, query="self"):
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def draw_instances(n, T, d, trials, *, seed, cross=False):
     """``trials`` instances of :func:`draw_instance` (trial ``j`` from key ``(*seed, j)``),
     stacked as a batched ``AttnData``."""
     trials = check_int("trials", trials, minimum=1)
     key = tuple(np.atleast_1d(seed).tolist())
-    return AttnData.stack([draw_instance(n, T, d, seed=key + (j,), query=query)
-                           for j in range(trials)])
+    return keyed_instances(n, T, d, [key + (j,) for j in range(trials)], cross=_check_bool("cross", cross))
 
 
 def singular_gap(W, r):
@@ -200,15 +200,16 @@ class FeasibilityStudy:
         }
 
 
-def feasibility_study(ns, T_n, n_T, Ts, ds, instances, *, n_rank, T_rank, ds_rank,
-                      instances_rank, rtol=1e-6, seed=0):
+@renamed(instances="trials", instances_rank="trials_rank")
+def feasibility_study(ns, T_n, n_T, Ts, ds, trials, *, n_rank, T_rank, ds_rank,
+                      trials_rank, rtol=1e-6, seed=0):
     """Chapter 2: feasibility over ``ns x {T_n} x ds`` and over ``{n_T} x Ts x ds``
-    (``instances`` each), and the ranks of both SVMs over ``{n_rank} x {T_rank} x ds_rank``
-    (``instances_rank`` each, nuclear norm included). Returns a :class:`FeasibilityStudy`."""
+    (``trials`` instances each), and the ranks of both SVMs over ``{n_rank} x {T_rank} x ds_rank``
+    (``trials_rank`` each, nuclear norm included). Returns a :class:`FeasibilityStudy`."""
     return FeasibilityStudy(
-        feasibility_sweep(ns, [T_n], ds, instances, seed=seed),
-        feasibility_sweep([n_T], Ts, ds, instances, seed=seed),
-        feasibility_sweep([n_rank], [T_rank], ds_rank, instances_rank, seed=seed, nuclear=True,
+        feasibility_sweep(ns, [T_n], ds, trials, seed=seed),
+        feasibility_sweep([n_T], Ts, ds, trials, seed=seed),
+        feasibility_sweep([n_rank], [T_rank], ds_rank, trials_rank, seed=seed, nuclear=True,
                           rtol=rtol))
 
 
@@ -221,7 +222,8 @@ def _stats(prefix, vals):
             f"{prefix}_min": float(vals.min()), f"{prefix}_max": float(vals.max())}
 
 
-def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=False,
+@renamed(instances="trials", query="cross (a bool: cross=True for query='cross', False for 'self')")
+def feasibility_sweep(ns, Ts, ds, trials, *, seed=0, cross=False, nuclear=False,
                       rtol=1e-6, progress=False):
     r"""Feasibility and rank of the Att-SVM over the grid ``ns x Ts x ds``.
 
@@ -229,11 +231,11 @@ def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=Fa
     ----------
     ns, Ts, ds : iterables of int
         Grid values of :math:`n`, :math:`T` (>= 2) and :math:`d`.
-    instances : int
+    trials : int
         Instances per grid point.
     seed : int
         Instance ``j`` of ``(n, T, d)`` uses the key ``(seed, n, T, d, j)``.
-    query : {"self", "cross"}
+    cross : bool
         Query model of :func:`draw_instance`.
     nuclear : bool
         Also solve the nuclear-norm SVM :math:`W^*_{mm}` (a cone program; slower) on the
@@ -247,7 +249,7 @@ def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=Fa
     -------
     SweepResult
     """
-    instances = check_int("instances", instances, minimum=1)
+    trials = check_int("trials", trials, minimum=1)
     grid = list(itertools.product(*(sorted({check_int(nm, v, minimum=lo) for v in vals})
                                     for nm, vals, lo in (("n", ns, 1), ("T", Ts, 2),
                                                          ("d", ds, 1)))))
@@ -256,8 +258,8 @@ def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=Fa
     summary = []
     for (n, T, d) in grid:
         rf, rn = [], []
-        for j in range(instances):
-            inst = draw_instance(n, T, d, seed=(seed, n, T, d, j), query=query)
+        for j in range(trials):
+            inst = draw_instance(n, T, d, seed=(seed, n, T, d, j), cross=cross)
             row = dict(n=n, T=T, d=d, instance=j, feasible=False, rank_fro=-1, rank_nuc=-1,
                        span_z=rank(inst.Z, rtol=1e-10), kept_fro=np.nan, left_fro=np.nan,
                        kept_nuc=np.nan, left_nuc=np.nan, tie=False)
@@ -287,17 +289,17 @@ def feasibility_sweep(ns, Ts, ds, instances, *, seed=0, query="self", nuclear=Fa
             for k in cols:
                 cols[k].append(row[k])
         nf = len(rf)
-        nt = int(sum(cols["tie"][-instances:]))
-        srow = dict(n=n, T=T, d=d, instances=instances, ties=nt, feasible=nf,
-                    infeasible=instances - nt - nf,
-                    feasible_frac=nf / max(instances - nt, 1), rank_bound=min(n, d))
+        nt = int(sum(cols["tie"][-trials:]))
+        srow = dict(n=n, T=T, d=d, instances=trials, ties=nt, feasible=nf,
+                    infeasible=trials - nt - nf,
+                    feasible_frac=nf / max(trials - nt, 1), rank_bound=min(n, d))
         srow.update(_stats("rank_fro", np.array(rf, dtype=float)))
         srow.update(_stats("rank_nuc", np.array(rn, dtype=float)))
         summary.append(srow)
         if progress:
-            print(f"n={n} T={T} d={d}: feasible {nf}/{instances}", flush=True)
+            print(f"n={n} T={T} d={d}: feasible {nf}/{trials}", flush=True)
     summ = {k: np.array([r[k] for r in summary]) for k in summary[0]}
     per = {k: np.array(v) for k, v in cols.items()}
-    config = dict(ns=list(ns), Ts=list(Ts), ds=list(ds), instances=instances, seed=seed,
-                  query=query, nuclear=nuclear, rtol=rtol)
+    config = dict(ns=list(ns), Ts=list(Ts), ds=list(ds), trials=trials, seed=seed,
+                  cross=cross, nuclear=nuclear, rtol=rtol)
     return SweepResult(summ, per, config)

@@ -1,7 +1,7 @@
 r"""Optimizer geometry (Part IV, chapters 13-14): which margin, in which norm, and how fast.
 
 The driver owns no mathematics: the step rules are :func:`attnsvm.optim_geometry.run`'s, the
-max-margin problems :mod:`attnsvm.svm` / :mod:`attnsvm.svm_geometry`'s, the fits
+max-margin problems :mod:`attnsvm.svm`'s, the fits
 :mod:`attnsvm.experiments.rates`'s. It batches over trials what the chapters compare:
 
 * linear (chapter 13): :func:`margin_ratios` (the table :math:`\bar\gamma_q(w_T)/\gamma_q`),
@@ -10,7 +10,7 @@ max-margin problems :mod:`attnsvm.svm` / :mod:`attnsvm.svm_geometry`'s, the fits
   ``thm-sd-margin`` and where it holds), :func:`gap_slopes` (fitted log-log slopes of a gap),
   :func:`phase_fit` (PRGD's log-gap against its phase index, with :math:`R^2`);
 * attention (chapter 14): :func:`att_margin_gap` (the relative Att-SVM margin gap along a run),
-  :func:`selected_tokens` and :func:`compare_att_svms`, which solves
+  :func:`attnsvm.tokens.selected_tokens` and :func:`compare_att_svms`, which solves
   the Att-SVM of every (run, norm) on the tokens each run selects, with each trial's solver
   status, and returns correlations and own-norm margin ratios (:class:`AttSVMComparison`).
 """
@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import metrics, svm, svm_geometry
-from .._checks import as_float_array, check_int, check_positive
-from .rates import slopes
+from .. import metrics, svm, tokens
+from .._checks import as_float_array, check_int, check_positive, renamed
 
 __all__ = ["margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
-           "phase_fit", "att_margin_gap", "selected_tokens", "AttSVMComparison", "compare_att_svms"]
+           "phase_fit", "att_margin_gap", "AttSVMComparison", "compare_att_svms"]
 
 
 # ----------------------------------------------------------------------------- linear
@@ -51,13 +50,13 @@ def margin_ratios(w, X, y, norms, gammas):
     -------
     dict name -> ndarray (..., B)
     """
-    return {k: svm_geometry.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
+    return {k: svm.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
             for k, q in norms.items()}
 
 
 def margin_gaps(iterates, X, y, q, gamma):
     r""":math:`\gamma_q - \bar\gamma_q(w_t)` for recorded iterates (K, B, d): shape (K, B)."""
-    return np.asarray(gamma)[None] - svm_geometry.margin_in_norm(iterates, X[None], y[None], q)
+    return np.asarray(gamma)[None] - svm.margin_in_norm(iterates, X[None], y[None], q)
 
 
 def sd_margin_radius(steps, X, norm, *, lr, decay):
@@ -113,9 +112,9 @@ def check_sd_bound(run, X, y, norm, gamma, *, lr, decay):
 
 def gap_slopes(t, gap, *, tail=0.1):
     r"""Per-trial fitted log-log slope of a positive gap (K, B) on the last decade
-    ``[tail * t_max, t_max]`` (``rates.slopes``): :math:`\mathrm{gap} \approx c\,t^{\beta}`.
+    ``[tail * t_max, t_max]`` (:func:`attnsvm.metrics.slopes`): :math:`\mathrm{gap} \approx c\,t^{\beta}`.
     NaN for trials whose gap is not positive there."""
-    return slopes(t, gap, tail=tail)
+    return metrics.slopes(t, gap, tail=tail)
 
 
 def phase_fit(t, gap, period, *, start=0, stop=None):
@@ -156,18 +155,14 @@ def phase_fit(t, gap, period, *, start=0, stop=None):
 
 # ----------------------------------------------------------------------------- attention
 
-def att_margin_gap(iterates, X, Z, sel, W_svm, norm="fro"):
+@renamed(sel="alpha")
+def att_margin_gap(iterates, X, Z, alpha, W_svm, norm="fro"):
     r"""Relative Att-SVM margin gap :math:`1 - \bar\gamma(W_t)/\bar\gamma(W^\alpha)` of recorded
     iterates (K, B, d, d) against the Att-SVM ``W_svm`` (B, d, d) of the same norm and token
-    choice ``sel`` (B, n) (``svm_geometry.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
+    choice ``alpha`` (B, n) (``attnsvm.svm.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
     exactly at the maximizers of the normalized margin."""
-    best = svm_geometry.att_margin_in_norm(W_svm, X, Z, sel, norm)
-    return 1.0 - svm_geometry.att_margin_in_norm(iterates, X, Z, sel, norm) / best[None]
-
-
-def selected_tokens(X, Z, W):
-    """The token of largest attention weight of every sequence: (B, n) for ``W`` (B, d, d)."""
-    return metrics.attention(X, W, Z).argmax(-1)
+    best = svm.att_margin_in_norm(W_svm, X, Z, alpha, norm)
+    return 1.0 - svm.att_margin_in_norm(iterates, X, Z, alpha, norm) / best[None]
 
 
 @dataclass
@@ -179,7 +174,7 @@ class AttSVMComparison:
     (B,) (``attnsvm.svm.att_svm_batch(..., return_status=True)``), the correlation ``corr``
     (B,) of the iterate with it, and the own-norm margin ratio
     ``ratio`` (B,) :math:`\bar\gamma_q(W_T)/\bar\gamma_q(W^{\alpha}_q) \le 1`
-    (``svm_geometry.att_margin_in_norm``), which does not depend on which minimizer the solver
+    (``attnsvm.svm.att_margin_in_norm``), which does not depend on which minimizer the solver
     returns when the norm is not strictly convex. Trials without a solution give NaN.
     """
 
@@ -239,7 +234,7 @@ def compare_att_svms(X, Z, finals, norms, *, opt=None):
     unknown = sorted(set(norms) - set(finals))
     if unknown:
         raise ValueError(f"norms names runs {unknown} that are not in finals {sorted(finals)}")
-    sel = {k: selected_tokens(X, Z, np.asarray(W, dtype=float)) for k, W in finals.items()}
+    sel = {k: tokens.selected_tokens(X, np.asarray(W, dtype=float), Z) for k, W in finals.items()}
     opt_frac = {} if opt is None else {k: float(np.mean(s == np.asarray(opt))) for k, s in sel.items()}
     out = AttSVMComparison(sel=sel, opt_frac=opt_frac)
     cache = {}
@@ -252,8 +247,8 @@ def compare_att_svms(X, Z, finals, norms, *, opt=None):
             Ws, ok, status = cache[ck]
             nq = "fro" if q == 2.0 else q
             c = metrics.corr(W, Ws, elem_ndim=2)
-            own = svm_geometry.att_margin_in_norm(W, X, Z, sel[k], nq)
-            best = svm_geometry.att_margin_in_norm(Ws, X, Z, sel[k], nq)
+            own = svm.att_margin_in_norm(W, X, Z, sel[k], nq)
+            best = svm.att_margin_in_norm(Ws, X, Z, sel[k], nq)
             with np.errstate(invalid="ignore", divide="ignore"):
                 r = own / best
             out.svms[k, q], out.status[k, q] = Ws, status

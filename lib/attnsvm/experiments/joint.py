@@ -12,6 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import check_int
+from ..data import planted_token
+from ..svm import att_svm_batch, head_svm
+from ..metrics import attention, corr
+from ..train import fit
+
 __all__ = ["joint_data", "JointRun", "joint_references", "joint_fit"]
 
 
@@ -23,9 +29,6 @@ def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
     Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
     planted positions (trials, n).
     """
-    from .._checks import check_int
-    from ..data import planted_token
-
     trials = check_int("trials", trials, minimum=1)
     return planted_token(n, T, d, signal=signal, trials=trials, seed=seed)
 
@@ -39,7 +42,6 @@ class JointRun:
     ``min_margin`` (:math:`\min_i y_i f(X_i)`) are (K, B); ``W`` (B,d,d), ``v`` (B,d) final; ``W_ref``, ``v_ref`` the
     attention SVM and the max-margin head of the reference tokens ``alpha`` (B, n).
     """
-
     steps: np.ndarray
     loss: np.ndarray
     log_loss: np.ndarray
@@ -59,8 +61,6 @@ class JointRun:
 def joint_references(data, alpha):
     """Per trial, the Frobenius attention SVM (``att_svm_batch(X, Z, alpha, strict=True)``) and the max-margin head
     ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    from ..svm import att_svm_batch, head_svm
-
     W = att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
     return W, v
@@ -81,9 +81,6 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
         of ``segments`` log-spaced ones).
     refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
     """
-    from ..metrics import attention, corr
-    from ..train import fit
-
     W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
     if record_steps is None:
         grid = "log"

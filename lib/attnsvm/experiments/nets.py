@@ -49,6 +49,7 @@ import copy
 import json
 import math
 import struct
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ from torch import nn
 
 from .. import optim as _optim
 from .realdata import minilm_dir, set_offline
+from ..train import resolve_device
 
 __all__ = [
     "MultiHeadAttention",
@@ -81,7 +83,6 @@ __all__ = [
 # ============================================================================= attention
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with explicit query/key/value/output maps (BERT naming)."""
-
     def __init__(self, dim, heads, bias=True):
         super().__init__()
         if dim % heads:
@@ -147,7 +148,6 @@ def attention_stats(p, mask=None):
 
 class _Attentive(nn.Module):
     """Mixin: the list of attention layers, per-head norms and sparsity."""
-
     def attention_layers(self):
         return [mod for mod in self.modules() if isinstance(mod, MultiHeadAttention)]
 
@@ -179,7 +179,6 @@ class ViT(_Attentive):
     image_shape : (C, H, W); H and W divisible by ``patch``
     n_classes : int
     """
-
     def __init__(self, image_shape, n_classes=10, *, patch=4, dim=64, depth=2, heads=8, mlp=128):
         super().__init__()
         C, H, W = image_shape
@@ -247,7 +246,6 @@ class WordPieceTokenizer:
     longest-match-first with ``##`` continuations; a word with no match, or longer than 100
     characters, becomes ``[UNK]``.
     """
-
     def __init__(self, vocab_path, lowercase=True):
         words = Path(vocab_path).read_text(encoding="utf-8").split("\n")
         if words and words[-1] == "":
@@ -362,7 +360,6 @@ class _BertLayer(nn.Module):
 class MiniLM(_Attentive):
     """A BERT encoder with the shape of a ``config.json`` (all-MiniLM-L6-v2: 6 layers, width
     384, 12 heads of size 32, MLP 1536); :meth:`load` fills it from ``model.safetensors``."""
-
     def __init__(self, config):
         super().__init__()
         D, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
@@ -447,7 +444,6 @@ class TextClassifier(_Attentive):
     and the classifier takes their output ``(hidden, mask)`` as its input. The encoder itself is
     not part of the module (it is neither trained nor copied).
     """
-
     def __init__(self, encoder, n_classes, trainable_layers=2):
         super().__init__()
         L = len(encoder.layers)
@@ -509,7 +505,6 @@ class TorchHistory:
     data; ``batch_loss`` (K,) mean mini-batch loss since the previous record; ``head_norm``,
     ``max_mass``, ``entropy`` (K, L, H); ``train_acc`` and ``test_acc`` at the end.
     """
-
     steps: np.ndarray
     loss: np.ndarray
     batch_loss: np.ndarray
@@ -570,9 +565,7 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
     -------
     TorchHistory
     """
-    import time
 
-    from ..train import resolve_device
 
     if optimizer not in STOCHASTIC:
         raise ValueError(f"optimizer must be one of {STOCHASTIC}, got {optimizer!r}")

@@ -2,7 +2,7 @@ r"""Chapter 16: next-token prediction with one self-attention layer (token-prior
 
 :func:`ntp_attention_experiment` draws ``trials`` NTP data sets (:func:`attnsvm.data.ntp_sequences`),
 computes, per trial, the top components :math:`O_i` of the token-priority graphs
-(:func:`attnsvm.ntp.top_component`), the graph SVM :math:`W^G_{mm}`
+(:func:`attnsvm.graphs.top_component`), the graph SVM :math:`W^G_{mm}`
 (:func:`attnsvm.svm.graph_svm`), the finite part :math:`W^*` and the subspace :math:`F`
 (:func:`attnsvm.svm.graph_finite`, :func:`attnsvm.svm.graph_subspace`), and trains
 :class:`attnsvm.models.SelfAttentionNTP` with GD and NGD from a small random start, following
@@ -25,7 +25,7 @@ import torch
 
 from .. import data as _data
 from .. import metrics as _metrics
-from .. import ntp as _ntp
+from .. import graphs as _graphs
 from .. import svm as _svm
 from .. import train as _train
 from ..devices import cpu_threads
@@ -136,7 +136,7 @@ def _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ng
     data = _data.ntp_sequences(n, K, T, d, queries=queries, levels=levels, embedding=embedding,
                                trials=trials, seed=seed)
     B, dim = data.trials, data.d
-    mask = _ntp.top_component(data)
+    mask = _graphs.top_component(data)
     W_svm = _svm.graph_svm(data)
     W_fin = _svm.graph_finite(data)
     bases = [_svm.graph_subspace(data.trial(b)) for b in range(B)]

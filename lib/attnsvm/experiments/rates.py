@@ -21,7 +21,7 @@ This module holds
 * exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
   :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`;
 * experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
-  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`slopes`,
+  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`attnsvm.metrics.slopes`,
   :func:`exp_rate`, :func:`sensitivity`;
 * theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
 * hypotheses and proved bounds along a run, from each trial's first step :math:`t_0` in the
@@ -41,11 +41,11 @@ import numpy as np
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
 from ..data import AttnData, Stream, prescribed_scores, stream
-from ..losses import get_loss
+from ..losses import get_loss, log_excess_loss
 
 __all__ = [
     "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
-    "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics", "slopes",
+    "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics",
     "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
     "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
@@ -223,17 +223,7 @@ def excess_loss(data, opt, W, *, log=False):
     lq = _log_q(data, opt, W)
     log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
     Dl = np.where(mask, gs[..., None] - g, 1.0)
-    terms = np.where(mask, log_s_t + np.log(np.maximum(Dl, 1e-300)), -np.inf)
-    tm = terms.max(axis=-1, keepdims=True)
-    log_delta = tm[..., 0] + np.log(np.sum(np.exp(terms - tm), axis=-1))   # log of delta_i
-    delta = np.exp(log_delta)
-    b = _LOGISTIC.neg_deriv_np(gs)
-    with np.errstate(divide="ignore"):
-        # log E_i; for tiny delta, E_i = b delta (1 + O(delta)) is used in log form (no underflow)
-        log_Ei = np.where(delta > 1e-8, np.log(np.log1p(b * np.expm1(delta))),
-                          np.log(b) + log_delta + np.log1p((1 - b) * delta / 2))
-    mx = log_Ei.max(axis=-1, keepdims=True)
-    log_E = mx[..., 0] + np.log(np.mean(np.exp(log_Ei - mx), axis=-1))
+    log_E = log_excess_loss(log_s_t, np.where(mask, np.log(np.maximum(Dl, 1e-300)), -np.inf), gs)
     return log_E if log else np.exp(log_E)
 
 
@@ -330,22 +320,6 @@ def trajectory_metrics(data, opt, W_mm, hist):
                 excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
                 mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
                 min_margin=min_margin(data, opt, S), loss=hist.loss)
-
-
-def slopes(t, series, *, tail=0.1):
-    r"""Per-trial log-log slope of ``series`` (K, B) against ``t`` on the last decade
-    ``[t_max * tail, t_max]`` (``attnsvm.metrics.fit_rate``). Trials whose series is not
-    positive there give NaN."""
-    t = np.asarray(t, dtype=float)
-    series = np.asarray(series, dtype=float)
-    lo = t.max() * tail
-    out = np.full(series.shape[1], np.nan)
-    keep = t >= lo
-    for b in range(series.shape[1]):
-        col = series[keep, b]
-        if np.all(np.isfinite(col)) and np.all(col > 0):
-            out[b] = metrics.fit_rate(t[keep], col)
-    return out
 
 
 def exp_rate(t, log_series, *, tail=0.5):

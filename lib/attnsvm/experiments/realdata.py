@@ -169,7 +169,7 @@ def load_digits_images():
     Returns ``X`` (1797, 1, 8, 8) float32 in [0, 1] (pixel counts 0..16 divided by 16) and
     ``y`` (1797,) int64 in 0..9.
     """
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # deferred: scikit-learn is optional
 
     d = load_digits()
     X = (d.images.astype(np.float32) / 16.0)[:, None, :, :]

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._checks import as_float_array, check_choice, check_int, check_positive
-from ..data import AttnData
-from ..losses import LOSSES
+from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
+from ..data import AttnData, keyed_instances
+from ..losses import LOSSES, log_excess_loss
 from ..tokens import optimal_tokens, token_scores
 from ..devices import cpu_threads, resolve_device
+from ..metrics import corr, fit_rate, nanmedian as _nanmedian
+from ..svm import att_svm_batch, rank
 
 __all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants", "RegPathStudy",
            "regpath_study"]
@@ -66,15 +68,9 @@ def _log_excess_t(W, X, Z, gam, opt, loss, consts=None):
     g1, lgap = _consts(gam, opt) if consts is None else consts
     Wz = Z @ W.transpose(-1, -2)                                  # (M,n,d) rows W z_i
     a = (X * Wz.unsqueeze(-2)).sum(-1)                            # (M,n,T)
-    ls = torch.log_softmax(a, dim=-1)
-    logh = torch.logsumexp(ls + lgap, dim=-1)                     # (M,n) log h_i
-    if loss == "correlation":
-        lterm = logh
-    elif loss == "exponential":
-        lterm = -g1 + torch.log(torch.expm1(torch.exp(logh)))
-    else:  # logistic: log( log1p( expm1(h) * sigmoid(-g) ) )
-        lterm = torch.log(torch.log1p(torch.expm1(torch.exp(logh)) * torch.sigmoid(-g1)))
-    return torch.logsumexp(lterm, dim=-1) - math.log(lterm.shape[-1])
+    # small_gap=0: the direct formula, as the chapter's path was computed (its nuclear-path numbers
+    # move in the 4th digit when the objective changes at the 1e-16 level: notes/core_glue_changes.md)
+    return log_excess_loss(torch.log_softmax(a, dim=-1), lgap, g1, loss, small_gap=0.0)
 
 
 def _prep(data, loss, device=None):
@@ -176,7 +172,6 @@ class RegPath:
     steps : int, iterations run
     config : dict
     """
-
     R: np.ndarray
     W: np.ndarray
     log_excess: np.ndarray
@@ -472,7 +467,6 @@ class RegPathStudy:
     W_mm : (B, d, d); path : RegPath (Frobenius); consts : dict of (B,) (:func:`path_constants`)
     W_nuc : (B, d, d) or None; path_nuc : RegPath or None (nuclear)
     """
-
     data: AttnData
     instances: int
     R: np.ndarray
@@ -494,7 +488,6 @@ class RegPathStudy:
 
     def slopes(self, path):
         """Fitted log-log slope of the gap over the last decade, per instance (B,)."""
-        from ..metrics import fit_rate
         return fit_rate(self.R, self.gap(path), tail=(self.R[-1] / 10, self.R[-1]))
 
     def bound(self):
@@ -509,8 +502,6 @@ class RegPathStudy:
 
     def summary(self):
         """The chapter's headline numbers (medians over instances unless named otherwise)."""
-        from ..metrics import corr, nanmedian as _nanmedian
-        from ..svm import rank
         path, R = self.path, self.R
         gap, slopes, bound, reach = self.gap(path), self.slopes(path), self.bound(), self.reach(path)
         B = self.data.trials
@@ -566,16 +557,14 @@ class RegPathStudy:
         }
 
 
-def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
+@renamed(instances="trials")
+def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
                   seed=0, device="auto"):
-    r"""Chapter 3: draw ``instances`` instances (:func:`attnsvm.experiments.feasibility.draw_instances`,
-    key ``(seed,)``), keep the feasible ones, and compute the regularization path over the radii
+    r"""Chapter 3: draw ``trials`` instances (:func:`attnsvm.data.keyed_instances`, keys
+    ``(seed, j)``), keep the feasible ones, and compute the regularization path over the radii
     ``R`` in the Frobenius ball (and, with ``nuclear``, the nuclear ball), each started also from
     its SVM direction. Returns a :class:`RegPathStudy`."""
-    from ..svm import att_svm_batch
-    from .feasibility import draw_instances
-
-    data = draw_instances(n, T, d, instances, seed=(seed,))
+    data = keyed_instances(n, T, d, [(seed, j) for j in range(check_int("trials", trials, minimum=1))])
     opt = optimal_tokens(data.X, data.y, data.v)
     W_mm, feasible = att_svm_batch(data.X, data.Z, opt)
     keep = np.flatnonzero(feasible)
@@ -590,4 +579,4 @@ def regpath_study(n, T, d, instances, R, *, inits=3, max_steps=600, loss="logist
         W_nuc, _ = att_svm_batch(data.X, data.Z, opt, norm="nuc")   # same constraints: feasible
         path_nuc = reg_path(data, R, norm="nuc", loss=loss, inits=inits, W_svm=W_nuc,
                             max_steps=max_steps, seed=seed, device=device)
-    return RegPathStudy(data, int(instances), R, W_mm, path, consts, W_nuc, path_nuc)
+    return RegPathStudy(data, int(trials), R, W_mm, path, consts, W_nuc, path_nuc)

@@ -13,7 +13,7 @@ Data models
 
 Selections and SVMs
 -------------------
-* :func:`selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
+* :func:`attnsvm.tokens.selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
   parameter (argmax of the scores; the set of tokens keeping softmax mass).
 * the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
   ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
@@ -26,11 +26,13 @@ Experiments
 * :func:`compare_w_kq` (chapter "(K,Q) and the nuclear norm");
 * :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
   attention");
-* :func:`multi_token_selection` (chapter "Beyond a single token").
+* :func:`multi_token_selection`, :func:`multi_token_horizons` (chapter "Beyond a single
+  token").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,7 +46,6 @@ from .. import train as _train
 __all__ = [
     "unit_instances",
     "prompt_instances",
-    "selected_tokens",
     "selected_sets",
     "balanced_factors",
     "factor_cost",
@@ -52,11 +53,14 @@ __all__ = [
     "KQComparison",
     "compare_w_kq",
     "PromptRun",
+    "LearnedReferences",
     "prompt_joint",
     "prompt_loss_sweep",
     "prompt_gap_sweep",
     "MultiTokenRun",
     "multi_token_selection",
+    "MultiTokenHorizons",
+    "multi_token_horizons",
 ]
 
 
@@ -93,17 +97,6 @@ def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
 
 
 # ----------------------------------------------------------------------------- selections
-def selected_tokens(X, W, Z=None):
-    r"""The token each sequence selects, :math:`\arg\max_t x_{it}^\top W z_i` (or
-    :math:`\arg\max_t x_{it}^\top p` when ``Z`` is None and ``W`` is a prompt ``p``).
-
-    Shapes broadcast over a leading trials axis: X (..., n, T, d), W (..., d, d) or (..., d).
-    """
-    X = as_float_array("X", X, min_ndim=3)
-    W = as_float_array("W", W)
-    return np.argmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)), axis=-1)
-
-
 def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
     r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
     :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
@@ -307,7 +300,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
                                      snapshots=True, seed=seed, device=device, **kw)
     sel = {"opt": opt}
     for model in ("W", "KQ"):
-        sel[model] = selected_tokens(X, hist[model].params["W"], Z)
+        sel[model] = _tokens.selected_tokens(X, hist[model].params["W"], Z)
     svms, feas = {}, {}
     for norm in ("fro", "nuc"):
         s, f = _svm_cache(X, Z, sel, norm)
@@ -325,6 +318,28 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
 
 
 # ----------------------------------------------------------------------------- chapter: prompt
+class LearnedReferences(NamedTuple):
+    """Result of :meth:`PromptRun.learned_references` (arrays over ``B`` trials)."""
+
+    corr_p: np.ndarray
+    corr_v: np.ndarray
+    opt_T: np.ndarray
+    corr_p_relaxed: np.ndarray
+    support: np.ndarray
+
+    def relaxed_closer(self, tol=1e-6):
+        """(B,) bool: the relaxed p-SVM is closer to ``p`` than the strict one by more than
+        ``tol`` (False where either is undefined, and where every sequence is a support
+        sequence: then both are the same SVM)."""
+        ok = ~np.isnan(self.corr_p) & ~np.isnan(self.corr_p_relaxed)
+        return ok & (np.nan_to_num(self.corr_p_relaxed) > np.nan_to_num(self.corr_p) + tol)
+
+    def strict_closer(self, tol=1e-6):
+        """(B,) bool: the strict p-SVM is closer by more than ``tol``."""
+        ok = ~np.isnan(self.corr_p) & ~np.isnan(self.corr_p_relaxed)
+        return ok & (np.nan_to_num(self.corr_p) > np.nan_to_num(self.corr_p_relaxed) + tol)
+
+
 @dataclass
 class PromptRun:
     r"""Result of :func:`prompt_joint` (arrays over ``B`` trials).
@@ -365,30 +380,46 @@ class PromptRun:
         return c
 
     def learned_references(self, data):
-        """Correlations of the final ``p`` and ``v`` with the SVMs (``p_svm``, ``head_svm``) of
-        the tokens optimal under the learned head :math:`v_T`: ``(corr_p, corr_v, opt_T)``,
-        (B,), (B,) with NaN where that SVM is infeasible, and (B, n)."""
+        r"""Correlations of the final ``p`` and ``v`` with the SVMs of the tokens optimal under
+        the learned head :math:`v_T` (``opt_T``): the strict p-SVM (``p_svm``), the relaxed
+        p-SVM (margin 1 only on the support sequences of the head SVM, ``p_svm(...,
+        support=head_support(...))``) and the head SVM (``head_svm``).
+
+        Returns
+        -------
+        LearnedReferences
+            ``corr_p``, ``corr_p_relaxed``, ``corr_v`` (B,) with NaN where that SVM is
+            infeasible, ``opt_T`` (B, n) and ``support`` (B, n) bool (all False where the head
+            SVM is infeasible). ``corr_p, corr_v, opt_T = ...[:3]`` unpacks the first three.
+        """
         p, vT = self.history.params["p"], self.history.params["v"]
         opt_T = _tokens.optimal_tokens(data.X, data.y, vT)                  # (B, n)
-        cp, cv = [], []
-        for b in range(data.trials):
+        B, n = opt_T.shape
+        cp, cr, cv = (np.full(B, np.nan) for _ in range(3))
+        sup = np.zeros((B, n), dtype=bool)
+        for b in range(B):
+            X, y = data.X[b], data.y[b]
             try:
-                cp.append(_metrics.corr(p[b], _svm.p_svm(data.X[b], opt_T[b])))
+                cp[b] = _metrics.corr(p[b], _svm.p_svm(X, opt_T[b]))
             except _svm.InfeasibleError:
-                cp.append(np.nan)
+                pass
             try:
-                cv.append(_metrics.corr(vT[b], _svm.head_svm(data.X[b], data.y[b], opt_T[b])))
+                cv[b] = _metrics.corr(vT[b], _svm.head_svm(X, y, opt_T[b]))
+                sup[b] = _svm.head_support(X, y, opt_T[b])
+                cr[b] = _metrics.corr(p[b], _svm.p_svm(X, opt_T[b], support=sup[b]))
             except _svm.InfeasibleError:
-                cv.append(np.nan)
-        return np.array(cp, dtype=float), np.array(cv, dtype=float), opt_T
+                pass
+        return LearnedReferences(cp, cv, opt_T, cr, sup)
 
     def summary(self, data=None):
         """The headline numbers (NaN-safe medians over trials): ``corr_p`` (final, with
         :math:`p_{mm}`), ``opt_mass`` (final mean mass on opt), ``frac_planted`` (selected =
         planted, NaN without planted tokens), ``n_infeasible`` (SVMs of p and v); when the head
         is trained, ``corr_v``, ``corr_vc`` (with the max-margin head and the centroid) and,
-        given ``data``, ``corr_p_learned``, ``corr_v_learned`` and ``frac_selected_is_opt``
-        (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
+        given ``data``, ``corr_p_learned`` (strict p-SVM), ``corr_p_relaxed`` (relaxed p-SVM),
+        ``corr_v_learned``, ``frac_selected_is_opt`` and the trial counts ``n_relaxed_closer``,
+        ``n_strict_closer``, ``n_all_support`` (every sequence a support sequence: the two
+        coincide) (:meth:`~attnsvm.experiments.selection.PromptRun.learned_references`)."""
         med = _metrics.nanmedian
         h = self.history
         out = {"corr_p": med(self.final("corr_p")),
@@ -400,11 +431,34 @@ class PromptRun:
             out["corr_v"] = med(self.final("corr_v"))
             out["corr_vc"] = med(self.final("corr_v_centroid"))
             if data is not None:
-                cp, cv, opt_T = self.learned_references(data)
-                out["corr_p_learned"] = med(cp)
-                out["corr_v_learned"] = med(cv)
-                out["frac_selected_is_opt"] = float(np.mean(self.selected == opt_T))
+                ref = self.learned_references(data)
+                out["corr_p_learned"] = med(ref.corr_p)
+                out["corr_p_relaxed"] = med(ref.corr_p_relaxed)
+                out["corr_v_learned"] = med(ref.corr_v)
+                out["frac_selected_is_opt"] = float(np.mean(self.selected == ref.opt_T))
+                out["n_relaxed_closer"] = int(ref.relaxed_closer().sum())
+                out["n_strict_closer"] = int(ref.strict_closer().sum())
+                out["n_all_support"] = int(ref.support.all(axis=1).sum())
         return out
+
+
+    def claims(self, data):
+        r"""Checked claims of a joint run (``name -> (holds, detail)``) on the two references
+        of :meth:`learned_references`. With an exponentially tailed loss (logistic,
+        exponential): ``relaxed_sometimes_closer``, the relaxed p-SVM is the closer reference
+        in at least one trial and the strict one in at least one (neither is *the* limit of
+        every run). With the correlation loss (no tail: every sequence keeps weight 1, so every
+        sequence pushes :math:`p`): ``strict_always_closer``, the strict p-SVM is closer in
+        every trial where both are defined."""
+        if not self.config.get("train_v"):
+            return {}
+        ref = self.learned_references(data)
+        nr, ns = int(ref.relaxed_closer().sum()), int(ref.strict_closer().sum())
+        both = int(np.sum(~np.isnan(ref.corr_p) & ~np.isnan(ref.corr_p_relaxed)))
+        detail = f"relaxed closer in {nr}, strict closer in {ns} of {both} trials"
+        if self.config.get("loss") == "correlation":
+            return {"strict_always_closer": (both > 0 and ns == both, detail)}
+        return {"relaxed_sometimes_closer": (nr > 0 and ns > 0, detail)}
 
 
 def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
@@ -432,7 +486,7 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
                        lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
                        seed=seed, device=device)
     p = h.params["p"]
-    sel = selected_tokens(X, p)
+    sel = _tokens.selected_tokens(X, p)
     p_mm = np.zeros((B, d))
     v_mm = np.zeros((B, d))
     fp = np.zeros(B, dtype=bool)
@@ -490,8 +544,9 @@ class MultiTokenRun:
     history : History (snapshots of W)
     sets : list of B lists of n tuples: tokens with final softmax mass >= ``mass_tol``
     set_sizes : (B, n) int
-    resolved : (B,) bool: every sequence leaves at least one token out of its set (otherwise
-        the trial has selected nothing in some sequence and no SVM is built)
+    resolved : (B,) bool: some sequence leaves a token out of its set (a set of all ``T``
+        tokens is accepted and gives that sequence equalities only; when every set is full the
+        trial has selected nothing and no SVM is built)
     W_gen : (B, d, d) the generalized SVM of ``sets`` (zeros where infeasible or unresolved)
     feasible : (B,) bool: resolved and the generalized SVM is feasible
     W_single : (B, d, d) the single-token SVM of the argmax tokens (for comparison)
@@ -553,7 +608,8 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
 
     At the end, :math:`S_i` is the set of tokens with softmax mass at least ``mass_tol``
     (:func:`selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
-    :math:`S_i` get equal scores, all others at least 1 lower). The generalized SVM
+    :math:`S_i` get equal scores, all others at least 1 lower; a set of all ``T`` tokens gives
+    equalities only). The generalized SVM
     *predicts the limit direction* on a trial when it is feasible and the final correlation
     :math:`\mathrm{corr}(W_T, W^{S}_{mm}) \ge` ``threshold``.
 
@@ -571,13 +627,13 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     W = h.params["W"]
     sets = selected_sets(X, W, Z, mass_tol=mass_tol)
     sizes = np.array([[len(s) for s in st] for st in sets])
-    resolved = (sizes < T).all(axis=1)        # a set of all T tokens: no selection at all
+    resolved = (sizes < T).any(axis=1)        # every set full: no margin row, no direction
     Wg = np.zeros((B, d, d))
     fg = np.zeros(B, dtype=bool)
     idx = np.flatnonzero(resolved)
     if idx.size:
         Wg[idx], fg[idx] = _svm.att_svm_batch(X[idx], Z[idx], [sets[b] for b in idx])
-    single = selected_tokens(X, W, Z)
+    single = _tokens.selected_tokens(X, W, Z)
     Ws, fs = _svm.att_svm_batch(X, Z, single)
     cg = _metrics.corr(h.snapshots, Wg[None])
     cs = _metrics.corr(h.snapshots, Ws[None])
@@ -589,5 +645,99 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
                          W_single=Ws, feasible_single=fs, corr_gen=cg, corr_single=cs,
                          predicted=pred, steps=h.steps,
                          config=dict(head=head, width=width, train_v=train_v, loss=loss,
-                                     optimizer=optimizer, lr=lr, steps=steps,
+                                     optimizer=optimizer, lr=lr, steps=steps, T=T,
                                      mass_tol=mass_tol, threshold=threshold, seed=seed))
+
+
+@dataclass
+class MultiTokenHorizons:
+    """Result of :func:`multi_token_horizons`.
+
+    Attributes
+    ----------
+    runs : dict ``d -> {horizon: MultiTokenRun}`` (the run of ``horizon`` steps on the instances
+        of dimension ``d``; the runs of one ``d`` share instances and initializations, so the
+        shorter one is the start of the longer one)
+    horizons : tuple of int, increasing
+    config : dict
+    """
+
+    runs: dict
+    horizons: tuple
+    config: dict = field(default_factory=dict)
+
+    def fraction_predicted(self):
+        """``{d: {horizon: fraction}}``: the fraction of instances on which the generalized SVM
+        predicts the limit direction (:attr:`MultiTokenRun.fraction_predicted`)."""
+        return {d: {h: r.fraction_predicted for h, r in by_h.items()} for d, by_h in self.runs.items()}
+
+    def summary(self):
+        """Headline numbers, keyed by position so that a chapter's prose does not depend on the
+        parameters: ``horizon_short`` / ``horizon_long`` (the shortest and longest horizon),
+        ``frac_pred_short`` / ``frac_pred_long`` (pooled over ``d``), ``d_{k}`` and
+        ``frac_pred_{k}_short`` / ``frac_pred_{k}_long`` for the ``k``-th ``d``,
+        ``n_full_sets_short`` / ``n_full_sets_long`` (instances in which some sequence keeps all
+        ``T`` tokens, which then gives equalities only), ``n_instances`` (over all ``d``) and
+        ``trials`` (per ``d``)."""
+        out = {}
+        ends = {"short": self.horizons[0], "long": self.horizons[-1]}
+        runs = list(self.runs.items())
+        for end, h in ends.items():
+            out[f"horizon_{end}"] = int(h)
+            out[f"frac_pred_{end}"] = float(np.mean(np.concatenate(
+                [by_h[h].predicted for _, by_h in runs])))
+            out[f"n_full_sets_{end}"] = int(sum(
+                np.sum((by_h[h].set_sizes == by_h[h].config["T"]).any(axis=1)) for _, by_h in runs))
+            for k, (d, by_h) in enumerate(runs):
+                out[f"d_{k}"] = int(d)
+                out[f"frac_pred_{k}_{end}"] = by_h[h].fraction_predicted
+        out["trials"] = int(runs[0][1][self.horizons[0]].predicted.size)
+        out["n_instances"] = out["trials"] * len(runs)
+        return out
+
+    def claims(self):
+        """Checked claims: ``rate_rises`` (pooled over ``d``, the fraction predicted at the
+        longest horizon exceeds that at the shortest) and ``rate_rises_each_d`` (it does not
+        fall with the horizon for any ``d``)."""
+        f = self.fraction_predicted()
+        h0, h1 = self.horizons[0], self.horizons[-1]
+        s = self.summary()
+        pooled = (s["frac_pred_long"] > s["frac_pred_short"],
+                  f"pooled fraction {s['frac_pred_short']:.3f} at {h0} steps, "
+                  f"{s['frac_pred_long']:.3f} at {h1}")
+        each = (all(f[d][h1] >= f[d][h0] for d in f),
+                "; ".join(f"d={d}: {f[d][h0]:.3f} -> {f[d][h1]:.3f}" for d in f))
+        return {"rate_rises": pooled, "rate_rises_each_d": each}
+
+
+def multi_token_horizons(n, T, ds, *, trials=40, horizons=(2000, 20000), seed=0, **kw):
+    r""":func:`multi_token_selection` on :func:`unit_instances` ``(n, T, d)`` for every ``d`` in
+    ``ds`` and every training horizon (number of steps) in ``horizons``, from the same instances
+    and initializations (so a shorter run is the start of a longer one).
+
+    Parameters
+    ----------
+    n, T : int
+    ds : sequence of int
+    trials : int
+        Instances per ``d``.
+    horizons : sequence of int, increasing
+    seed : int
+    **kw
+        Passed to :func:`multi_token_selection` (``head``, ``width``, ``mass_tol``,
+        ``threshold``, ``optimizer``, ``lr``, ``device``, ...).
+
+    Returns
+    -------
+    MultiTokenHorizons
+    """
+    horizons = tuple(check_int("horizons", h, minimum=1) for h in horizons)
+    if len(horizons) < 1 or any(b <= a for a, b in zip(horizons, horizons[1:])):
+        raise ValueError(f"horizons must be strictly increasing, got {horizons}")
+    runs = {}
+    for d in ds:
+        d = check_int("ds", d, minimum=1)
+        data = unit_instances(n, T, d, trials=trials, seed=seed)
+        runs[d] = {h: multi_token_selection(data, steps=h, seed=seed, **kw) for h in horizons}
+    return MultiTokenHorizons(runs=runs, horizons=horizons,
+                              config=dict(n=n, T=T, ds=tuple(runs), trials=trials, seed=seed, **kw))

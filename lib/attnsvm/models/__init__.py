@@ -44,7 +44,9 @@ and with :math:`q_{it} = c_i y_i r_{it}` and :math:`\bar x_i = \sum_t q_{it} x_{
 (:math:`\nabla_W = \sum_i c_i y_i \sum_t s_{it}(g_{it} - f_i)\, x_{it} z_i^\top
 = \sum_i c_i y_i X_i^\top(\mathrm{diag}(s_i) - s_i s_i^\top) X_i v\, z_i^\top`.)
 The linear classifier :math:`f(x) = w^\top x` has :math:`\nabla_w = \sum_i c_i y_i x_i`.
-The MLP head uses autograd.
+A nonlinear head :math:`\psi` (the ReLU MLP) has the same formulas with :math:`v` replaced,
+in sequence :math:`i`, by :math:`\nabla\psi(h_i)` (the head linearized at :math:`h_i`), so it
+shares the linear head's cancellation-free evaluation (derivation in :mod:`attnsvm.models.heads`).
 
 The losses live in :mod:`attnsvm.losses`.
 
@@ -82,7 +84,7 @@ self-attention layer).
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead
 from .linear import LinearClassifier
-from .ntp_attention import SelfAttentionNTP, ntp_attention_objective
+from .ntp_attention import SelfAttentionNTP
 from .ntp_linear import NTPLinear
 from .ntp_ufm import NTPUFM
 from .objective import MarginObjective, ObjectiveModel, is_objective_model
@@ -90,4 +92,4 @@ from .parameterizations import KQScores, PromptScores, WScores
 
 __all__ = ["AttentionClassifier", "LinearClassifier", "WScores", "KQScores", "PromptScores",
            "LinearHead", "MLPHead", "ObjectiveModel", "MarginObjective", "NTPLinear", "NTPUFM",
-           "is_objective_model", "SelfAttentionNTP", "ntp_attention_objective"]
+           "is_objective_model", "SelfAttentionNTP"]

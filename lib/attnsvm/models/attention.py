@@ -12,9 +12,61 @@ from .._checks import check_choice, check_int
 from ..losses import grad_coefficients
 from ._init import _broadcast_init, _stack
 from .heads import HEADS
-from .parameterizations import PARAMETERIZATIONS
+from .parameterizations import PARAMETERIZATIONS, token_products, token_sums
 
-__all__ = ["AttentionClassifier"]
+__all__ = ["AttentionClassifier", "softmax_jacobian"]
+
+
+def softmax_jacobian(a, G):
+    r"""The softmax-Jacobian products of the linear head, cancellation-free, in one fused pass.
+
+    For scores ``a`` and token values ``G`` (both (..., T)), with the top token
+    :math:`t^\star` (largest score, first on ties), the second largest score :math:`a_{(2)}`,
+    :math:`\hat s_t = e^{a_t - a_{(2)}}` (:math:`\hat s_{t^\star} := 0`) and
+    :math:`E = e^{a_{(2)} - a_{t^\star}}\sum_t \hat s_t = \sum_{t \ne t^\star} e^{a_t - a_{t^\star}}`:
+
+    .. math::
+
+        \log s_{t^\star} = -\log(1 + E), \qquad
+        \lambda_2 = \log s_{(2)} = a_{(2)} - a_{t^\star} - \log(1 + E), \qquad
+        f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t,
+
+        \rho_{t^\star} = s_{t^\star}\Big(g_{t^\star}\sum_\tau \hat s_\tau
+        - \sum_\tau \hat s_\tau g_\tau\Big), \qquad
+        \rho_t = \hat s_t (g_t - f)\ \ (t \ne t^\star),
+
+    so that :math:`\partial f / \partial a_t = s_t(g_t - f) = e^{\lambda_2}\rho_t` (see
+    :meth:`AttentionClassifier.grad`). Only the scores are exponentiated (no log-softmax of
+    the full row, no boolean masks): :math:`\hat s \le 1` never overflows, however large the
+    score gap, and the factor :math:`e^{\lambda_2}`, which underflows at gaps above ~745,
+    stays in log space.
+
+    Returns
+    -------
+    rho : (..., T) (a fresh tensor the caller may overwrite)
+    f : (...,)
+    lam2, log_s_top : (...,)
+        :math:`\lambda_2` and :math:`\log s_{t^\star}`.
+    top : (..., 1) int
+        :math:`t^\star`.
+    a_top : (..., 1)
+        :math:`a_{t^\star}`.
+    """
+    a_top, top = a.max(-1, keepdim=True)
+    am = a.scatter(-1, top, -math.inf)                      # the scores without the top one
+    a2 = am.amax(-1, keepdim=True)
+    sh = torch.exp(am.sub_(a2))                              # s_t / s_(2); 0 at the top
+    Ssh = sh.sum(-1, keepdim=True)
+    shG = (sh * G).sum(-1, keepdim=True)
+    G_top = G.gather(-1, top)
+    gap = a2 - a_top                                         # <= 0
+    log_s_top = -torch.log1p(torch.exp(gap) * Ssh)
+    lam2 = gap + log_s_top
+    s_top = torch.exp(log_s_top)
+    f = s_top * G_top + torch.exp(lam2) * shG
+    rho = sh.mul_(G - f)                                     # non-top tokens (sh is 0 at the top)
+    rho.scatter_(-1, top, s_top * (G_top * Ssh - shG))
+    return rho, f.squeeze(-1), lam2.squeeze(-1), log_s_top.squeeze(-1), top, a_top
 
 
 class AttentionClassifier:
@@ -29,7 +81,8 @@ class AttentionClassifier:
     head : {"linear", "mlp"}
         ``"linear"``: :math:`\psi(h) = v^\top h` with the data's ``v``.
         ``"mlp"``: :math:`\psi(h) = c^\top \mathrm{relu}(U h)`, ``U`` (width, d) and ``c`` (width,)
-        drawn at init (seeded per trial); gradients by autograd.
+        drawn at init (seeded per trial); gradients by the head linearized at
+        :math:`h_i` (:mod:`attnsvm.models.heads`), exact at any saturation.
     width : int, optional
         Hidden width of the MLP head (default ``2 d``).
     train_v : bool
@@ -61,7 +114,6 @@ class AttentionClassifier:
         base, headp = self.scoring.names, self.psi.names
         self.param_names = base + headp
         self.trainable = base + (headp if self.train_v else ())
-        self.autograd = head == "mlp"
 
     # -- initialization -------------------------------------------------------------
     def init_params(self, d, v, rngs, *, init="zeros", init_scale=None, dtype=torch.float64,
@@ -189,42 +241,47 @@ class AttentionClassifier:
         maximum over the trial's sequences is :math:`e^{\sigma}`, so
         :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
         :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
+        A nonlinear head enters through its linearization at :math:`h_i = X_i^\top s_i`
+        (:mod:`attnsvm.models.heads`): :math:`g_{it} = \nabla\psi(h_i)^\top x_{it}` in the formulas
+        above and :math:`u_i = y_i\psi(h_i)`; its own parameters' gradients come from
+        ``param_grads`` with the same log-scale as ``v``.
         """
-        if self.autograd:
-            return self._autograd_grad(params, batch, loss)
         X, y = batch["X"], batch["y"]
         W = self.matrix(params) if self.scoring.query else None
         a = self.scores(params, batch, W)
-        ls = a - torch.logsumexp(a, dim=-1, keepdim=True)       # log-softmax, (B,n,T)
-        s = torch.exp(ls)
-        G = batch.get("G")
-        if G is None or self.train_v:
-            G = self.head_values(params, X)
-        f = (s * G).sum(-1)
-        u = y * f
+        Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
+        h = None
+        if self.head == "linear":
+            G = batch.get("G")
+            if G is None or self.train_v:
+                G = self.head_values(params, X)
+        else:                                # the head linearized at h_i (models.heads)
+            s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
+            h = token_sums(X, s, Xt)                               # (B,n,d)
+            psi, w = self.psi.linearize(params, h)
+            G = token_products(X, w)                               # g~_it = w_i^T x_it
+        rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
+        u = y * (f if h is None else psi)
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
-        is_top = torch.zeros_like(ls, dtype=torch.bool).scatter_(
-            -1, ls.argmax(-1, keepdim=True), True)                 # one top token per sequence
-        lam2 = ls.masked_fill(is_top, -math.inf).amax(-1, keepdim=True)   # (B,n,1)
-        sh = torch.exp(ls - lam2).masked_fill_(is_top, 0.0)     # s_tau / s_(2), top -> 0
-        top_term = s * (G * sh.sum(-1, keepdim=True) - (sh * G).sum(-1, keepdim=True))
-        rho = torch.where(is_top, top_term, sh * (G - f.unsqueeze(-1)))
-        lam2 = lam2.squeeze(-1)
         lw = logc + lam2
         sig = lw.amax(-1)
-        q = rho * (torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1)
-        xbar = (X * q.unsqueeze(-1)).sum(-2)                   # (B,n,d)
+        rho.mul_((torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1))   # q, in place
+        xbar = token_sums(X, rho, Xt)                           # (B,n,d)
         grads, scales = self.scoring.grads(params, xbar, batch, sig)
         if self.train_v:
             sv = logc.amax(-1)
             cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
-            h = (X * s.unsqueeze(-1)).sum(-2)                  # (B,n,d)
-            grads["v"] = (cy.unsqueeze(-1) * h).sum(-2)
-            scales["v"] = sv
+            if h is None:
+                s = torch.exp(a - (a_top - log_s_top.unsqueeze(-1)))    # softmax (B,n,T)
+                h = token_sums(X, s, Xt)                           # (B,n,d)
+            for name, g in self.psi.param_grads(params, h, cy).items():
+                grads[name] = g
+                scales[name] = sv
         return u, grads, scales
 
-    def _autograd_grad(self, params, batch, loss):
-        r"""Autograd version of :meth:`grad` (used for the MLP head): backpropagates
+    def autograd_grad(self, params, batch, loss):
+        r"""Autograd version of :meth:`grad`, the reference the tests compare with away from
+        saturation (where it is exact) and show wrong at saturation: backpropagates
         :math:`\sum_{b,i} c_{bi} u_{bi}` with :math:`c = -e^{\log(-\ell'/n) - \sigma}` detached;
         trials are independent, so one backward pass gives every trial's gradient."""
         with torch.enable_grad():

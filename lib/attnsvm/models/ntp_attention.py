@@ -20,41 +20,18 @@ convex in :math:`W` (a log-sum-exp of linear functions minus a linear function),
 
 An optional mask restricts the softmax to a subset :math:`O_i` of each sequence (the loss
 :math:`L_O` whose minimizer on :math:`F` is the finite part, :func:`attnsvm.svm.graph_finite`).
+The loss and its gradient are :func:`attnsvm.losses.ntp_attention_objective`.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from ..data import NTPSeqData
+from ..losses import ntp_attention_objective
 from .objective import ObjectiveModel
 
-__all__ = ["SelfAttentionNTP", "ntp_attention_objective"]
-
-
-def ntp_attention_objective(W, X, Z, ypos, mask=None):
-    r"""Log-loss of the next token and its gradient, per trial (log-sum-exp, no autograd).
-
-    Parameters
-    ----------
-    W : Tensor (B, d, d)
-    X : Tensor (B, n, T, d); Z : Tensor (B, n, d); ypos : LongTensor (B, n)
-    mask : BoolTensor (B, n, T), optional
-        Softmax over the masked tokens only (each row must contain ``ypos``).
-
-    Returns
-    -------
-    loss : Tensor (B,); grad : Tensor (B, d, d); attn : Tensor (B, n, T) the softmax.
-    """
-    a = torch.einsum("bntd,bde,bne->bnt", X, W, Z)
-    if mask is not None:
-        a = a.masked_fill(~mask, float("-inf"))
-    logp = torch.log_softmax(a, dim=-1)
-    n = X.shape[1]
-    loss = -logp.gather(-1, ypos.unsqueeze(-1)).squeeze(-1).sum(-1) / n
-    s = torch.exp(logp)
-    r = s.scatter_add(-1, ypos.unsqueeze(-1), -torch.ones_like(s[..., :1]))
-    grad = torch.einsum("bnt,bntd,bne->bde", r, X, Z) / n
-    return loss, grad, s
+__all__ = ["SelfAttentionNTP"]
 
 
 class SelfAttentionNTP(ObjectiveModel):
@@ -92,7 +69,6 @@ class SelfAttentionNTP(ObjectiveModel):
 
     def batch(self, data, *, dtype=torch.float64, device="cpu"):
         """The tensors of :class:`~attnsvm.data.NTPSeqData` (a trials axis is added if absent)."""
-        from ..data import NTPSeqData
         if not isinstance(data, NTPSeqData):
             raise ValueError(f"data must be attnsvm.data.NTPSeqData for SelfAttentionNTP, got "
                              f"{type(data).__name__}")

@@ -1,7 +1,7 @@
 r"""The linear next-token-prediction model (Chapter 15) on the objective interface.
 
 Contexts :math:`h_j` (rows of ``H``, (B,m,d)), frequencies :math:`\pi_j` and next-token
-distributions :math:`p_j` (rows of ``P``, (B,m,V)) of :class:`attnsvm.ntp.NTPData`; the decoder
+distributions :math:`p_j` (rows of ``P``, (B,m,V)) of :class:`attnsvm.data.NTPData`; the decoder
 :math:`W \in \R^{V\times d}` gives logits :math:`W h_j` over the vocabulary and the objective is
 the cross-entropy with the soft labels :math:`p_j`,
 
@@ -11,12 +11,13 @@ the cross-entropy with the soft labels :math:`p_j`,
     \nabla\mathrm{CE}(W) = \sum_j \pi_j (\mathrm{softmax}(W h_j) - p_j)\, h_j^\top,
 
 with log-sum-exp softmax; its infimum is the entropy
-:math:`L^\star = H = -\sum_j\pi_j\sum_z p_{jz}\log p_{jz}` (:func:`attnsvm.ntp.entropy`).
+:math:`L^\star = H = -\sum_j\pi_j\sum_z p_{jz}\log p_{jz}` (:func:`attnsvm.losses.entropy`).
 """
 from __future__ import annotations
 
 import torch
 
+from ..data import NTPData
 from .objective import ObjectiveModel
 
 __all__ = ["NTPLinear"]
@@ -29,9 +30,8 @@ class NTPLinear(ObjectiveModel):
 
     def batch(self, data, *, dtype=torch.float64, device="cpu"):
         """``H`` (B,m,d), ``P`` (B,m,V), ``pi`` (B,m) and ``piP`` :math:`= \\pi_j p_j` (B,m,V)."""
-        from ..ntp import NTPData
         if not isinstance(data, NTPData):
-            raise ValueError(f"data must be attnsvm.ntp.NTPData for NTPLinear, got {type(data).__name__}")
+            raise ValueError(f"data must be attnsvm.data.NTPData for NTPLinear, got {type(data).__name__}")
         lead = (lambda a: a) if data.batched else (lambda a: a[None])
         kw = dict(dtype=dtype, device=device)
         out = {"H": torch.as_tensor(lead(data.H), **kw), "P": torch.as_tensor(lead(data.P), **kw),

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .._checks import as_float_array, check_int
+from ..data import NTPData
 from .objective import ObjectiveModel
 
 __all__ = ["NTPUFM"]
@@ -30,7 +31,7 @@ class NTPUFM(ObjectiveModel):
     r"""NTP unconstrained-features model with embedding dimension ``d`` (see the module).
 
     ``data`` for :meth:`batch` is a dict with ``"P"`` (B, m, V) and ``"pi"`` (B, m) (or one data
-    set without the trials axis), or an :class:`attnsvm.ntp.NTPData` (its ``P`` and ``pi``; its
+    set without the trials axis), or an :class:`attnsvm.data.NTPData` (its ``P`` and ``pi``; its
     fixed embeddings are not used). The default initialization is random, scale 0.01 (a
     zero initialization is a saddle point).
     """
@@ -42,7 +43,6 @@ class NTPUFM(ObjectiveModel):
         self.d = check_int("d", d, minimum=1)
 
     def batch(self, data, *, dtype=torch.float64, device="cpu"):
-        from ..ntp import NTPData
         if isinstance(data, NTPData):
             P, pi = data.P, data.pi
         elif isinstance(data, dict) and "P" in data and "pi" in data:

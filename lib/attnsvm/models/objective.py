@@ -157,8 +157,13 @@ class MarginObjective(ObjectiveModel):
         return out
 
     def objective(self, params, batch):
+        r"""``(L, grads, log_scales, log L)``; :math:`\log L` is NaN for a loss that can be
+        negative (the correlation loss :math:`-u`), where it is undefined."""
         u, grads, scales = self.net.grad(params, batch, self.lossobj)
-        return (self.lossobj.value(u).mean(-1), grads, scales, log_mean_loss(self.lossobj, u))
+        loss = self.lossobj.value(u).mean(-1)
+        log_loss = (log_mean_loss(self.lossobj, u) if self.lossobj.nonnegative
+                    else torch.full_like(loss, float("nan")))
+        return loss, grads, scales, log_loss
 
     def gradient(self, params, batch):
         _, grads, scales = self.net.grad(params, batch, self.lossobj)

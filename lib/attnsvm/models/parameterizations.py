@@ -14,12 +14,35 @@ All tensors carry a leading trials axis.
 """
 from __future__ import annotations
 
-__all__ = ["WScores", "KQScores", "PromptScores", "PARAMETERIZATIONS"]
+import torch
+
+__all__ = ["WScores", "KQScores", "PromptScores", "PARAMETERIZATIONS", "token_products",
+           "token_sums"]
 
 
 def _bilinear_scores(X, Z, W):
-    Wz = Z @ W.transpose(-1, -2)                   # (B,n,d): rows W z_i
-    return (X * Wz.unsqueeze(-2)).sum(-1)
+    r""":math:`a_{it} = x_{it}^\top (W z_i)`: ``W z`` first (one small product per trial), then
+    one batched matrix-vector product per sequence, so ``X`` (B,...,T,d) is read once with no
+    temporary of its size."""
+    Wz = torch.matmul(Z, W.transpose(-1, -2))      # (B,...,d): rows W z_i
+    return token_products(X, Wz)
+
+
+def token_products(X, w):
+    r""":math:`X_i w_i` for every sequence: ``X`` (..., T, d), ``w`` (..., d) -> (..., T), one
+    batched matrix-vector product (``X`` read once, no (..., T, d) temporary)."""
+    lead, (T, d) = X.shape[:-2], X.shape[-2:]
+    return torch.bmm(X.reshape(-1, T, d), w.reshape(-1, d, 1)).view(lead + (T,))
+
+
+def token_sums(X, q, Xt=None):
+    r""":math:`\bar x_i = X_i^\top q_i`: ``X`` (..., T, d), ``q`` (..., T) -> (..., d), one
+    batched product; ``Xt``, the tokens stored transposed (..., d, T), makes it the same
+    contiguous matrix-vector product as :func:`token_products`."""
+    lead, (T, d) = X.shape[:-2], X.shape[-2:]
+    if Xt is not None:
+        return torch.bmm(Xt.reshape(-1, d, T), q.reshape(-1, T, 1)).view(lead + (d,))
+    return torch.bmm(q.reshape(-1, 1, T), X.reshape(-1, T, d)).view(lead + (d,))
 
 
 class WScores:
@@ -42,7 +65,7 @@ class WScores:
 
     @staticmethod
     def grads(params, xbar, batch, sig):
-        gW = xbar.transpose(-1, -2) @ batch["Z"]    # (B,d,d)
+        gW = torch.bmm(xbar.transpose(-1, -2), batch["Z"])    # (B,d,d)
         return {"W": gW}, {"W": sig}
 
 
@@ -66,7 +89,7 @@ class KQScores:
 
     @staticmethod
     def grads(params, xbar, batch, sig):
-        gW = xbar.transpose(-1, -2) @ batch["Z"]    # (B,d,d)
+        gW = torch.bmm(xbar.transpose(-1, -2), batch["Z"])    # (B,d,d)
         return ({"K": gW @ params["Q"], "Q": gW.transpose(-1, -2) @ params["K"]},
                 {"K": sig, "Q": sig})
 
@@ -88,7 +111,9 @@ class PromptScores:
 
     @staticmethod
     def scores(params, batch, W=None):
-        return (batch["X"] * params["p"][:, None, None, :]).sum(-1)
+        X, p = batch["X"], params["p"]
+        B, n, T, d = X.shape
+        return torch.bmm(X.reshape(B, n * T, d), p.reshape(B, d, 1)).view(B, n, T)
 
     @staticmethod
     def grads(params, xbar, batch, sig):

@@ -58,9 +58,13 @@ smaller margin raises :class:`SolverError`. Nothing returns ``None`` or NaN.
 
 Layout
 ------
-``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm`, :func:`linear_svm`,
-              :func:`head_svm`) and the choice of solver path
-``graph``     the priority-graph Att-SVM of next-token prediction and its finite part
+``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm` strict or relaxed,
+              :func:`head_support`, :func:`linear_svm`, :func:`head_svm`) and the choice of
+              solver path
+``geometry``  l_p linear SVMs, margins in a norm, the spectral-norm Att-SVM (Part IV)
+``ntp``       the NTP-SVM of the linear decoder and the logit-space SVM (Chapter 15)
+``graph``     the priority-graph Att-SVM of next-token prediction (Chapter 16)
+``finite``    the finite parts W* of next-token prediction (linear, logit space, attention)
 ``local``     support tokens, local optimality, cones, numerical rank
 ``_ipm``      the dense interior point (Frobenius norm)
 ``_cvx``      the cvxpy path (nuclear and l_p norms; fallback)
@@ -68,9 +72,13 @@ Layout
 """
 from ._common import CLARABEL_OPTIONS, InfeasibleError, SolverError
 from ._ipm import choose_formulation
-from .attsvm import att_svm, att_svm_batch, head_svm, linear_svm, p_svm
-from .graph import graph_finite, graph_subspace, graph_svm
+from .attsvm import att_svm, att_svm_batch, head_support, head_svm, linear_svm, p_svm
+from .finite import graph_finite, graph_subspace, logit_finite, logit_project_F, ntp_finite, projector_F
+from .geometry import (att_margin_in_norm, att_svm_spectral, linear_svm_p, margin_in_norm, matrix_norm,
+                       vector_norm)
+from .graph import graph_svm
 from .local import in_cone, is_locally_optimal, rank, support_tokens
+from .ntp import logit_margin, logit_svm, ntp_svm
 
 __all__ = [
     "InfeasibleError",
@@ -80,11 +88,25 @@ __all__ = [
     "att_svm_batch",
     "choose_formulation",
     "p_svm",
+    "head_support",
     "linear_svm",
     "head_svm",
     "graph_svm",
+    "ntp_svm",
+    "logit_svm",
+    "logit_margin",
+    "ntp_finite",
+    "projector_F",
+    "logit_finite",
+    "logit_project_F",
     "graph_finite",
     "graph_subspace",
+    "linear_svm_p",
+    "margin_in_norm",
+    "vector_norm",
+    "matrix_norm",
+    "att_svm_spectral",
+    "att_margin_in_norm",
     "support_tokens",
     "is_locally_optimal",
     "in_cone",

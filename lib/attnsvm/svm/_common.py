@@ -75,7 +75,9 @@ def _check_alpha(alpha, n, T, name="opt"):
 
 def _parse_selection(opt, n, T, name="opt"):
     """Return ``(alpha, sets)``: ``alpha`` (n,) int for single-token selections (sets None),
-    or ``sets`` a list of sorted tuples for a multi-token selection (alpha None)."""
+    or ``sets`` a list of sorted tuples for a multi-token selection (alpha None). A set may hold
+    all ``T`` tokens (that sequence then contributes equalities only, no margin row), but not
+    every set."""
     if isinstance(opt, (list, tuple)) and any(
             isinstance(o, (set, frozenset, list, tuple, np.ndarray)) for o in opt):
         if len(opt) != n:
@@ -88,9 +90,10 @@ def _parse_selection(opt, n, T, name="opt"):
             s = sorted({int(t) for t in s})
             if s[0] < 0 or s[-1] >= T:
                 raise ValueError(f"{name}[{i}] = {s} has a token out of range [0, {T})")
-            if len(s) == T:
-                raise ValueError(f"{name}[{i}] selects all {T} tokens; leave at least one out")
             sets.append(tuple(s))
+        if all(len(s) == T for s in sets):
+            raise ValueError(f"every set of {name} holds all {T} tokens: no margin constraint "
+                             f"is left and the only solution is 0 (no direction)")
         if all(len(s) == 1 for s in sets):
             return np.array([s[0] for s in sets], dtype=np.int64), None
         return None, sets
@@ -142,15 +145,18 @@ def _lam_array(c, lam, n, T, multi):
 
 
 class _Problem:
-    """A hard-margin SVM without bias, ``min ||w|| s.t. <A_k, w> >= 1`` (``== 0`` for eq rows).
+    """A hard-margin SVM without bias, ``min ||w|| s.t. <A_k, w> >= 1`` (``== 0`` for eq rows,
+    ``>= 0`` for zero rows).
 
     ``kind="att"``: :math:`A_k = U_k z_{seq_k}^\\top` (w is d x d); ``kind="vec"``: ``A_k = U_k``.
     """
 
-    def __init__(self, kind, U, Zs=None, eq=None, what="SVM", sizes=""):
+    def __init__(self, kind, U, Zs=None, eq=None, what="SVM", sizes="", zero=None):
         self.kind, self.U, self.Zs = kind, U, Zs
         self.K, self.d = U.shape
         self.eq = np.zeros(self.K, dtype=bool) if eq is None else eq
+        #: inequality rows with right-hand side 0 (``<A_k, w> >= 0``; the relaxed p-SVM)
+        self.zero = np.zeros(self.K, dtype=bool) if zero is None else zero & ~self.eq
         self.m = self.d * self.d if kind == "att" else self.d
         self.what, self.sizes = what, sizes
         #: the solver's status once solved: "optimal" (the built-in interior point, verified)

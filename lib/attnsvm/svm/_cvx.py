@@ -13,13 +13,14 @@ from ._common import _RESCALE_TOL, CLARABEL_OPTIONS, SolverError
 def _cvx_solve(prob, norm, solver, form):
     """Solve with cvxpy; ``norm`` is "fro", "nuc", "spectral" or a float p; ``form``
     "primal"/"dual". The solver's status is left in ``prob.status``."""
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     opts = dict(CLARABEL_OPTIONS) if solver == "CLARABEL" else {}
     ineq = ~prob.eq
+    one = ineq & ~prob.zero                      # margin-1 rows (zero rows: right side 0)
     if form == "dual":  # Frobenius only
         lam = cp.Variable(prob.K)
-        obj = cp.Maximize(cp.sum(lam[np.flatnonzero(ineq)])
+        obj = cp.Maximize(cp.sum(lam[np.flatnonzero(one)])
                           - 0.5 * cp.quad_form(lam, cp.psd_wrap(prob.gram())))
         cons = [lam[np.flatnonzero(ineq)] >= 0] if ineq.any() else []
         pr = cp.Problem(obj, cons)
@@ -49,7 +50,7 @@ def _cvx_solve(prob, norm, solver, form):
         mg = U @ W
     cons = []
     if ineq.any():
-        cons.append(mg[np.flatnonzero(ineq)] >= 1)
+        cons.append(mg[np.flatnonzero(ineq)] >= one[ineq].astype(float))
     if prob.eq.any():
         cons.append(mg[np.flatnonzero(prob.eq)] == 0)
     if norm == "fro":
@@ -80,7 +81,7 @@ def _cvx_solve(prob, norm, solver, form):
 
 
 def _cvx_run(pr, solver, opts):
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     try:
         pr.solve(solver=solver, **opts)
@@ -96,13 +97,17 @@ def _post_check(prob, W, lam):
         raise SolverError(f"solver returned non-finite values for the {prob.what} ({prob.sizes})")
     mg = prob.margins(W)
     ineq = ~prob.eq
+    one = ineq & ~prob.zero
+    scale = max(float(np.max(np.abs(mg[ineq]))) if ineq.any() else 1.0, 1.0)
     if prob.eq.any():
-        scale = float(np.max(np.abs(mg[ineq]))) if ineq.any() else 1.0
-        if np.max(np.abs(mg[prob.eq])) > 1e-7 * max(scale, 1.0):
+        if np.max(np.abs(mg[prob.eq])) > 1e-7 * scale:
             raise SolverError(f"equality constraints violated by "
                               f"{np.max(np.abs(mg[prob.eq])):.2e} ({prob.what}, {prob.sizes})")
-    if ineq.any():
-        mmin = float(np.min(mg[ineq]))
+    if prob.zero.any() and np.min(mg[prob.zero]) < -1e-7 * scale:
+        raise SolverError(f"nonnegativity constraints violated by "
+                          f"{-np.min(mg[prob.zero]):.2e} ({prob.what}, {prob.sizes})")
+    if one.any():
+        mmin = float(np.min(mg[one]))
         if mmin < 1 - _RESCALE_TOL:
             raise SolverError(f"solution violates a margin constraint by {1 - mmin:.2e} "
                               f"({prob.what}, {prob.sizes}); try solver='CLARABEL'")

@@ -1,17 +1,18 @@
-"""The SVMs: ``att_svm``, ``att_svm_batch``, ``p_svm``, ``linear_svm``, ``head_svm``."""
+"""The SVMs: ``att_svm``, ``att_svm_batch``, ``p_svm`` (strict or relaxed), ``head_support``,
+``linear_svm``, ``head_svm``."""
 from __future__ import annotations
 
 import numbers
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice
+from .._checks import as_float_array, check_choice, renamed
 from ._common import (InfeasibleError, SolverError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
                       _lam_array, _parse_selection, _Problem)
 from ._cvx import _cvx_solve, _post_check
 from ._ipm import _fro_ipm, choose_formulation
 
-__all__ = ["att_svm", "att_svm_batch", "p_svm", "linear_svm", "head_svm"]
+__all__ = ["att_svm", "att_svm_batch", "p_svm", "head_support", "linear_svm", "head_svm"]
 
 
 # ----------------------------------------------------------------------------- driver
@@ -41,7 +42,7 @@ def _parse_solver(solver, norm):
             raise ValueError(f"solver={solver!r} selects a Frobenius formulation; "
                              f"norm={norm!r} needs a cvxpy solver name or None")
         return "ipm", solver
-    import cvxpy as cp
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     name = solver.upper()
     if name not in cp.installed_solvers():
@@ -52,18 +53,18 @@ def _parse_solver(solver, norm):
 
 def _solve(prob, norm, solver):
     engine, form = _parse_solver(solver, norm)
-    ineq = ~prob.eq
+    one = ~prob.eq & ~prob.zero
     zero = np.linalg.norm(prob.U, axis=1) == 0
     if prob.kind == "att":
         zero |= np.linalg.norm(prob.Zs, axis=1) == 0
-    if np.any(zero & ineq):        # A_k = 0 cannot satisfy <A_k, W> >= 1
+    if np.any(zero & one):         # A_k = 0 cannot satisfy <A_k, W> >= 1
         raise prob.infeasible()
     if form == "auto":
         form = choose_formulation(prob.K, prob.m) if norm == "fro" else "primal"
     if norm != "fro" and form == "dual":
         form = "primal"
     if engine == "ipm":
-        if not prob.eq.any():
+        if not prob.eq.any() and not prob.zero.any():
             out = _fro_ipm(prob, form)
             if out is not None:
                 prob.status = "optimal"            # verified by the interior point's checks
@@ -74,13 +75,14 @@ def _solve(prob, norm, solver):
     return _post_check(prob, W, lam)
 
 
-def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_status=False):
-    r"""The attention SVM :math:`W^{\alpha}_{mm}` for the selected tokens ``opt``.
+@renamed(opt="alpha")
+def att_svm(X, Z, alpha, *, norm="fro", solver=None, return_dual=False, return_status=False):
+    r"""The attention SVM :math:`W^{\alpha}_{mm}` for the selected tokens ``alpha``.
 
     .. math::
 
-        \min_W \|W\| \quad\text{s.t.}\quad (x_{i,\mathrm{opt}_i} - x_{it})^\top W z_i \ge 1
-        \quad \forall i,\ t \ne \mathrm{opt}_i .
+        \min_W \|W\| \quad\text{s.t.}\quad (x_{i,\alpha_i} - x_{it})^\top W z_i \ge 1
+        \quad \forall i,\ t \ne \alpha_i .
 
     Parameters
     ----------
@@ -88,12 +90,15 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
         Tokens; ``n >= 1``, ``T >= 2``, finite.
     Z : array_like, shape (n, d)
         Queries :math:`z_i`.
-    opt : array_like of int, shape (n,), or list of n token sets
-        The selected token of each sequence (``opt`` from :func:`optimal_tokens`, or any
-        choice ``alpha``). A list whose entries are sets (or lists) of tokens asks for a
+    alpha : array_like of int, shape (n,), or list of n token sets
+        The selected token of each sequence (e.g. ``opt`` from :func:`optimal_tokens`, or any
+        choice). A list whose entries are sets (or lists) of tokens asks for a
         multi-token selection: the tokens :math:`s \in S_i` get equal scores,
         :math:`(x_{is} - x_{is'})^\top W z_i = 0`, and every other token scores at least 1
         lower, :math:`(x_{is} - x_{it})^\top W z_i \ge 1` for :math:`s\in S_i, t \notin S_i`.
+        A set may hold all ``T`` tokens (a sequence whose attention stays a mixture of all
+        of them): that sequence contributes only the equalities, no margin constraint. At
+        least one sequence must leave a token out (else the solution would be 0).
     norm : {"fro", "nuc", "spectral"} or float
         ``"fro"``: Frobenius norm (:math:`W_{mm}`); ``"nuc"``: nuclear norm
         (:math:`W^*_{mm}`, an SDP); ``"spectral"``: the largest singular value
@@ -125,7 +130,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
         sequence ``i`` (0 at the selected token), or (n, T, T) for a multi-token selection
         with ``lam[i, s, t]`` that of the pair (s selected, t); equality rows (t the first
         token of :math:`S_i`) may have either sign. Then
-        :math:`\sum_{i,t} \lambda_{it} (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` equals ``W``
+        :math:`\sum_{i,t} \lambda_{it} (x_{i,\alpha_i} - x_{it}) z_i^\top` equals ``W``
         for ``norm="fro"`` (the multipliers of :math:`\tfrac12\|W\|_F^2`); for the other
         norms the sum lies in the subdifferential of the norm at ``W`` (its dual norm is
         at most 1) and :math:`\sum \lambda = \|W\|` (multipliers of :math:`\|W\|`).
@@ -144,7 +149,7 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
     n, T, d = X.shape
     Z = _check_Z(Z, n, d)
     norm = _parse_norm(norm)
-    alpha, sets = _parse_selection(opt, n, T, "opt")
+    alpha, sets = _parse_selection(alpha, n, T, "alpha")
     c = _constraints(X, alpha, sets)
     prob = _Problem("att", c.U, Z[c.seq], c.eq, "Att-SVM", f"n={n}, T={T}, d={d}")
     W, lam = _solve(prob, norm, solver)
@@ -158,14 +163,15 @@ def att_svm(X, Z, opt, *, norm="fro", solver=None, return_dual=False, return_sta
 BATCH_STATUSES = ("optimal", "optimal_inaccurate", "infeasible", "failed")
 
 
-def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False, return_status=False):
+@renamed(opt="alpha")
+def att_svm_batch(X, Z, alpha, *, norm="fro", solver=None, strict=False, return_status=False):
     r"""Solve :func:`att_svm` for each trial of a batch (the one batched Att-SVM of the library).
 
     Parameters
     ----------
     X : array_like, shape (B, n, T, d)
     Z : array_like, shape (B, n, d)
-    opt : array_like of int, shape (B, n), or a sequence of ``B`` selections
+    alpha : array_like of int, shape (B, n), or a sequence of ``B`` selections
         One token per sequence and trial, or, per trial, anything :func:`att_svm` takes
         (e.g. a list of ``n`` token sets: the multi-token Att-SVM).
     norm, solver
@@ -191,7 +197,7 @@ def att_svm_batch(X, Z, opt, *, norm="fro", solver=None, strict=False, return_st
     X = as_float_array("X", X, ndim=4)
     B = X.shape[0]
     Z = as_float_array("Z", Z, shape=(B, X.shape[1], X.shape[3]))
-    sels = _batch_selections(opt, X.shape[:2])
+    sels = _batch_selections(alpha, X.shape[:2])
     d = X.shape[-1]
     W = np.zeros((B, d, d))
     feasible = np.zeros(B, dtype=bool)
@@ -220,34 +226,49 @@ def _is_sets(sel):
     return not isinstance(sel, np.ndarray) and any(isinstance(s, (tuple, list, set)) for s in sel)
 
 
-def _batch_selections(opt, shape):
+def _batch_selections(alpha, shape):
     """Per-trial selections of :func:`att_svm_batch`: an int array (B, n) or B selections."""
     B, n = shape
-    if not isinstance(opt, np.ndarray) and len(opt) == B and any(_is_sets(o) for o in opt):
+    if not isinstance(alpha, np.ndarray) and len(alpha) == B and any(_is_sets(o) for o in alpha):
         return [[tuple(s) for s in o] if _is_sets(o) else np.asarray(o, dtype=np.int64)
-                for o in opt]
-    opt = np.asarray(opt)
-    if opt.shape != (B, n):
-        raise ValueError(f"opt must have shape {(B, n)}, got {opt.shape}")
-    return opt
+                for o in alpha]
+    alpha = np.asarray(alpha)
+    if alpha.shape != (B, n):
+        raise ValueError(f"alpha must have shape {(B, n)}, got {alpha.shape}")
+    return alpha
 
 
-def p_svm(X, opt, *, solver=None, return_dual=False):
-    r"""The prompt-attention SVM :math:`p_{mm}`.
+@renamed(opt="alpha")
+def p_svm(X, alpha, *, support=None, solver=None, return_dual=False):
+    r"""The prompt-attention SVM :math:`p_{mm}`, or its relaxed form.
 
     .. math::
 
         p_{mm} = \arg\min_p \|p\|_2 \quad\text{s.t.}\quad
-        (x_{i,\mathrm{opt}_i} - x_{it})^\top p \ge 1 \quad \forall i,\ t\ne \mathrm{opt}_i .
+        (x_{i,\alpha_i} - x_{it})^\top p \ge b_i \quad \forall i,\ t\ne \alpha_i,
+
+    with :math:`b_i = 1` for every sequence (the strict p-SVM) or, given ``support``,
+    :math:`b_i = 1` on the support sequences and :math:`b_i = 0` elsewhere (the *relaxed* p-SVM:
+    the selection margin is required only where the head is a support vector; elsewhere the
+    selected token must merely not lose). When :math:`(p, v)` are trained jointly and the head
+    tends to :math:`v_{mm}` (:func:`head_svm`), the loss of a sequence that is not a support
+    vector of :math:`v_{mm}` decays faster than that of a support sequence, so only the support
+    sequences need to push :math:`p` along; the relaxed p-SVM is the reference this suggests
+    (:func:`head_support` gives its mask). KKT: :math:`p = \sum_{it}\lambda_{it}
+    (x_{i,\alpha_i} - x_{it})`, :math:`\lambda \ge 0`,
+    :math:`\lambda_{it}((x_{i,\alpha_i} - x_{it})^\top p - b_i) = 0`. Relaxing can only
+    lower the norm; with every sequence a support sequence it is the strict p-SVM.
 
     Parameters
     ----------
     X : array_like, shape (n, T, d)
-    opt : array_like of int (n,), or list of token sets (as in :func:`att_svm`)
-    solver : as in :func:`att_svm` (norm is Euclidean)
+    alpha : array_like of int (n,), or list of token sets (as in :func:`att_svm`)
+    support : array_like of bool, shape (n,), optional
+        The sequences that keep margin 1 (at least one); None: all (the strict p-SVM).
+    solver : as in :func:`att_svm` (norm is Euclidean; the relaxed problem is solved by cvxpy)
     return_dual : bool
         Also return multipliers ``lam`` (n, T) with
-        :math:`p_{mm} = \sum_{it} \lambda_{it}(x_{i,\mathrm{opt}_i} - x_{it})` (or (n, T, T)
+        :math:`p_{mm} = \sum_{it} \lambda_{it}(x_{i,\alpha_i} - x_{it})` (or (n, T, T)
         for sets).
 
     Returns
@@ -258,16 +279,56 @@ def p_svm(X, opt, *, solver=None, return_dual=False):
     ------
     InfeasibleError
         If no ``p`` satisfies the constraints.
+    ValueError
+        Malformed input, or a ``support`` without any True entry (the solution would be 0).
     """
     X = _check_X(X)
     n, T, d = X.shape
-    alpha, sets = _parse_selection(opt, n, T, "opt")
+    alpha, sets = _parse_selection(alpha, n, T, "alpha")
     c = _constraints(X, alpha, sets)
-    prob = _Problem("vec", c.U, None, c.eq, "p-SVM", f"n={n}, T={T}, d={d}")
+    zero = None
+    if support is not None:
+        sup = np.asarray(support)
+        if sup.shape != (n,) or sup.dtype != bool:
+            raise ValueError(f"support must be a boolean array of shape ({n},), got "
+                             f"{sup.dtype} {sup.shape}")
+        if not sup.any():
+            raise ValueError("support must mark at least one sequence (with none, the relaxed "
+                             "p-SVM's solution is 0)")
+        zero = ~sup[c.seq]
+    prob = _Problem("vec", c.U, None, c.eq, "p-SVM", f"n={n}, T={T}, d={d}", zero=zero)
     p, lam = _solve(prob, "fro", solver)
     if return_dual:
         return p, _lam_array(c, lam, n, T, sets is not None)
     return p
+
+
+def head_support(X, y, alpha, *, tol=1e-6, solver=None):
+    r"""The support sequences of the max-margin head :math:`v_{mm}` = :func:`head_svm`: the
+    ``i`` with :math:`y_i v_{mm}^\top x_{i\alpha_i} \le 1 + \mathrm{tol}` (on the margin), the
+    mask ``support`` of the relaxed :func:`p_svm`.
+
+    Parameters
+    ----------
+    X : array_like, shape (n, T, d); y : (n,); alpha : int (n,)
+    tol : float
+        Margin tolerance (relative to 1).
+
+    Returns
+    -------
+    support : ndarray of bool, shape (n,)
+
+    Raises
+    ------
+    InfeasibleError
+        If the selected tokens are not linearly separable through the origin.
+    """
+    X = _check_X(X)
+    n, T, _ = X.shape
+    alpha = _check_alpha(alpha, n, T, "alpha")
+    y = _check_labels(y, n)
+    v = head_svm(X, y, alpha, solver=solver)
+    return y * (X[np.arange(n), alpha] @ v) <= 1 + float(tol)
 
 
 def linear_svm(X, y, *, solver=None, return_dual=False):

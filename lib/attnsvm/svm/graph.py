@@ -1,9 +1,10 @@
-r"""The priority-graph Att-SVM of next-token prediction with self-attention, and its finite part.
+r"""The priority-graph Att-SVM of next-token prediction with self-attention (its finite part is
+:func:`attnsvm.svm.finite.graph_finite`).
 
 For NTP data (:class:`attnsvm.data.NTPSeqData`: sequences :math:`X_i` of distinct tokens, query
 :math:`z_i = x_{iT}`, next token :math:`y_i`) let :math:`O_i` be the positions of the tokens of
 sequence :math:`i` in the strongly connected component of :math:`y_i` in the token-priority graph
-of its query (:func:`attnsvm.ntp.top_component`). The graph SVM is
+of its query (:func:`attnsvm.graphs.top_component`). The graph SVM is
 
 .. math::
 
@@ -25,14 +26,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import InfeasibleError, SolverError, _constraints, _Problem, per_trial
+from ..data import NTPSeqData
+from ..graphs import top_component
+from ._common import InfeasibleError, _constraints, _Problem, per_trial
 from .attsvm import _solve
 
-__all__ = ["graph_svm", "graph_finite", "graph_subspace"]
+__all__ = ["graph_svm"]
 
 
 def _check(data):
-    from ..data import NTPSeqData
     if not isinstance(data, NTPSeqData):
         raise ValueError(f"data must be an attnsvm.data.NTPSeqData, got {type(data).__name__}")
     return data
@@ -68,8 +70,6 @@ def graph_svm(data, *, solver=None):
     if data.batched:
         return np.stack(per_trial(lambda b: graph_svm(data.trial(int(b)), solver=solver),
                                   np.arange(data.trials)))
-    from ..ntp import top_component
-
     mask = top_component(data)
     if mask.all():
         raise ValueError("every sequence lies in its top component: the graph SVM has no margin "
@@ -97,89 +97,3 @@ def graph_svm(data, *, solver=None):
                     f"adding sequence {j} (tokens {data.tokens[j].tolist()}, next token "
                     f"{int(data.y[j])}) makes the constraints infeasible") from None
         raise
-
-
-def graph_subspace(data, tol=1e-10):
-    r"""An orthonormal basis of :math:`F` (acting on ``vec(W)``, row-major), shape (d*d, r).
-
-    One trial only. :math:`r = 0` when every top component is a single token.
-    """
-    data = _check(data)
-    if data.batched:
-        raise ValueError("graph_subspace takes one trial (use data.trial(b))")
-    from ..ntp import top_component
-
-    mask = top_component(data)
-    X, Z = data.X, data.Z
-    gens = []
-    for i, s in enumerate(_sets(mask)):
-        for a in s[1:]:
-            gens.append(np.outer(X[i, a] - X[i, s[0]], Z[i]).ravel())
-    if not gens:
-        return np.zeros((data.d * data.d, 0))
-    U, sv, _ = np.linalg.svd(np.array(gens).T, full_matrices=False)
-    return U[:, sv > tol * sv.max()]
-
-
-def graph_finite(data, *, gtol=1e-12):
-    r"""The finite part :math:`W^*`: the minimizer of :math:`L_O` on :math:`F`.
-
-    :math:`L_O` is strictly convex and coercive on :math:`F` (Chapter 16), so the minimizer
-    exists and is unique; it is found by BFGS in an orthonormal basis of :math:`F` and then
-    polished by Newton steps.
-
-    Parameters
-    ----------
-    data : attnsvm.data.NTPSeqData (one trial, or batched: one answer per trial)
-    gtol : float
-        Tolerance on the gradient norm (in the basis of :math:`F`).
-
-    Returns
-    -------
-    W : ndarray, shape (d, d) or (B, d, d) (zero when :math:`F = \{0\}`)
-    """
-    data = _check(data)
-    if data.batched:
-        return np.stack([graph_finite(data.trial(b), gtol=gtol) for b in range(data.trials)])
-    import torch
-
-    from ..devices import cpu_threads
-    from ..models.ntp_attention import ntp_attention_objective
-    from ..ntp import top_component
-
-    d = data.d
-    Q = graph_subspace(data)
-    if Q.shape[1] == 0:
-        return np.zeros((d, d))
-    X = torch.as_tensor(data.X[None])
-    Z = torch.as_tensor(data.Z[None])
-    ypos = torch.as_tensor(data.ypos[None])
-    mask = torch.as_tensor(top_component(data)[None])
-
-    def fg(c):
-        W = torch.as_tensor((Q @ c).reshape(1, d, d))
-        loss, grad, _ = ntp_attention_objective(W, X, Z, ypos, mask)
-        return float(loss[0]), Q.T @ grad[0].numpy().ravel()
-
-    with cpu_threads("cpu", 1):              # tiny tensors: one thread
-        c = _minimize_F(fg, Q.shape[1], gtol)
-    return (Q @ c).reshape(d, d)
-
-
-def _minimize_F(fg, r, gtol):
-    from scipy.optimize import minimize
-
-    c = minimize(fg, np.zeros(r), jac=True, method="BFGS",
-                 options=dict(gtol=gtol, maxiter=20000)).x
-    for _ in range(5):                     # Newton polish with a finite-difference Hessian
-        g = fg(c)[1]
-        if np.linalg.norm(g) <= gtol:
-            break
-        h = 1e-6
-        Hm = np.stack([(fg(c + h * e)[1] - fg(c - h * e)[1]) / (2 * h)
-                       for e in np.eye(len(c))], axis=1)
-        c = c - np.linalg.solve(0.5 * (Hm + Hm.T), g)
-    g = fg(c)[1]
-    if not np.linalg.norm(g) <= 1e-8:
-        raise SolverError(f"graph_finite did not converge (gradient norm {np.linalg.norm(g):.2e})")
-    return c

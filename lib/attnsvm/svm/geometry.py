@@ -1,0 +1,196 @@
+r"""Max-margin problems in other geometries (Part IV): l_p linear SVMs, margins in a norm and
+the spectral-norm Att-SVM.
+
+* :func:`linear_svm_p`: :math:`w_p = \arg\min \|w\|_p` s.t. :math:`y_i w^\top x_i \ge 1`
+  (:math:`1 \le p \le \infty`); its margin :math:`\gamma_p = 1/\|w_p\|_p` is the largest
+  value of :math:`\min_i y_i u^\top x_i` over :math:`\|u\|_p \le 1`.
+* :func:`margin_in_norm`: the normalized margin :math:`\min_i y_i w^\top x_i / \|w\|`.
+* :func:`att_svm_spectral`: the Att-SVM with the spectral norm :math:`\|W\|_2` (largest singular
+  value) as objective, ``attnsvm.svm.att_svm(..., norm="spectral")``. (The entrywise
+  :math:`\ell_p` Att-SVM is ``attnsvm.svm.att_svm(..., norm=p)``; both batched, with each
+  trial's solver status, in ``attnsvm.svm.att_svm_batch(..., return_status=True)``.)
+* :func:`matrix_norm` and :func:`att_margin_in_norm`: the norms of these Att-SVMs and the
+  normalized selection margin :math:`\min_{i, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W
+  z_i / \|W\|` of an iterate, batched (the attention analogue of :func:`margin_in_norm`).
+
+All problems are solved with cvxpy + Clarabel at tight tolerances; infeasibility raises
+:class:`attnsvm.svm.InfeasibleError`.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .._checks import as_float_array
+from ..tokens import selection_margins
+from ._common import InfeasibleError, SolverError, per_trial
+from .attsvm import att_svm
+
+__all__ = ["linear_svm_p", "margin_in_norm", "vector_norm", "matrix_norm", "att_svm_spectral",
+           "att_margin_in_norm"]
+
+_CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400)
+
+
+def _parse_p(p, name="p"):
+    if isinstance(p, str) and p == "inf":
+        return np.inf
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (float(p) >= 1):
+        raise ValueError(f"{name} must be a real number >= 1 or inf, got {p!r}")
+    return float(p)
+
+
+def vector_norm(w, p, *, axis=-1):
+    r"""Entrywise :math:`\ell_p` norm over ``axis`` (``p`` in :math:`[1, \infty]`)."""
+    p = _parse_p(p)
+    return np.linalg.norm(np.asarray(w, dtype=float), ord=p, axis=axis)
+
+
+def margin_in_norm(w, X, y, p):
+    r"""Normalized margin :math:`\min_i y_i w^\top x_i / \|w\|_p`, batched.
+
+    Parameters
+    ----------
+    w : array_like, shape (..., d)
+    X : array_like, shape (..., n, d)
+    y : array_like, shape (..., n)
+    p : float >= 1 or inf
+
+    Returns
+    -------
+    ndarray, shape (...): NaN where ``w = 0``.
+    """
+    w = as_float_array("w", w, min_ndim=1)
+    X = as_float_array("X", X, min_ndim=2)
+    y = as_float_array("y", y, min_ndim=1)
+    if X.shape[-1] != w.shape[-1]:
+        raise ValueError(f"w has dimension {w.shape[-1]} but X has {X.shape[-1]}")
+    u = (y * np.einsum("...nd,...d->...n", X, w)).min(axis=-1)
+    nrm = vector_norm(w, p)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(nrm > 0, u / np.where(nrm > 0, nrm, 1.0), np.nan)
+
+
+def _run(pr, what):
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
+
+    try:
+        pr.solve(solver="CLARABEL", **_CLARABEL)
+    except cp.error.SolverError:
+        if pr.status is None:
+            raise SolverError(f"Clarabel failed on the {what}") from None
+    if pr.status in ("infeasible", "infeasible_inaccurate"):
+        raise InfeasibleError(f"the {what} is infeasible")
+    if pr.status not in ("optimal", "optimal_inaccurate"):
+        raise SolverError(f"Clarabel returned status {pr.status!r} for the {what}")
+
+
+def linear_svm_p(X, y, p):
+    r"""The :math:`\ell_p` hard-margin linear SVM without bias.
+
+    .. math::
+
+        w_p = \arg\min_w \|w\|_p \quad\text{s.t.}\quad y_i w^\top x_i \ge 1\ \ \forall i,
+        \qquad \gamma_p = 1/\|w_p\|_p = \max_{\|u\|_p\le1}\min_i y_i u^\top x_i .
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d) or (B, n, d)
+    y : array_like, shape (n,) or (B, n), entries +1 or -1
+    p : float in [1, inf] (or "inf")
+
+    Returns
+    -------
+    w : ndarray, shape (d,) or (B, d), with smallest margin exactly 1 (rescaled).
+
+    Raises
+    ------
+    InfeasibleError
+        Data not separable through the origin (the trial is named).
+    """
+    import cvxpy as cp  # deferred: cvxpy is heavy to import
+
+    p = _parse_p(p)
+    X = as_float_array("X", X, min_ndim=2, max_ndim=3)
+    if X.ndim == 3:
+        y = as_float_array("y", y, shape=X.shape[:2])
+        return np.stack(per_trial(lambda Xb, yb: linear_svm_p(Xb, yb, p), X, y))
+    n, d = X.shape
+    y = as_float_array("y", y, shape=(n,))
+    if not np.all(np.abs(y) == 1):
+        raise ValueError("y must contain only +1 and -1")
+    U = y[:, None] * X
+    w = cp.Variable(d)
+    pr = cp.Problem(cp.Minimize(cp.norm(w, p)), [U @ w >= 1])
+    _run(pr, f"l_{p:g} linear SVM (n={n}, d={d})")
+    wv = np.asarray(w.value, dtype=float)
+    mmin = float((U @ wv).min())
+    if mmin < 1 - 1e-6:
+        raise SolverError(f"l_{p:g} SVM solution violates a margin by {1 - mmin:.2e}")
+    return wv / mmin
+
+
+def att_svm_spectral(X, Z, alpha):
+    r"""The Att-SVM with the spectral norm:
+    :math:`\min_W \|W\|_2` s.t. :math:`(x_{i\alpha_i} - x_{it})^\top W z_i \ge 1`;
+    ``attnsvm.svm.att_svm(X, Z, alpha, norm="spectral")`` (Clarabel, on the subspaces spanned by
+    the token differences and the queries, which the unitarily invariant norm allows).
+
+    Parameters
+    ----------
+    X : array_like, shape (n, T, d); Z : (n, d); alpha : int array (n,) (e.g. ``opt``)
+
+    Returns
+    -------
+    W : ndarray (d, d), smallest margin 1 (up to rounding).
+    """
+    return att_svm(X, Z, alpha, norm="spectral")
+
+
+def matrix_norm(W, norm):
+    r"""Norm of matrices ``W`` (..., d1, d2): the entrywise :math:`\ell_p` norm (``norm`` a
+    real ``p >= 1``, ``inf``/``"inf"``, or ``"fro"`` for ``p = 2``), or ``"spectral"`` (largest
+    singular value) or ``"nuc"`` (sum of the singular values).
+
+    Returns
+    -------
+    ndarray, shape (...)
+    """
+    W = as_float_array("W", W, min_ndim=2)
+    if norm == "spectral":
+        return np.linalg.norm(W, ord=2, axis=(-2, -1))
+    if norm == "nuc":
+        return np.linalg.norm(W, ord="nuc", axis=(-2, -1))
+    p = 2.0 if isinstance(norm, str) and norm == "fro" else _parse_p(norm, "norm")
+    return vector_norm(W.reshape(W.shape[:-2] + (-1,)), p)
+
+
+def att_margin_in_norm(W, X, Z, alpha, norm):
+    r"""Normalized Att-SVM margin of ``W`` for the token choice ``alpha``, in a norm:
+
+    .. math::
+
+        \bar\gamma_{\|\cdot\|}(W) = \frac{\min_i \min_{t \ne \alpha_i}
+        (x_{i\alpha_i} - x_{it})^\top W z_i}{\|W\|},
+
+    so that the Att-SVM :math:`W^\alpha` of that norm (smallest margin 1) has
+    :math:`\bar\gamma(W^\alpha) = 1/\|W^\alpha\| = \max_W \bar\gamma(W)`: the ratio
+    :math:`\bar\gamma(W)/\bar\gamma(W^\alpha)` is at most 1, equals 1 exactly at the
+    maximizers, and does not depend on which maximizer a solver returns.
+
+    Parameters
+    ----------
+    W : array_like (..., d, d), leading axes broadcast against those of ``X``
+    X : array_like (n, T, d) or (B, n, T, d); Z : (n, d) or (B, n, d)
+    alpha : int array (n,) or (B, n), the selected token of each sequence
+    norm : as in :func:`matrix_norm`
+
+    Returns
+    -------
+    ndarray, shape (...): NaN where ``W = 0``.
+    """
+    m = selection_margins(W, X, Z, alpha).min(axis=(-2, -1))
+    nrm = matrix_norm(W, norm)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(nrm > 0, m / np.where(nrm > 0, nrm, 1.0), np.nan)

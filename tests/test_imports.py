@@ -1,0 +1,282 @@
+"""The import graph of ``attnsvm``, read from the source: no circle, no upward arrow.
+
+The graph is built with ``ast`` from every module of ``lib/attnsvm`` (the build, ``attnsvm.book``,
+is left out while it moves to its own package):
+
+* every ``import``/``from ... import`` counts, at module level or inside a function;
+* relative imports are resolved against the importing module;
+* ``from pkg import name`` points to the submodule ``pkg.name`` when there is one, else to the
+  submodule whose definition the package re-exports (followed through the package's
+  ``__init__``), else to the package;
+* importing a submodule of a package from outside that package also runs the package's
+  ``__init__``, so it adds an arrow to the package too.
+
+Rules: no cycle; a chapter driver (``attnsvm.experiments.*``) imports only core modules, never
+another driver; a core module never imports a driver; a function-level import of a module of
+``attnsvm`` is a hidden arrow and is not allowed (a function-level import only defers a heavy
+third-party dependency, see ``DEFERRABLE``).
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "lib"
+PKG = "attnsvm"
+EXCLUDE = ("attnsvm.book",)
+#: third-party packages that a function may import late (heavy or optional)
+DEFERRABLE = {"torch", "cvxpy", "matplotlib", "myst_nb", "IPython", "pandas", "pyarrow",
+              "transformers", "huggingface_hub", "dask", "distributed", "tqdm", "sklearn",
+              "datasets", "PIL", "threadpoolctl"}
+
+
+def _modules(src=SRC, pkg=PKG):
+    out = {}
+    for p in sorted((src / pkg).rglob("*.py")):
+        name = ".".join(p.relative_to(src).with_suffix("").parts)
+        if name.endswith(".__init__"):
+            name = name[: -len(".__init__")]
+        if not any(name == e or name.startswith(e + ".") for e in EXCLUDE):
+            out[name] = p
+    return out
+
+
+def _is_pkg(mods, name):
+    return mods[name].name == "__init__.py"
+
+
+def _imports(path):
+    """(target, imported names or None, level, module-level?, line) of every import of a file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    top = {id(n) for n in tree.body}
+    for node in tree.body:                      # module-level blocks (if/try) count as top level
+        if isinstance(node, (ast.If, ast.Try)):
+            top |= {id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, None, 0, id(node) in top, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or "", [a.name for a in node.names], node.level, id(node) in top, node.lineno
+
+
+def _absolute(mods, importer, target, level):
+    if not level:
+        return target
+    base = importer if _is_pkg(mods, importer) else importer.rsplit(".", 1)[0]
+    parts = base.split(".")
+    anchor = ".".join(parts[: len(parts) - level + 1])
+    return anchor + ("." + target if target else "")
+
+
+def _defining(mods, pkg, name, seen=()):
+    """The submodule that defines ``name`` as re-exported by package ``pkg`` (or ``pkg``)."""
+    if pkg + "." + name in mods:
+        return pkg + "." + name
+    if pkg not in mods or not _is_pkg(mods, pkg) or pkg in seen:
+        return pkg
+    for target, names, level, _, _ in _imports(mods[pkg]):
+        if names and name in names:
+            src = _absolute(mods, pkg, target, level)
+            if src in mods:
+                return _defining(mods, src, name, seen + (pkg,)) if _is_pkg(mods, src) else src
+    return pkg
+
+
+def _owner(mods, name):
+    """The longest module of the graph that ``name`` (a dotted import path) lies in."""
+    while name and name not in mods:
+        name = name.rsplit(".", 1)[0] if "." in name else ""
+    return name
+
+
+def build_graph(src=SRC, pkg=PKG):
+    """``(graph, late)``: graph[m] = set of modules m imports; late = [(m, target, line)] for
+    function-level imports of modules of the package."""
+    mods = _modules(src, pkg)
+    graph, late = defaultdict(set), []
+    for m, path in mods.items():
+        for target, names, level, toplevel, line in _imports(path):
+            absolute = _absolute(mods, m, target, level)
+            if absolute.split(".")[0] != pkg or any(absolute == e or absolute.startswith(e + ".")
+                                                    for e in EXCLUDE):
+                continue
+            hits = set()
+            if names is None:
+                hits.add(_owner(mods, absolute))
+            else:
+                for n in names:
+                    hits.add(_owner(mods, _defining(mods, absolute, n) if absolute in mods else absolute))
+            for t in list(hits):                 # a package's __init__ runs when entered from outside
+                parts = t.split(".")
+                for k in range(1, len(parts)):
+                    parent = ".".join(parts[:k])
+                    if parent in mods and not (m == parent or m.startswith(parent + ".")):
+                        hits.add(parent)
+            for t in hits:
+                if t and t != m:
+                    graph[m].add(t)
+                    if not toplevel:
+                        late.append((m, t, line))
+    for m in mods:
+        graph.setdefault(m, set())
+    return dict(graph), late
+
+
+def find_cycles(graph):
+    """Strongly connected components with more than one module (or a self-loop), each as a
+    closed path ``[a, b, ..., a]`` through the component."""
+    index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                comps.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_path(graph, c) for c in comps]
+
+
+def _path(graph, comp):
+    """A closed path through a strongly connected component, from its first module."""
+    start, members = comp[0], set(comp)
+    prev, frontier = {start: None}, [start]
+    while frontier:                                   # breadth first, back to start
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, v, start]
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return comp
+
+
+def _is_driver(m):
+    return m.startswith(PKG + ".experiments.")
+
+
+def test_no_import_cycle():
+    graph, _ = build_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+#: driver-to-driver arrows still to remove, each with who removes it; the test fails when one of
+#: them is gone, so that its entry is deleted with it
+PENDING = {("attnsvm.experiments.nets", "attnsvm.experiments.realdata"):
+           "part3: the real-data and MiniLM loaders of realdata (minilm_dir, set_offline) move to the "
+           "data layer"}
+
+
+def layering_violations(graph, pkg=PKG):
+    """Arrows from a driver to another driver, and from a core module to a driver."""
+    drivers = pkg + ".experiments"
+    bad = []
+    for m, targets in graph.items():
+        for t in targets:
+            t_driver = t == drivers or t.startswith(drivers + ".")
+            if m.startswith(drivers + ".") and t_driver:
+                bad.append(f"driver {m} imports driver {t}")
+            elif not (m == drivers or m.startswith(drivers + ".")) and t_driver:
+                bad.append(f"core module {m} imports driver {t}")
+    return sorted(bad)
+
+
+def test_drivers_import_only_the_core_and_the_core_no_driver():
+    graph = build_graph()[0]
+    bad = [b for b in layering_violations(graph)
+           if not any(b == f"driver {m} imports driver {t}" for m, t in PENDING)]
+    assert not bad, "\n".join(bad)
+    gone = [k for k in PENDING if k[1] not in graph.get(k[0], ())]
+    assert not gone, f"remove the resolved entries {gone} from PENDING"
+
+
+def test_no_hidden_internal_import_in_a_function():
+    _, late = build_graph()
+    assert not late, "function-level imports of attnsvm modules (move them to the top):\n" + "\n".join(
+        f"{m}:{line} imports {t}" for m, t, line in sorted(late))
+
+
+def test_function_level_imports_defer_only_heavy_dependencies():
+    """A function-level import defers a package of ``DEFERRABLE`` and says so in a comment."""
+    bad = []
+    for m, path in _modules().items():
+        lines = path.read_text().splitlines()
+        for target, names, level, toplevel, line in _imports(path):
+            root = target.split(".")[0]
+            if toplevel or level or root == PKG or root == "__future__":
+                continue
+            if root not in DEFERRABLE:
+                bad.append(f"{m}:{line} imports {target} inside a function")
+            elif "# deferred" not in lines[line - 1]:
+                bad.append(f"{m}:{line} defers {target} without a '# deferred: ...' comment")
+    assert not bad, "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the test can fail
+
+def _write(root, files):
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_a_planted_cycle_through_a_reexport_and_a_function_is_found(tmp_path):
+    """``a`` imports ``f`` from the package ``sub``, whose ``__init__`` re-exports it from
+    ``sub.deep``; ``sub.deep`` imports ``a`` inside a function: a cycle a -> sub.deep -> a."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from .sub import f\n",
+        "pkg/b.py": "X = 1\n",
+        "pkg/sub/__init__.py": "from .deep import f\n",
+        "pkg/sub/deep.py": "from ..b import X\n\ndef f():\n    from .. import a\n    return a\n",
+    })
+    graph, late = build_graph(tmp_path, "pkg")
+    assert "pkg.sub.deep" in graph["pkg.a"] and "pkg.sub" in graph["pkg.a"]
+    cycles = find_cycles(graph)
+    assert cycles and {"pkg.a", "pkg.sub.deep"} <= set(cycles[0])
+    assert cycles[0][0] == cycles[0][-1]
+    assert ("pkg.sub.deep", "pkg.a", 4) in late
+    # without the function-level import there is no cycle
+    _write(tmp_path, {"pkg/sub/deep.py": "from ..b import X\n\ndef f():\n    return X\n"})
+    assert find_cycles(build_graph(tmp_path, "pkg")[0]) == []
+
+
+def test_planted_upward_arrows_are_found(tmp_path):
+    _write(tmp_path, {
+        "attnsvm/__init__.py": "", "attnsvm/core.py": "from .experiments import two\n",
+        "attnsvm/experiments/__init__.py": "",
+        "attnsvm/experiments/one.py": "from .two import g\n",
+        "attnsvm/experiments/two.py": "def g():\n    pass\n",
+    })
+    bad = layering_violations(build_graph(tmp_path, PKG)[0])
+    assert bad == ["core module attnsvm.core imports driver attnsvm.experiments",
+                   "core module attnsvm.core imports driver attnsvm.experiments.two",
+                   "driver attnsvm.experiments.one imports driver attnsvm.experiments.two"]
