@@ -105,7 +105,7 @@ def test_lem_dual_grad_tight():
     X1 = rng.standard_normal((1, 1, D))
     y1 = np.ones((1, 1))
     for q, qd in {1.0: np.inf, 2.0: 2.0, 3.0: 1.5, np.inf: 1.0}.items():
-        gamma = 1.0 / SG.vector_norm(SG.linear_svm_p(X1, y1, q), q)[0]
+        gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X1, y1, q), q)[0]
         np.testing.assert_allclose(gamma, np.linalg.norm(X1[0, 0], ord=qd), rtol=1e-6)
         for _ in range(20):
             w = rng.standard_normal(D) * rng.uniform(0.1, 3)
@@ -113,7 +113,7 @@ def test_lem_dual_grad_tight():
             np.testing.assert_allclose(np.linalg.norm(g, ord=qd), gamma * L, rtol=1e-6)
     Xs = np.array([[[1.0, 1.0], [1.0, -1.0]]])
     ys = np.ones((1, 2))
-    gamma = 1.0 / SG.vector_norm(SG.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
+    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
     np.testing.assert_allclose(gamma, 1.0, rtol=1e-6)
     for a in (-1.0, 0.0, 2.0, 10.0):
         L, g = _loss_grad(np.array([a, 0.0]), Xs[0], ys[0])
@@ -139,20 +139,20 @@ def test_thm_sd_margin_terms_needed(setup):
         r = OG.run(model, w0, batch, rule="sd", norm=q, lr=1.0, steps=600,
                    record_steps=list(range(50, 601, 10)))
         S = r["steps"][:, None].astype(float)
-        gap = gam[q] - SG.margin_in_norm(r["iterates"], data.X, data.y, q)
+        gap = gam[q] - A.svm.margin_in_norm(r["iterates"], data.X, data.y, q)
         ok = logn / S < gam[q]
         assert np.any((gap > 10 * logn / S) & ok), q
     X = np.array([[[0.0221, -0.0108], [-0.0743, -0.0436]]])
     y = np.ones((1, 2))
     b2 = {"X": torch.as_tensor(X), "y": torch.as_tensor(y)}
-    gamma = 1.0 / SG.vector_norm(SG.linear_svm_p(X, y, 2.0), 2.0)[0]
+    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
     Bq = np.linalg.norm(X[0], axis=-1).max()
     lr, steps = 0.04, 1200
     r = OG.run(model, model.init_params(2, None, [None]), b2, rule="sd", norm=2, lr=lr,
                steps=steps, record_steps=list(range(steps // 2, steps + 1)))
     t = r["steps"].astype(float)
     S, Q = lr * t, lr ** 2 * np.exp(lr * Bq) * t
-    gap = gamma - SG.margin_in_norm(r["iterates"], X, y, 2.0)[:, 0]
+    gap = gamma - A.svm.margin_in_norm(r["iterates"], X, y, 2.0)[:, 0]
     rt = (np.log(2) + Bq ** 2 * Q / 2) / S
     ok = rt < gamma
     assert ok.sum() >= 20 and np.all(gap[ok] <= rt[ok] + 1e-12)
