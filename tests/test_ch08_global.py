@@ -15,7 +15,7 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
 def inst(request):
     data, opt = rates.score_data(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
-    return data, opt, W_mm, rates.constants(data, opt, W_mm)
+    return data, opt, W_mm, A.bounds.constants(data, opt, W_mm)
 
 
 def _loss(data, W):
@@ -36,7 +36,7 @@ def _coef_sum(data, opt, W):
     beta = 1 / (1 + np.exp(u))
     c = (beta * Delta * si)[..., None] * s / data.n
     np.put_along_axis(c, opt[..., None], 0.0, -1)
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     return c, np.einsum("bnt,bntd,bne->bde", c, U, Z), u, gs, Delta, si
 
 
@@ -84,7 +84,7 @@ def test_cone_property_fails_off_model():
     coef = (1 / (1 + np.exp(u)))[..., None] * s * (u[..., None] - g) / data.n   # weight of A_it
     np.put_along_axis(coef, opt[..., None], 0.0, -1)
     assert coef.min() < 0
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     np.testing.assert_allclose(np.einsum("bnt,bntd,bne->bde", coef, U, Z), -rates.grad(data, W),
                                rtol=1e-9, atol=1e-15)
     # in the equal-score model the same weights are never negative (reduction lemma)
@@ -177,7 +177,7 @@ def cx_inst(request):
 
 
 def _brute_cross_min(data, opt):
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     out = np.full(data.trials, np.inf)
     for b in range(data.trials):
         for i in range(data.n):
@@ -199,11 +199,11 @@ def test_orthogonal_queries_and_cross_gram():
     np.testing.assert_array_equal(opt_u, opt_o)
     np.testing.assert_array_equal(np.einsum("bid,bjd->bij", o.Z, o.Z), np.broadcast_to(np.eye(4), (3, 4, 4)))
     # the checker against a brute-force loop: (Cx) holds with orthogonal queries, fails with uniform ones
-    np.testing.assert_allclose(rates.cross_gram_min(u, opt_u), _brute_cross_min(u, opt_u), rtol=1e-12)
-    assert np.all(rates.cross_gram_min(u, opt_u) < 0)
-    assert np.all(rates.cross_gram_min(o, opt_o) >= 0)
+    np.testing.assert_allclose(A.bounds.cross_gram_min(u, opt_u), _brute_cross_min(u, opt_u), rtol=1e-12)
+    assert np.all(A.bounds.cross_gram_min(u, opt_u) < 0)
+    assert np.all(A.bounds.cross_gram_min(o, opt_o) >= 0)
     one, opt1 = rates.score_data(1, 4, 3, trials=2, seed=0)
-    assert np.all(np.isinf(rates.cross_gram_min(one, opt1)))          # n = 1: (Cx) is empty
+    assert np.all(np.isinf(A.bounds.cross_gram_min(one, opt1)))          # n = 1: (Cx) is empty
     with pytest.raises(ValueError, match="d >= n"):
         rates.score_data(5, 3, 4, queries="orthogonal")
     with pytest.raises(ValueError, match="queries"):
@@ -222,7 +222,7 @@ def test_no_attention_loss_every_step(cx_inst):
     and 12 (the latter saturated on a wrong token). Catches bounds.noloss_steps 100 times too
     large (some q_i then rises)."""
     data, opt, W_mm = cx_inst
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     for R in (3.0, 12.0):
         for W0 in _starts(data, opt, W_mm, R).values():
@@ -264,9 +264,9 @@ def test_no_attention_loss_positive_cross_terms():
     and wrong-token starts of norms 3 and 12. (NGD leaves the checked range E >= 1e-10 within
     50-90 steps, so fewer steps are checked for it.)"""
     data, opt = _positive_cross_instance()
-    assert np.all(rates.cross_gram_min(data, opt) > 0.5)
+    assert np.all(A.bounds.cross_gram_min(data, opt) > 0.5)
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     np.testing.assert_allclose(c["Delta_min"], 1.0)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     alpha = opt.copy()
@@ -288,8 +288,8 @@ def test_no_attention_loss_can_fail():
     eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it. Catches the steps
     of bounds.noloss_steps made 100 times too large (then the lemma's own step raises q)."""
     data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
-    assert np.all(rates.cross_gram_min(data, opt) < 0)
-    c = rates.constants(data, opt, rates.svm_batch(data, opt))
+    assert np.all(A.bounds.cross_gram_min(data, opt) < 0)
+    c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
     eta_gd, _ = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     W = 3.0 * np.random.default_rng(0).standard_normal((8, 4, 4))
     W1 = W - (0.01 * eta_gd)[:, None, None] * rates.grad(data, W)
@@ -297,9 +297,9 @@ def test_no_attention_loss_can_fail():
     assert rise.max() > 1e-5
     # (ii) one sequence, tokens whose lifted features have a negative inner product
     data, opt = rates.score_data(1, 3, 4, trials=4, seed=1, queries="orthogonal", gamma_opt=0.1)
-    c = rates.constants(data, opt, rates.svm_batch(data, opt))
+    c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], 1)
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     b = 2
     Af = np.stack([np.outer(U[b, 0, t], Z[b, 0]).ravel() for t in range(3) if t != opt[b, 0]])
     assert Af[0] @ Af[1] < 0
@@ -329,7 +329,7 @@ def test_global_theorem_ngd_and_gd(cx_inst):
     (asserted <= 10 somewhere); the mass bound of cor-sparsity-global is below 1 on 38-96% of
     the steps (asserted: a quarter) and holds there."""
     data, opt, W_mm = cx_inst
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     equal = np.allclose(c["Delta_min"], 1.0)
     starts = dict(_starts(data, opt, W_mm, 1.5),
                   near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm)
@@ -409,3 +409,26 @@ def test_global_bounds_reject_bad_input():
     np.testing.assert_allclose(rates.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
     with pytest.raises(ValueError, match="target"):
         rates.scale_to_excess(data, opt, W_mm, 2 * E_zero)
+
+
+@pytest.mark.slow
+def test_chapter_result_objects():
+    """The notebook's numbers and claims at small size: every claim of both result objects holds,
+    and the summary numbers sit in range (a false claim, e.g. NGD not reaching W_mm from random
+    starts or a run leaving the proved bound, makes the ``all(holds)`` assertion fail)."""
+    exp = rates.global_experiment(3, 3, 4, trials=4, steps=3000, R0=30.0, radius=3.0, lr_gd=1.0,
+                                  lr_ngd=0.1, seed=0, device="cpu")
+    s = exp.summary()
+    assert len(s) == 30 and all(isinstance(v, (int, float)) for v in s.values())
+    claims = exp.claims()
+    assert all(bool(h) for h, _ in claims.values()), claims
+    assert s["ngd_eq_min"] > 0.99 and s["trap_stay"] > 0.999 and s["ngd_progress"] >= 1.0
+    assert -1 <= s["gd_rand_start"] < s["gd_rand_min"] <= 1 and s["eq_cross_max"] < 0
+    cx = rates.global_cx_experiment(3, 3, 4, trials=2, steps=6000, radius=1.0, R_adv=1.5, R_big=30.0,
+                                    lr_gd=1.0, lr_ngd=0.1, seed=0, device="cpu")
+    c = cx.summary()
+    claims = cx.claims()
+    assert all(bool(h) for h, _ in claims.values()), claims
+    assert c["cx_cross_min"] >= 0 and c["cx_bound_over_first_min"] >= 1
+    assert c["cx_excess_frac"] == 1.0 and c["cx_mass_frac"] == 1.0 and c["cx_mono_pairs"] > 0
+    assert c["cx_default_gd_within"] in ("is", "is not")

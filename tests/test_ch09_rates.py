@@ -15,7 +15,7 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
 def inst(request):
     data, opt = rates.score_data(4, 3, 5, trials=3, seed=2, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
     W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)     # a start in the region E <= eps0
     return data, opt, W_mm, c, W0
@@ -139,7 +139,7 @@ def test_polyak_capped_equals_gd(inst):
     data, opt, W_mm, c, W0 = inst
     eta_max = 5.0
     W1 = 2 * W0                                     # deeper in the region
-    assert np.all(rates.excess_loss(data, opt, W1) <= rates.polyak_cap_threshold(c, eta_max))
+    assert np.all(rates.excess_loss(data, opt, W1) <= A.bounds.polyak_cap_threshold(c, eta_max))
     hp = A.train.fit(data, model="W", optimizer="polyak", lr=1.0, eta_max=eta_max, steps=500, init=W1, device="cpu")
     hg = A.train.fit(data, model="W", optimizer="gd", lr=eta_max, steps=500, init=W1, device="cpu")
     np.testing.assert_allclose(hp.W, hg.W, rtol=1e-12, atol=1e-12)
@@ -156,7 +156,7 @@ def test_invariance_and_floor():
     data, opt = rates.score_data(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
     W_mm = rates.svm_batch(data, opt)
     W0 = rates.random_inits(4, 3, radius=2.0, seed=1)
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     for name, kw in (("gd", dict(lr=1.0)), ("ngd", dict(lr=0.1)), ("polyak", dict(eta_max=10.0))):
         h = A.train.fit(data, model="W", optimizer=name, steps=500, init=W0, snapshots=True, device="cpu", **kw)
         for b in range(3):
@@ -164,7 +164,7 @@ def test_invariance_and_floor():
             Q, _ = np.linalg.qr(Af.T)
             perp = lambda w: w.ravel() - Q @ (Q.T @ w.ravel())  # noqa: E731
             np.testing.assert_allclose(perp(h.W[b]), perp(W0[b]), atol=1e-10)
-        floor = rates.orth_floor(data, opt, W0, h.norm)
+        floor = A.bounds.orth_floor(data, opt, W0, h.norm)
         assert np.all(rates.one_minus_corr(h.snapshots, W_mm[None]) >= floor * (1 - 1e-6))
     h = A.train.fit(data, model="W", optimizer="adam", lr=0.05, steps=200, init=W0, device="cpu")
     b = 0
@@ -228,7 +228,7 @@ def test_polyak_star_proposition(inst):
         gain = np.diff(proj, axis=0)
         assert np.all(gain >= c["kappa"] * lengths * (1 - 1e-9))       # the proof's step inequality
         # summed: the proposition's bound, and the triangle inequality above it
-        assert np.all(proj >= rates.polyak_star_progress_bound(h.steps, c, proj[0]) - 1e-9)
+        assert np.all(proj >= A.bounds.polyak_star_progress_bound(h.steps, c, proj[0]) - 1e-9)
         cum = np.concatenate([np.zeros((1, S.shape[1])), np.cumsum(lengths, axis=0)])
         norms = np.linalg.norm(S, axis=(-2, -1))
         assert np.all(norms <= norms[0] + cum + 1e-9)
@@ -245,7 +245,7 @@ def test_polyak_star_unbounded_outside_region():
     next step E/||g||^2 is non-finite. The capped rule min(E/||g||^2, eta_max) stays finite."""
     data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     W0 = rates.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=4)
     h = A.train.fit(data, model="W", optimizer="polyak_star", steps=4, init=W0, snapshots=True,
                     record_every=1)
@@ -288,9 +288,9 @@ def test_first_step_and_theorem_checks(inst):
                     n_records=20, device="cpu")
     E = rates.excess_loss(data, opt, h.snapshots)
     t0 = rates.first_step(h.steps, E <= c["eps0"])
-    assert np.all(t0 == 0) and np.all(rates.ngd_linear_holds(h.steps, E, t0, eta, c))
+    assert np.all(t0 == 0) and np.all(A.bounds.ngd_linear_holds(h.steps, E, t0, eta, c))
     flat = np.repeat(E[:1], len(h.steps), axis=0)                     # no decrease at all
-    assert not np.any(rates.ngd_linear_holds(h.steps, flat, t0, eta, c))
+    assert not np.any(A.bounds.ngd_linear_holds(h.steps, flat, t0, eta, c))
 
 
 # ----------------------------------------------------------------------------- directional bounds
@@ -315,7 +315,7 @@ def test_direction_from_margin_lemma():
                 pos = m > 0
                 n_pos += pos.sum()
                 assert np.all(omc[pos] <= bound[pos] + 1e-12)
-                floor = rates.orth_floor(data, opt, W, nrm[None])[0]        # P_perp W, here of W itself
+                floor = A.bounds.orth_floor(data, opt, W, nrm[None])[0]        # P_perp W, here of W itself
                 assert np.all(bound[pos] >= floor[pos] - 1e-12)
         assert n_pos > 0
         np.testing.assert_allclose(A.bounds.direction_from_margin(
@@ -332,7 +332,7 @@ def test_ngd_direction_corollary(inst):
     data, opt, W_mm, c, W0 = inst
     eta = float(c["eta_ngd"].min())
     rng = np.random.default_rng(0)
-    Q = rates.orth_component(data, opt, rng.standard_normal(W_mm.shape))
+    Q = A.bounds.orth_component(data, opt, rng.standard_normal(W_mm.shape))
     nmm = np.linalg.norm(W_mm, axis=(-2, -1))
     Q *= (24 * nmm / np.linalg.norm(Q, axis=(-2, -1)))[:, None, None]
     W_far = 8 * W_mm + Q                                        # same margins as 8 W_mm, corr ~ 0.3
@@ -399,7 +399,7 @@ def test_gd_direction_theorem(inst):
     at most 0.89 of it), so that C is needed is not demonstrated."""
     data, opt, W_mm, c, W0 = inst
     rng = np.random.default_rng(3)
-    Q = rates.orth_component(data, opt, rng.standard_normal(W_mm.shape))
+    Q = A.bounds.orth_component(data, opt, rng.standard_normal(W_mm.shape))
     Q *= (24 * np.linalg.norm(W_mm, axis=(-2, -1)) / np.linalg.norm(Q, axis=(-2, -1)))[:, None, None]
     W_far = 8 * W_mm + Q
     K = 2000
@@ -407,7 +407,7 @@ def test_gd_direction_theorem(inst):
     for Wstart, tight in ((W0, False), (W_far, True)):
         E0 = rates.excess_loss(data, opt, Wstart)
         for eta in (1.0, float(np.min(_gd_cap(c) / E0))):
-            assert np.all(rates.gd_step_condition(c, eta, E0[None]))          # the hypotheses at t0 = 0
+            assert np.all(A.bounds.gd_step_condition(c, eta, E0[None]))          # the hypotheses at t0 = 0
             h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=K, init=Wstart,
                             snapshots=True, record_every=1, device="cpu")
             S = h.snapshots
@@ -480,10 +480,10 @@ def test_direction_bound_from_t0(inst):
                         snapshots=True, n_records=30, device="cpu")
         M = rates.trajectory_metrics(data, opt, W_mm, h)
         t = M["t"]
-        mask = (M["excess"] <= c["eps0"]) if name == "ngd" else rates.gd_step_condition(c, eta, M["excess"])
+        mask = (M["excess"] <= c["eps0"]) if name == "ngd" else A.bounds.gd_step_condition(c, eta, M["excess"])
         t0 = rates.first_step(t, mask)
         t0[0] = np.nan if name == "gd" else t0[0]                   # a trial without t0 is skipped
-        r = rates.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta)
+        r = A.bounds.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta)
         assert r["bound"].shape == (t.size, B) and r["fraction"] == 1.0
         for b in range(B):
             if not np.isfinite(t0[b]):
@@ -503,17 +503,17 @@ def test_direction_bound_from_t0(inst):
             if name == "gd":                                          # the sharp form D/||W_t||
                 sharp = A.bounds.gd_direction_bound(t[k0:] - t0[b], M["excess"][k0, b], M["norm"][k0, b],
                                                     eta=eta, norm=M["norm"][k0:, b], **one)
-                rs = rates.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta, measured_norm=True)
+                rs = A.bounds.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta, measured_norm=True)
                 np.testing.assert_allclose(rs["bound"][k0:, b], sharp, rtol=1e-12)
                 assert rs["fraction"] == 1.0 and np.all(sharp <= expect * (1 + 1e-12))
         bad = dict(M, one_minus_corr=np.where(np.isnan(r["bound"]), 0.0, r["bound"]) + 1e-6)
-        assert rates.direction_bound_from_t0(t, t0, bad, c, optimizer=name, eta=eta)["fraction"] == 0.0
+        assert A.bounds.direction_bound_from_t0(t, t0, bad, c, optimizer=name, eta=eta)["fraction"] == 0.0
     with pytest.raises(ValueError, match="optimizer"):
-        rates.direction_bound_from_t0(t, t0, M, c, optimizer="adam", eta=1.0)
+        A.bounds.direction_bound_from_t0(t, t0, M, c, optimizer="adam", eta=1.0)
     with pytest.raises(ValueError, match="t0"):
-        rates.direction_bound_from_t0(t, t0 + 0.5, M, c, optimizer="gd", eta=1.0)
+        A.bounds.direction_bound_from_t0(t, t0 + 0.5, M, c, optimizer="gd", eta=1.0)
     with pytest.raises(ValueError, match="measured_norm"):
-        rates.direction_bound_from_t0(t, t0, M, c, optimizer="ngd", eta=1.0, measured_norm=True)
+        A.bounds.direction_bound_from_t0(t, t0, M, c, optimizer="ngd", eta=1.0, measured_norm=True)
 
 
 def test_curvature_outside_region(inst):
@@ -548,7 +548,7 @@ def test_curvature_outside_region(inst):
     assert np.all(np.abs(D) <= 2 / 3 * c["H"] * E * (1 + 1e-3) + 1e-9)
     assert np.sum(E > c["eps0"]) >= 10                                 # most points are outside the region
     # worst-case directions: along one lifted feature, as that sequence loses its attention
-    U, Z = rates.features(data, opt)
+    U, Z = A.bounds.lifted_factors(data, opt)
     B = W_mm.shape[0]
     theta = np.linspace(0.0, 40.0, 401)[:, None, None, None]
     worst = 0.0
@@ -563,6 +563,25 @@ def test_curvature_outside_region(inst):
         assert np.all(ratio <= 2 / 3 * (1 + 1e-3))
         worst = max(worst, float(ratio[out].max()))
     assert worst > 0.008, worst
+
+
+@pytest.mark.slow
+def test_chapter_result_object():
+    """The notebook's numbers and claims at small size (4 trials): every claim of
+    :class:`rates.RatesRun` holds and the summary numbers sit in range. With a too-short run the
+    rate and theorem claims fail (NGD's slope, the theorem's region not reached)."""
+    res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
+                                 seed=0, device="cpu")
+    s = res.summary()
+    assert len(s) == 57 and all(isinstance(v, (int, float)) for v in s.values())
+    claims = res.claims()
+    assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
+    assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1
+    assert s["ngd_bound_holds"] == s["gd_bound_holds"] == s["margin_bound_holds"] == 1.0
+    assert 0 < s["gd_C"] <= 2.5 and s["t0_ngd_max"] <= 20000 and s["sens_ngd"] > 10
+    short = rates.rates_experiment(6, 4, 8, trials=2, steps=300, sweep_steps=100, thm_steps=300,
+                                   seed=0, device="cpu").claims()
+    assert not (short["ngd_fast"][0] and short["ngd_theorem_reached"][0])
 
 
 # ----------------------------------------------------------------------------- tight instances

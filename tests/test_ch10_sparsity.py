@@ -15,7 +15,7 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5, 1.0]
 def inst(request):
     data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, **SCORES[request.param])
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
     W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)
     return data, opt, W_mm, c, W0
@@ -141,7 +141,7 @@ def test_sparsity_from_t0_under_cx():
     asserts that it is within a factor 15 somewhere, so the bound divided by 15 would fail."""
     data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, queries="orthogonal")
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
     Wa = rates.svm_batch(data, alpha)
@@ -175,3 +175,20 @@ def test_sparsity_from_t0_under_cx():
                 assert np.min((mass_bound / mass)[informative]) < 15          # bound / 15 fails somewhere
             else:
                 assert not informative.any()
+
+
+@pytest.mark.slow
+def test_chapter_result_object():
+    """The notebook's numbers and claims at small size (4 trials): every claim of
+    :class:`rates.SparsityRun` holds and the numbers sit in range; NGD's exponential rate sits
+    at eta * gamma_A (a rate off by a constant factor would fail ``ngd_at_upper_end``)."""
+    res = rates.sparsity_experiment(6, 4, 8, trials=4, steps=4000, cx_steps=3000, seed=0,
+                                    device="cpu")
+    s = res.summary()
+    assert len(s) == 24 and all(isinstance(v, (int, float)) for v in s.values())
+    claims = res.claims()
+    assert len(claims) == 7 and all(bool(h) for h, _ in claims.values()), claims
+    assert abs(s["ngd_rate"] / s["ngd_rate_upper"] - s["ratio_upper"]) < 0.05
+    assert s["ngd_rate_lower"] < s["ngd_rate"] and s["ngd_final_log10"] < -5
+    assert 0 <= s["cx_informative"] <= 1 and s["cx_mass_frac"] == 1.0
+    assert res.cx_mass_bound("ngd").shape == (3001, 4)

@@ -142,3 +142,19 @@ def test_joint_fit_is_one_run_also_for_adam(inst):
     assert not np.allclose(seg.params["W"], r.W, rtol=1e-6)        # restarting Adam differs
     with pytest.raises(ValueError, match="optimizer"):
         nets.joint_fit(data, alpha, optimizer="nope", steps=10)
+
+
+@pytest.mark.slow
+def test_chapter_result_object():
+    """The notebook's numbers and claims at the notebook's size (4 trials, CPU): every claim of
+    :class:`nets.JointExperiment` holds and the numbers sit in range (e.g. a head that did not
+    move first, or a norm below the proved ell^-1(L)/R, would fail a claim)."""
+    res = nets.joint_experiment(8, 6, 16, trials=4, steps=10000, segments=24, seed=0, device="cpu")
+    s = res.summary()
+    assert len(s) == 34
+    claims = res.claims()
+    assert len(claims) == 8 and all(bool(h) for h, _ in claims.values()), claims
+    assert s["first_W_norm"] == 0.0 and s["v_bound_slack"] >= 0 and s["v_monotone"] is True
+    for name in ("gd", "ngd", "polyak"):
+        assert 0 <= s[f"opt_is_planted_{name}"] <= 1 and s[f"log10_loss_{name}"] < 0
+        assert 0 <= s[f"feasible_learned_{name}"] <= 4

@@ -264,16 +264,16 @@ def test_text_classifier_trains(minilm):
     y = torch.tensor([1, 1, 0, 0, 1, 0] * 4)
     H, M = nets.encode_frozen(model, tok, texts, stop=5, max_len=8)
     before = model.layers[5].attn.query.weight.detach().clone()
-    clf_runs, models = nets.compare_optimizers(
+    cmp = nets.compare_optimizers(
         lambda: nets.TextClassifier(model, 2, trainable_layers=1), ((H, M), y),
         {"adam": dict(lr=1e-3), "sps": dict(lr=1.0, eta_max=1.0)}, steps=15, batch_size=8,
         n_records=4, device="cpu")
-    for h in clf_runs.values():
+    for h in cmp.runs.values():
         assert h.loss[-1] < h.loss[0]
         assert h.head_norm.shape[1:] == (1, 12)
     # the encoder itself is untouched (frozen), the fine-tuned copy moved
     assert torch.equal(model.layers[5].attn.query.weight, before)
-    assert not torch.equal(models["adam"].layers[0].attn.query.weight.detach(), before)
+    assert not torch.equal(cmp.models["adam"].layers[0].attn.query.weight.detach(), before)
 
 
 # ----------------------------------------------------------------------------- ViT training
@@ -289,9 +289,9 @@ def test_four_optimizers_on_a_tiny_vit(digits):
     train, test, ds = digits
     settings = {"sgd": dict(lr=0.1), "sngd": dict(lr=0.05), "sps": dict(lr=1.0, eta_max=1.0),
                 "adam": dict(lr=1e-3)}
-    runs, _ = nets.compare_optimizers(lambda: nets.ViT(ds.shape, 10, dim=32), train, settings,
-                                      steps=40, batch_size=32, test=test, n_records=5, device="cpu")
-    first = runs["sgd"].head_norm[0]
+    cmp = nets.compare_optimizers(lambda: nets.ViT(ds.shape, 10, dim=32), train, settings,
+                                  steps=40, batch_size=32, test=test, n_records=5, device="cpu")
+    runs, first = cmp.runs, cmp.runs["sgd"].head_norm[0]
     for name, h in runs.items():
         assert h.head_norm.shape == (len(h.steps), 2, 8)
         assert h.max_mass.shape == h.entropy.shape == (len(h.steps), 2, 8)
@@ -299,6 +299,14 @@ def test_four_optimizers_on_a_tiny_vit(digits):
         assert h.loss[-1] < h.loss[0], name
         assert np.all((h.max_mass >= 1 / 5 - 1e-6) & (h.max_mass <= 1))
         assert 0 <= h.test_acc <= 1
+    # the chapter's numbers: one entry per (statistic, optimizer), the ViT's token count
+    s = cmp.summary()
+    assert cmp.claims() == {} and s["n_tokens"] == 5 and s["uniform_mass"] == 0.2
+    assert len(s) == 11 * 4 + 2 and all(np.isfinite(v) for v in s.values())
+    for name in settings:
+        assert s[f"loss_{name}"] < s[f"loss0_{name}"] and 0 <= s[f"test_acc_{name}"] <= 1
+        assert 1 / 5 - 1e-6 <= s[f"mass_{name}"] <= 1 and 0 <= s[f"entropy_{name}"] <= 1
+        assert s[f"norm_change_{name}"] == pytest.approx(abs(s[f"norm_growth_{name}"] - 1), abs=0.5)
 
 
 @pytest.mark.slow

@@ -17,17 +17,34 @@ notebooks evaluate them here).
   :math:`1 - \mathrm{corr}(W_t, W_{mm})` from the first step :math:`t_0` at which the hypotheses
   of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
   capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
+* Part III's equal-score model (book: ``def-equal-scores``): the lifted features
+  :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` (:func:`lifted_factors`), the token
+  scores split at ``opt`` (:func:`opt_scores`), the proofs' constants :math:`R_A, \gamma_A,
+  \kappa, \lambda, \mu, H, \varepsilon_0, \dots` (:func:`constants`) and the cross-sequence
+  condition (Cx) (:func:`cross_gram_min`);
+* theory curves of the rates chapter: NGD's norm bounds (:func:`ngd_norm_bounds`), the
+  invariance floor (:func:`orth_component`, :func:`orth_floor`), the Polyak cap threshold
+  (:func:`polyak_cap_threshold`), the (L - L*) Polyak step's progress
+  (:func:`polyak_star_progress_bound`);
+* the theorems' hypotheses and bounds checked along a recorded run from each trial's first step
+  :math:`t_0` in the region: :func:`gd_step_condition`, :func:`ngd_linear_holds`,
+  :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import tokens
 from ._checks import as_float_array
 from .data import _support
+from .losses import get_loss
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
-           "global_excess_bound", "mass_from_excess", "finite_part_bound"]
+           "global_excess_bound", "mass_from_excess", "finite_part_bound", "lifted_factors", "opt_scores", "constants",
+           "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold",
+           "polyak_star_progress_bound", "gd_step_condition", "ngd_linear_holds",
+           "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min"]
 
 
 
@@ -76,7 +93,7 @@ def ngd_direction_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H):
     E_t0, norm_t0 : array_like, shape () or (B,)
         :math:`E(W_{t_0})` (in :math:`(0, \varepsilon_0]`) and :math:`\|W_{t_0}\|_F` (> 0).
     mu, eps0, gamma_A, H : array_like, shape () or (B,)
-        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+        The constants of the chapter (:func:`constants`).
 
     Returns
     -------
@@ -132,7 +149,7 @@ def gd_error_constant(E_t0, *, eta, eps0, H):
     ----------
     E_t0 : array_like, :math:`E(W_{t_0})` in :math:`(0, \varepsilon_0]`
     eta : array_like, the step (> 0), with :math:`\eta E(W_{t_0}) \le 1/H`
-    eps0, H : array_like, the constants of the chapter (``attnsvm.experiments.rates.constants``)
+    eps0, H : array_like, the constants of the chapter (:func:`constants`)
     """
     E_t0, eta, eps0, H = _gd_args(E_t0, eta, eps0, H)
     return (1 / eps0 + 1.5 * eta * H) * E_t0
@@ -143,7 +160,7 @@ def gd_direction_bound(steps, E_t0, norm_t0, *, eta, mu, eps0, gamma_A, H, norm=
     model, if at :math:`t_0` the hypotheses of the GD rate theorem hold
     (:math:`E_0 = E(W_{t_0}) \le \varepsilon_0` and :math:`\eta E_0 \le \min(1/H,
     \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; only :math:`E_0 \le \varepsilon_0` and
-    :math:`\eta E_0 H \le 1` are checked here, ``attnsvm.experiments.rates.gd_step_condition``
+    :math:`\eta E_0 H \le 1` are checked here, :func:`gd_step_condition`
     checks them all), then for :math:`t \ge t_0`
 
     .. math::
@@ -163,7 +180,7 @@ def gd_direction_bound(steps, E_t0, norm_t0, *, eta, mu, eps0, gamma_A, H, norm=
         :math:`E(W_{t_0})` and :math:`\|W_{t_0}\|_F` (> 0).
     eta : array_like, the step (> 0).
     mu, eps0, gamma_A, H : array_like, shape () or (B,)
-        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+        The constants of the chapter (:func:`constants`).
     norm : array_like, optional
         The measured :math:`\|W_t\|_F`, broadcastable to the result: then the sharper first
         bound :math:`D/\|W_t\|_F` is returned.
@@ -359,3 +376,257 @@ def finite_part_bound(gap_j, P):
     with np.errstate(divide="ignore", invalid="ignore"):
         b = 2.0 * np.log1p(delta / (pmin - delta))
     return np.where(delta < pmin, b, np.inf)
+
+
+# ----------------------------------------------------------------------------- the equal-score model
+#: the logistic loss of Part III (:math:`\ell` and :math:`-\ell'` from attnsvm.losses)
+_LOGISTIC = get_loss("logistic")
+
+
+def _lead(data):
+    """The arrays X, y, Z, v of ``data`` with a leading trials axis."""
+    X, y, Z, v = data.X, data.y, data.Z, data.v
+    if not data.batched:
+        X, y, Z, v = X[None], y[None], Z[None], v[None]
+    return X, y, Z, v
+
+
+def lifted_factors(data, opt):
+    r"""The lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` as their two
+    factors, for every trial and every token (:func:`attnsvm.tokens.lifted_features` gives the
+    matrices of one instance, constraints only).
+
+    Returns ``U`` (B, n, T, d) with rows :math:`x_{i,\mathrm{opt}_i} - x_{it}` (zero at the
+    optimal token) and ``Z`` (B, n, d); :math:`A_{it} = U_{it} z_i^\top`.
+    """
+    X, _, Z, _ = _lead(data)
+    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
+    return tokens.token_differences(X, opt), Z
+
+
+def opt_scores(data, opt):
+    r"""The token scores :math:`\gamma_{it}` split at ``opt``.
+
+    Returns ``g`` (B, n, T) the scores, ``gs`` (B, n) :math:`\gamma^\star_i = \gamma_{i,\mathrm{opt}_i}`,
+    ``mask`` (B, n, T) bool, True off the optimal token, and ``opt`` (B, n).
+    """
+    X, y, _, v = _lead(data)
+    g = tokens.token_scores(X, y, v)
+    opt = np.asarray(opt).reshape(g.shape[:2])
+    gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
+    mask = np.ones(g.shape, dtype=bool)
+    np.put_along_axis(mask, opt[..., None], False, axis=-1)
+    return g, gs, mask, opt
+
+
+def constants(data, opt, W_mm):
+    r"""The constants of the proofs, per trial (dict of (B,) arrays).
+
+    ``R_A`` :math:`\max_{it}\|A_{it}\|_F`; ``gamma_A`` :math:`1/\|W_{mm}\|_F`;
+    ``kappa`` :math:`\gamma_A/R_A`; ``Delta_min``, ``Delta_max`` (equal-score model:
+    :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
+    ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
+    -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
+    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
+    ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
+    ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
+    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem);
+    ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
+    global theorem and the sparsity corollaries).
+    """
+    U, Z = lifted_factors(data, opt)
+    g, gs, mask, _ = opt_scores(data, opt)
+    W_mm = np.asarray(W_mm).reshape(U.shape[0], U.shape[-1], U.shape[-1])
+    n = U.shape[1]
+    RA = (np.linalg.norm(U, axis=-1) * np.linalg.norm(Z, axis=-1)[..., None]).max(axis=(1, 2))
+    gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
+    go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
+    Delta = gs - go
+    bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
+    lam = (bm / bp).min(axis=-1)
+    mu = 2.0 / 3.0 * gA
+    H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
+    return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
+                b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
+                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
+                eta_ngd=np.minimum(np.log(2) / RA, mu / H), bD_plus=(bp * Delta).max(-1),
+                bD_minus=(bm * Delta).min(-1))
+
+
+def ngd_norm_bounds(t, *, eta, kappa, W0_norm, W0_proj=None):
+    r"""NGD's norm bounds of the chapter: lower :math:`\langle W_0,\hat W_{mm}\rangle + \eta\kappa t`
+    (``W0_proj``; default :math:`-\|W_0\|`) and upper :math:`\|W_0\| + \eta t`; shape (K,) or,
+    for per-trial ``kappa`` (B,), (K, B)."""
+    t = np.asarray(t, dtype=float)
+    kappa = np.asarray(kappa, dtype=float)
+    if kappa.ndim:
+        t = t[:, None]
+    p = -np.asarray(W0_norm, dtype=float) if W0_proj is None else np.asarray(W0_proj, dtype=float)
+    return p + eta * kappa * t, W0_norm + eta * t
+
+
+def orth_component(data, opt, W):
+    r""":math:`P^\perp W`, the component of ``W`` (B, d, d) off
+    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (per trial), which GD, NGD and the Polyak
+    steps never change (the invariance proposition); returns (B, d, d)."""
+    U, Z = lifted_factors(data, opt)
+    _, _, mask, _ = opt_scores(data, opt)
+    W = np.asarray(W, dtype=float).reshape(U.shape[0], U.shape[-1], U.shape[-1])
+    out = np.empty_like(W)
+    for b in range(U.shape[0]):
+        A = np.einsum("ktd,ke->ktde", U[b], Z[b])[mask[b]].reshape(-1, U.shape[-1] ** 2)
+        Q, _ = np.linalg.qr(A.T)
+        w = W[b].ravel()
+        out[b] = (w - Q @ (Q.T @ w)).reshape(W.shape[1:])
+    return out
+
+
+def orth_floor(data, opt, W0, norms):
+    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
+    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
+    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (:func:`orth_component`). ``W0`` (B, d, d),
+    ``norms`` (K, B); returns (K, B)."""
+    perp = np.linalg.norm(orth_component(data, opt, W0), axis=(-2, -1))
+    r = np.minimum(perp[None, :] / np.asarray(norms), 1.0)
+    return -np.expm1(0.5 * np.log1p(-r ** 2))
+
+
+def polyak_cap_threshold(consts, eta_max):
+    r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
+    :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
+    return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]
+
+
+def polyak_star_progress_bound(t, consts, W0_proj, *, eta=1.0):
+    r"""Lower bound of the (L - L*) Polyak proposition on the projection
+    :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
+    \eta\kappa\lambda t/R_A` (``eta`` the multiplier of the step), shape (K, B) for ``t`` (K,)
+    and per-trial constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
+    t = np.asarray(t, dtype=float)[:, None]
+    return (np.asarray(W0_proj, dtype=float)[None, :]
+            + eta * consts["kappa"] * consts["lam"] / consts["R_A"] * t)
+
+
+def gd_step_condition(consts, eta, excess):
+    r"""The hypotheses of the GD theorem at a recorded point: :math:`E \le \varepsilon_0` and
+    :math:`\eta E \le \min(1/H, \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; ``excess`` (K, B),
+    returns (K, B) bool."""
+    R2 = consts["R_A"] ** 2
+    cap = np.minimum(np.minimum(1 / consts["H"], consts["lam"] * np.log(2) / R2),
+                     consts["lam"] ** 2 / (3 * R2))
+    return (excess <= consts["eps0"]) & (eta * excess <= cap)
+
+
+def _from_t0(t, t0, *series):
+    r"""Align the records on each trial's ``t0`` (record steps, NaN for none): returns ``dt``
+    (K, B), :math:`t - t_0` where ``later`` and NaN elsewhere; ``later`` (K, B) bool,
+    :math:`t \ge t_0` with ``t0`` finite; and the value of each (K, B) series at ``t0`` ((B,),
+    NaN where ``t0`` is NaN)."""
+    t, t0 = np.asarray(t, dtype=float), np.asarray(t0, dtype=float)
+    ok = np.isfinite(t0)
+    k0 = np.minimum(np.searchsorted(t, np.where(ok, t0, t[0])), len(t) - 1)
+    if np.any(ok & (t[k0] != t0)):
+        raise ValueError("t0 must hold record steps of t (or NaN)")
+    later = ok[None, :] & (t[:, None] >= np.where(ok, t0, np.inf)[None, :])
+    dt = np.where(later, t[:, None] - np.where(ok, t0, 0.0)[None, :], np.nan)
+    vals = [np.where(ok, np.asarray(x, dtype=float)[k0, np.arange(t0.size)], np.nan) for x in series]
+    return dt, later, vals
+
+
+def ngd_linear_holds(t, excess, t0, eta, consts):
+    r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
+    :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
+    ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    bound = np.log(E0) + dt * np.log1p(-eta * consts["mu"] / 2)
+    ok = np.where(later, np.log(excess) <= bound + 1e-9, True)
+    return np.isfinite(t0) & ok.all(axis=0)
+
+
+def gd_inverse_excess_holds(t, excess, t0, eta, consts):
+    r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
+    :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
+    dt, later, (E0,) = _from_t0(t, t0, excess)
+    inv = 1 / np.asarray(excess, dtype=float)
+    lo = 1 / E0 + eta * consts["mu"] ** 2 / 2 * dt
+    hi = 1 / E0 + 3 * eta * consts["R_A"] ** 2 / consts["lam"] ** 2 * dt
+    ok = np.where(later, (inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)), True)
+    return np.isfinite(t0) & ok.all(axis=0)
+
+
+def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_norm=False):
+    r"""A proved upper bound on :math:`1 - \mathrm{corr}(W_t, W_{mm})` along a recorded run, from
+    each trial's :math:`t_0`, and whether it holds, for all trials at once.
+
+    * ``optimizer="ngd"``: NGD's decaying bound at the constant step ``eta``
+      (:func:`ngd_direction_bound`; book ``cor-ngd-direction``), with ``t0`` a
+      record from which :math:`E \le \varepsilon_0` and ``eta`` at most the theorem's step;
+    * ``optimizer="gd"``: GD's logarithmic bound at the step ``eta``
+      (:func:`gd_direction_bound`; book ``thm-gd-direction``), with ``t0`` a record
+      from which :func:`gd_step_condition` holds; for the capped Polyak step once it is capped,
+      ``eta`` is the cap (``cor-polyak-cap-direction``). With ``measured_norm=True`` the
+      theorem's sharper first bound :math:`D/\|W_t\|_F` is evaluated with the recorded norms.
+
+    Parameters
+    ----------
+    t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
+    metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
+        (:func:`attnsvm.experiments.rates.trajectory_metrics`)
+    consts : dict of (B,) constants (:func:`constants`)
+    optimizer : {"ngd", "gd"}; eta : float > 0
+    measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
+        deterministic :math:`\gamma_AD/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t-t_0))`
+
+    Returns
+    -------
+    dict
+        ``bound`` (K, B), NaN before ``t0``; ``later`` (K, B) bool, the (trial, record) pairs
+        from ``t0`` on; ``holds`` (K, B) bool, :math:`1-\mathrm{corr} \le` ``bound`` there (False
+        elsewhere); ``fraction``, the fraction of ``later`` pairs where it holds (NaN if none);
+        ``first`` and ``final`` (B,), the bound at ``t0`` and at the last record (NaN where ``t0``
+        is NaN).
+    """
+    if optimizer not in ("ngd", "gd"):
+        raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
+    if measured_norm and optimizer != "gd":
+        raise ValueError("measured_norm applies to optimizer='gd' only")
+    if not (np.isscalar(eta) and eta > 0):
+        raise ValueError(f"eta must be a positive number, got {eta!r}")
+    dt, later, (E0, N0) = _from_t0(t, t0, metrics["excess"], metrics["norm"])
+    ok = np.isfinite(np.asarray(t0, dtype=float))
+    bound = np.full(dt.shape, np.nan)
+    if ok.any():
+        kw = {k: consts[k][ok] for k in ("mu", "eps0", "gamma_A", "H")}
+        k = np.where(later[:, ok], dt[:, ok], 0.0)
+        if optimizer == "ngd":
+            full = ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
+            vals = np.take_along_axis(full, k.astype(int), axis=0)
+        else:
+            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
+                    if measured_norm else None)                  # records before t0 do not count
+            vals = gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
+        bound[:, ok] = np.where(later[:, ok], vals, np.nan)
+    omc = np.asarray(metrics["one_minus_corr"], dtype=float)
+    holds = later & (omc <= np.where(later, bound, -np.inf) + 1e-12)
+    k0 = np.argmax(later, axis=0)
+    first = np.where(ok, bound[k0, np.arange(bound.shape[1])], np.nan)
+    return dict(bound=bound, later=later, holds=holds,
+                fraction=float(holds.sum() / later.sum()) if later.any() else float("nan"),
+                first=first, final=np.where(ok, bound[-1], np.nan))
+
+
+def cross_gram_min(data, opt):
+    r"""The smallest cross-sequence inner product
+    :math:`\min_{i\ne j,\ t\ne\mathrm{opt}_i,\ s\ne\mathrm{opt}_j}\langle A_{it}, A_{js}\rangle`
+    per trial, shape (B,): the cross-sequence condition (Cx) of the global theorem holds iff it is
+    :math:`\ge 0`. ``+inf`` when ``n = 1`` (the condition is then empty). Uses
+    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
+    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
+    """
+    U, Z = lifted_factors(data, opt)
+    _, _, mask, _ = opt_scores(data, opt)
+    n = U.shape[1]
+    G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]
+    valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
+             & ~np.eye(n, dtype=bool)[None, :, None, :, None])
+    return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))

@@ -75,7 +75,7 @@ __all__ = [
     "make_optimizer",
     "TorchHistory",
     "train_torch",
-    "compare_optimizers",
+    "compare_optimizers", "OptimizerComparison",
     "STOCHASTIC",
 ]
 
@@ -635,12 +635,53 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
                     batch_size=batch_size, seed=seed, device=str(dev)))
 
 
+@dataclass
+class OptimizerComparison:
+    """Result of :func:`compare_optimizers`: ``runs`` (name -> :class:`TorchHistory`) and the
+    final ``models`` (name -> module), all from one initialization."""
+
+    runs: dict
+    models: dict
+
+    @staticmethod
+    def run_summary(h):
+        r"""The numbers of one run: first and final training loss (``loss0``, ``loss``),
+        ``train_acc``, ``test_acc``; the head norms' growth :math:`\|W_h(T)\|_F/\|W_h(0)\|_F`
+        over the (layer, head) pairs: median ``norm_growth``, median change
+        ``norm_change`` :math:`|\mathrm{growth} - 1|` and largest ``norm_growth_max``; the mean
+        largest attention weight and normalized entropy at the first and last record (``mass0``,
+        ``mass``, ``entropy0``, ``entropy``)."""
+        growth = h.head_norm[-1] / h.head_norm[0]          # (layers, heads)
+        return dict(loss0=float(h.loss[0]), loss=float(h.loss[-1]), test_acc=h.test_acc,
+                    train_acc=h.train_acc, norm_growth=float(np.median(growth)),
+                    norm_change=float(np.median(np.abs(growth - 1))),
+                    norm_growth_max=float(growth.max()),
+                    mass0=float(h.max_mass[0].mean()), mass=float(h.max_mass[-1].mean()),
+                    entropy0=float(h.entropy[0].mean()), entropy=float(h.entropy[-1].mean()))
+
+    def summary(self):
+        """Every run's :meth:`run_summary` as ``<key>_<name>``; for a ViT also ``n_tokens``
+        (patches and the class token) and ``uniform_mass`` (``1 / n_tokens``)."""
+        out = {f"{k}_{name}": v for name, h in self.runs.items()
+               for k, v in self.run_summary(h).items()}
+        model = next(iter(self.models.values()))
+        if hasattr(model, "n_patches"):
+            out.update(n_tokens=model.n_patches + 1, uniform_mass=1.0 / (model.n_patches + 1))
+        return out
+
+    def claims(self):
+        """The chapter's checked sentences (none yet: chapter 12 reports observations)."""
+        return {}
+
+
 def compare_optimizers(make_model, train, settings, *, seed=0, **kw):
     """Run :func:`train_torch` once per entry of ``settings`` (name -> dict(lr=..., eta_max=...)),
     every run from the same initialization (``make_model()`` called once under
     ``torch.manual_seed(seed)``, then copied) and with the same mini-batch order.
 
-    Returns a dict name -> :class:`TorchHistory` and the final models (name -> module).
+    Returns
+    -------
+    OptimizerComparison
     """
     torch.manual_seed(int(seed))
     base = make_model()
@@ -649,4 +690,4 @@ def compare_optimizers(make_model, train, settings, *, seed=0, **kw):
         model = copy.deepcopy(base)
         runs[name] = train_torch(model, train, optimizer=name, seed=seed, **s, **kw)
         models[name] = model
-    return runs, models
+    return OptimizerComparison(runs, models)

@@ -12,46 +12,45 @@ through the margins :math:`m_{it} = \langle A_{it}, W\rangle` of the lifted feat
     u_i = \gamma^\star_i - \Delta_i (1 - s_i),\qquad
     s_i = \frac{1}{1 + q_i},\qquad q_i = \sum_{t \ne \mathrm{opt}_i} e^{-m_{it}} .
 
-This module holds
+The proved constants and theory curves of these chapters live in :mod:`attnsvm.bounds`
+(:func:`attnsvm.bounds.constants`, the lifted features, the norm and projection bounds, the
+theorems' hypotheses and directional bounds along a run, the cross-sequence condition). This
+module holds
 
 * data: :func:`score_data` (equal or distinct non-optimal scores), :func:`find_trap`
-  (an instance with a locally optimal token choice other than ``opt``);
-* constants of the proofs: :func:`constants` (:math:`R_A`, :math:`\gamma_A`,
-  :math:`\kappa`, :math:`\lambda`, :math:`\mu`, :math:`H`, :math:`\varepsilon_0`, ...);
+  (an instance with a locally optimal token choice other than ``opt``), :func:`svm_batch`;
 * exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
-  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`;
-* experiments: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
-  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`attnsvm.metrics.slopes`,
-  :func:`exp_rate`, :func:`sensitivity`;
-* theory curves: :func:`ngd_norm_bounds`, :func:`orth_floor`, :func:`polyak_cap_threshold`;
-* hypotheses and proved bounds along a run, from each trial's first step :math:`t_0` in the
-  theorems' region: :func:`first_step`, :func:`gd_step_condition`, :func:`ngd_linear_holds`,
-  :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
-* global convergence under the cross-sequence condition (Cx) (book: ``thm-global-region``):
-  :func:`cross_gram_min`, :func:`log_q`, :func:`global_constants`, :func:`every_step`,
-  :func:`q_monotone`, :func:`first_in_region`, :func:`global_run`,
-  :func:`global_cx_experiment`, :func:`global_cx_summary`.
+  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`, :func:`log_q`;
+* runs: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
+  optimizer, snapshots on), :func:`trajectory_metrics`, :func:`exp_rate`,
+  :func:`sensitivity`, :func:`first_step`;
+* the chapter drivers and their result objects (``.summary()``, ``.claims()``):
+  :func:`global_experiment` (chapter 8), :func:`global_cx_experiment` (chapter 8, the global
+  theorem under the cross-sequence condition (Cx), with :func:`global_run`,
+  :func:`global_constants`, :func:`every_step`, :func:`q_monotone`, :func:`first_in_region`),
+  :func:`rates_experiment` (chapter 9) and :func:`sparsity_experiment` (chapter 10).
 
 All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
+from ..bounds import _lead
 from ..data import AttnData, Stream, prescribed_scores, stream
 from ..losses import get_loss, log_excess_loss
 
 __all__ = [
-    "score_data", "find_trap", "features", "constants", "grad", "excess_loss", "nonopt_mass",
-    "min_margin", "one_minus_corr", "random_inits", "run", "trajectory_metrics",
-    "exp_rate", "sensitivity", "ngd_norm_bounds", "orth_floor", "polyak_cap_threshold",
-    "svm_batch", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
-    "polyak_star_progress_bound", "orth_component", "first_step", "gd_step_condition", "ngd_linear_holds",
-    "gd_inverse_excess_holds", "direction_bound_from_t0", "scale_to_excess", "cross_gram_min", "log_q",
-    "global_constants", "every_step",
-    "q_monotone", "first_in_region", "global_run", "global_cx_experiment", "global_cx_summary",
+    "score_data", "find_trap", "svm_batch", "grad", "excess_loss", "nonopt_mass", "min_margin",
+    "one_minus_corr", "scale_to_excess", "log_q", "random_inits", "run", "trajectory_metrics",
+    "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
+    "global_constants", "every_step", "global_run", "LABELS", "RatesRun", "rates_experiment",
+    "SparsityRun", "sparsity_experiment", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
+    "global_cx_experiment", "GlobalCxRun",
 ]
 
 
@@ -120,69 +119,6 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
 
 
-# ----------------------------------------------------------------------------- constants
-def _lead(data):
-    X, y, Z, v = data.X, data.y, data.Z, data.v
-    if not data.batched:
-        X, y, Z, v = X[None], y[None], Z[None], v[None]
-    return X, y, Z, v
-
-
-def features(data, opt):
-    r"""Lifted features :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`.
-
-    Returns ``U`` (B, n, T, d) with rows :math:`x_{i,\mathrm{opt}_i} - x_{it}` (zero at the
-    optimal token) and ``Z`` (B, n, d); :math:`A_{it} = U_{it} z_i^\top`.
-    """
-    X, _, Z, _ = _lead(data)
-    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
-    return tokens.token_differences(X, opt), Z
-
-
-def _scores(data, opt):
-    X, y, _, v = _lead(data)
-    g = tokens.token_scores(X, y, v)
-    opt = np.asarray(opt).reshape(g.shape[:2])
-    gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
-    mask = np.ones(g.shape, dtype=bool)
-    np.put_along_axis(mask, opt[..., None], False, axis=-1)
-    return g, gs, mask, opt
-
-
-def constants(data, opt, W_mm):
-    r"""The constants of the proofs, per trial (dict of (B,) arrays).
-
-    ``R_A`` :math:`\max_{it}\|A_{it}\|_F`; ``gamma_A`` :math:`1/\|W_{mm}\|_F`;
-    ``kappa`` :math:`\gamma_A/R_A`; ``Delta_min``, ``Delta_max`` (equal-score model:
-    :math:`\Delta_i = \gamma^\star_i - \max_{t\neq\mathrm{opt}}\gamma_{it}`);
-    ``b_minus`` :math:`\min_i -\ell'(\gamma^\star_i)`, ``b_plus`` :math:`\max_i
-    -\ell'(\gamma^\circ_i)`; ``lam`` :math:`\lambda = \min_i \ell'(\gamma^\star_i)/\ell'(\gamma^\circ_i)`;
-    ``mu`` :math:`\tfrac23\gamma_A` (the gradient-excess sandwich on :math:`E \le \varepsilon_0`);
-    ``H`` :math:`3R_A^2\max_i(3 b^+_i/b^-_i + \Delta_i/(4b^-_i))`;
-    ``eps0`` :math:`\min_i b^-_i\Delta_i/(3n)`; ``L_star`` :math:`\frac1n\sum_i\ell(\gamma^\star_i)`;
-    ``eta_ngd`` :math:`\min(\log 2/R_A, \mu/H)` (NGD step of the linear-rate theorem);
-    ``bD_plus`` :math:`\max_i b^+_i\Delta_i` and ``bD_minus`` :math:`\min_i b^-_i\Delta_i` (the
-    global theorem and the sparsity corollaries).
-    """
-    U, Z = features(data, opt)
-    g, gs, mask, _ = _scores(data, opt)
-    W_mm = np.asarray(W_mm).reshape(U.shape[0], U.shape[-1], U.shape[-1])
-    n = U.shape[1]
-    RA = (np.linalg.norm(U, axis=-1) * np.linalg.norm(Z, axis=-1)[..., None]).max(axis=(1, 2))
-    gA = 1.0 / np.linalg.norm(W_mm, axis=(-2, -1))
-    go = np.where(mask, g, -np.inf).max(axis=-1)          # best non-optimal score
-    Delta = gs - go
-    bm, bp = _LOGISTIC.neg_deriv_np(gs), _LOGISTIC.neg_deriv_np(np.where(mask, g, np.inf).min(axis=-1))
-    lam = (bm / bp).min(axis=-1)
-    mu = 2.0 / 3.0 * gA
-    H = 3 * RA ** 2 * (3 * bp / bm + Delta / (4 * bm)).max(axis=-1)
-    return dict(R_A=RA, gamma_A=gA, kappa=gA / RA, Delta_min=Delta.min(-1), Delta_max=Delta.max(-1),
-                b_minus=bm.min(-1), b_plus=bp.max(-1), lam=lam, mu=mu, H=H,
-                eps0=(bm * Delta).min(-1) / (3 * n), L_star=_LOGISTIC.value_np(gs).mean(-1),
-                eta_ngd=np.minimum(np.log(2) / RA, mu / H), bD_plus=(bp * Delta).max(-1),
-                bD_minus=(bm * Delta).min(-1))
-
-
 # ----------------------------------------------------------------------------- exact metrics
 def _margins(data, opt, W):
     """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
@@ -218,7 +154,7 @@ def excess_loss(data, opt, W, *, log=False):
     accurate at any size. ``log=True`` returns :math:`\log E`.
     """
     W = np.asarray(W, dtype=float)
-    g, gs, mask, _ = _scores(data, opt)
+    g, gs, mask, _ = bounds.opt_scores(data, opt)
     m = _margins(data, opt, W)
     lq = _log_q(data, opt, W)
     log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
@@ -352,48 +288,284 @@ def sensitivity(data, opt, W_mm, *, optimizer, values, key="lr", base=None, step
 
 
 # ----------------------------------------------------------------------------- theory curves
-def ngd_norm_bounds(t, *, eta, kappa, W0_norm, W0_proj=None):
-    r"""NGD's norm bounds of the chapter: lower :math:`\langle W_0,\hat W_{mm}\rangle + \eta\kappa t`
-    (``W0_proj``; default :math:`-\|W_0\|`) and upper :math:`\|W_0\| + \eta t`; shape (K,) or,
-    for per-trial ``kappa`` (B,), (K, B)."""
-    t = np.asarray(t, dtype=float)
-    kappa = np.asarray(kappa, dtype=float)
-    if kappa.ndim:
-        t = t[:, None]
-    p = -np.asarray(W0_norm, dtype=float) if W0_proj is None else np.asarray(W0_proj, dtype=float)
-    return p + eta * kappa * t, W0_norm + eta * t
+# ----------------------------------------------------------------------------- chapter 9
+#: display names of the rates chapter's optimizers
+LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
+          "polyak_star": "Polyak $L-L^\\star$"}
 
 
-def orth_component(data, opt, W):
-    r""":math:`P^\perp W`, the component of ``W`` (B, d, d) off
-    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (per trial), which GD, NGD and the Polyak
-    steps never change (the invariance proposition); returns (B, d, d)."""
-    U, Z = features(data, opt)
-    _, _, mask, _ = _scores(data, opt)
-    W = np.asarray(W, dtype=float).reshape(U.shape[0], U.shape[-1], U.shape[-1])
-    out = np.empty_like(W)
-    for b in range(U.shape[0]):
-        A = np.einsum("ktd,ke->ktde", U[b], Z[b])[mask[b]].reshape(-1, U.shape[-1] ** 2)
-        Q, _ = np.linalg.qr(A.T)
-        w = W[b].ravel()
-        out[b] = (w - Q @ (Q.T @ w)).reshape(W.shape[1:])
-    return out
+@dataclass
+class RatesRun:
+    r"""Result of :func:`rates_experiment` (chapter 9).
+
+    Attributes
+    ----------
+    data, opt, W_mm, W0 : the instances, optimal tokens, Att-SVMs and initializations
+    consts : dict of (B,) constants (:func:`constants`)
+    runs : dict name -> History of the default runs; ``metrics`` : dict name ->
+        :func:`trajectory_metrics`; ``t`` : (K,) record steps
+    floor : (K, B) NGD's invariance floor (:func:`orth_floor`)
+    norm_lo, norm_hi : (K, B) NGD's proved norm bounds (:func:`ngd_norm_bounds`)
+    star_lo : (K, B) the (L - L*) Polyak step's proved projection bound
+    cap_threshold : (B,) excess below which the Polyak step is capped
+    thm : History-derived metrics of NGD at the linear-rate theorem's step ``eta_thm``
+    sweeps : dict name -> :func:`sensitivity` (step-size sweeps; factors in ``config``)
+    """
+
+    data: object
+    opt: np.ndarray
+    W_mm: np.ndarray
+    W0: np.ndarray
+    consts: dict
+    runs: dict
+    metrics: dict
+    t: np.ndarray
+    floor: np.ndarray
+    norm_lo: np.ndarray
+    norm_hi: np.ndarray
+    star_lo: np.ndarray
+    cap_threshold: np.ndarray
+    eta_thm: float
+    thm: dict
+    sweeps: dict
+    config: dict
+
+    def _analysis(self):
+        """Every derived number of the chapter (cached): the summary and the claims' inputs."""
+        if getattr(self, "_cache", None) is not None:
+            return self._cache
+        M, c, t, cfg = self.metrics, self.consts, self.t, self.config
+        steps, lr_gd, lr_ngd, eta_max = cfg["steps"], cfg["lr_gd"], cfg["lr_ngd"], cfg["eta_max"]
+        s, a = {}, {}
+        slope = {k: float(np.nanmedian(metrics.slopes(t, m["one_minus_corr"]))) for k, m in M.items()}
+        corr_final = {k: float(np.median(1 - m["one_minus_corr"][-1])) for k, m in M.items()}
+        omc_final = {k: float(np.median(m["one_minus_corr"][-1])) for k, m in M.items()}
+        ngd = M["ngd"]
+        proj_star = (np.einsum("kbij,bij->kb", self.runs["polyak_star"].snapshots, self.W_mm)
+                     * c["gamma_A"])
+        s.update(floor_ratio=float(np.median(ngd["one_minus_corr"][-1] / self.floor[-1])),
+                 ngd_in_bounds=float(np.mean((ngd["norm"] >= self.norm_lo - 1e-9)
+                                             & (ngd["norm"] <= self.norm_hi + 1e-9))),
+                 ngd_norm_rate=float(np.median(ngd["norm"][-1] / (lr_ngd * steps))),
+                 kappa_med=float(np.median(c["kappa"])),
+                 gd_norm_per_log=float(np.median((M["gd"]["norm"][-1]
+                                                  - M["gd"]["norm"][np.argmax(t >= steps / 10)])
+                                                 / np.log(10.0))),
+                 W_mm_norm=float(np.median(1 / c["gamma_A"])),
+                 polyak_capped=float(np.mean(M["polyak"]["excess"][-1] <= self.cap_threshold)),
+                 polyak_star_in_bounds=float(np.mean(proj_star >= self.star_lo - 1e-9)),
+                 floor_slope=float(np.median(metrics.slopes(t, self.floor))),
+                 polyak_star_gain=float(np.median(c["kappa"] * c["lam"] / c["R_A"])),
+                 mu_over_H=float(np.median(c["mu"] / c["H"])),
+                 lr_ngd_over_theorem=float(np.median(lr_ngd / c["eta_ngd"])))
+        for k in M:
+            s[f"slope_{k}"], s[f"corr_final_{k}"], s[f"omc_final_{k}"] = (
+                slope[k], corr_final[k], omc_final[k])
+        # the theorems' hypotheses: first recorded step from which each holds
+        Mt = self.thm
+        t0_ngd = first_step(Mt["t"], Mt["excess"] <= c["eps0"])
+        a["ngd_thm_holds"] = bounds.ngd_linear_holds(Mt["t"], Mt["excess"], t0_ngd, self.eta_thm, c)
+        t0_gd = first_step(t, bounds.gd_step_condition(c, lr_gd, M["gd"]["excess"]))
+        a["gd_thm_holds"] = bounds.gd_inverse_excess_holds(t, M["gd"]["excess"], t0_gd, lr_gd, c)
+        t0_cap = first_step(t, M["polyak"]["excess"] <= self.cap_threshold)
+        t0_ngd_default = first_step(t, M["ngd"]["excess"] <= c["eps0"])
+        s.update(eta_thm=self.eta_thm, t0_ngd_max=float(np.max(t0_ngd)),
+                 t0_gd_max=float(np.max(t0_gd)), t0_cap_max=float(np.max(t0_cap)),
+                 t0_ngd_default_max=float(np.max(t0_ngd_default)))
+        # NGD's explicit directional bound from t0 and the margin-to-direction lemma
+        nb = bounds.direction_bound_from_t0(Mt["t"], t0_ngd, Mt, c, optimizer="ngd", eta=self.eta_thm)
+        ok_ngd = np.isfinite(t0_ngd)
+        lem_pairs = lem_held = 0
+        for m in M.values():
+            ok = m["min_margin"] > 0
+            bnd = bounds.direction_from_margin(m["min_margin"], np.maximum(m["norm"], 1e-300),
+                                               c["gamma_A"])
+            lem_pairs += int(ok.sum())
+            lem_held += int(np.sum((m["one_minus_corr"] <= bnd + 1e-12)[ok]))
+        tight = np.median(ngd["one_minus_corr"][-1] / bounds.direction_from_margin(
+            ngd["min_margin"][-1], ngd["norm"][-1], c["gamma_A"]))
+        s.update(ngd_bound_holds=nb["fraction"], margin_bound_holds=lem_held / lem_pairs,
+                 ngd_bound_limit=float(np.median((self.eta_thm * c["H"] / (2 * c["gamma_A"]))[ok_ngd])),
+                 ngd_bound_first=float(np.median(nb["first"][ok_ngd])),
+                 ngd_bound_final=float(np.median(nb["final"][ok_ngd])),
+                 ngd_omc_final_thm=float(np.median(Mt["one_minus_corr"][-1])),
+                 margin_bound_tightness=float(tight))
+        a.update(t0_ngd=t0_ngd, t0_gd=t0_gd, t0_cap=t0_cap, nb=nb, ok_ngd=ok_ngd, lem_pairs=lem_pairs)
+        cross_min = bounds.cross_gram_min(self.data, self.opt)
+        s["cross_min_max"] = float(cross_min.max())
+        a["cross_min"] = cross_min
+        # GD's logarithmic directional bound (sharp and deterministic forms), capped Polyak's
+        gb = bounds.direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd,
+                                     measured_norm=True)
+        gb_det = bounds.direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd)
+        ok_gd = np.isfinite(t0_gd)
+        t0_pc = first_step(t, (M["polyak"]["excess"] <= self.cap_threshold)
+                           & bounds.gd_step_condition(c, eta_max, M["polyak"]["excess"]))
+        pb = bounds.direction_bound_from_t0(t, t0_pc, M["polyak"], c, optimizer="gd", eta=eta_max,
+                                     measured_norm=True)
+        ok_pc = np.isfinite(t0_pc)
+        # the step from which the deterministic form is below 1
+        k0 = (np.searchsorted(t, t0_gd[ok_gd]), np.flatnonzero(ok_gd))
+        E0, N0 = M["gd"]["excess"][k0], M["gd"]["norm"][k0]
+        eps0, mu = c["eps0"][ok_gd], c["mu"][ok_gd]
+        C_gd = bounds.gd_error_constant(E0, eta=lr_gd, eps0=eps0, H=c["H"][ok_gd])   # <= 5/2
+        lag = c["gamma_A"][ok_gd] * N0 - np.log(2 * eps0 / E0)           # gamma_A D = lag + C
+        t_below_1 = t0_gd[ok_gd] + (np.exp(lag + C_gd) - 2 * eps0 / E0) / (eps0 * lr_gd * mu ** 2)
+        s.update(gd_bound_holds=gb["fraction"], gd_bound_first=float(np.median(gb["first"][ok_gd])),
+                 gd_bound_final=float(np.median(gb["final"][ok_gd])),
+                 gd_bound_det_final=float(np.median(gb_det["final"][ok_gd])),
+                 gd_C=float(np.median(C_gd)), gd_margin_lag=float(np.median(lag)),
+                 gd_bound_det_holds=gb_det["fraction"],
+                 gd_bound_below_one_step=float(np.median(t_below_1)),
+                 gd_bound_over_omc=float(np.median(gb["final"][ok_gd]
+                                                   / M["gd"]["one_minus_corr"][-1, ok_gd])),
+                 polyak_bound_holds=pb["fraction"],
+                 polyak_bound_final=float(np.median(pb["final"][ok_pc])),
+                 t0_polyak_gd_max=float(np.max(t0_pc)))
+        a.update(gb=gb, gb_det=gb_det, ok_gd=ok_gd, pb=pb, ok_pc=ok_pc)
+        # step-size sweeps: error ratio smallest / largest value
+        for k, sw in self.sweeps.items():
+            s[f"sens_{k}"] = float(np.median(sw["one_minus_corr"][0]) / np.median(sw["one_minus_corr"][-1]))
+        s.update(sweep_lr_range=cfg["lr_factor"] ** 2, sweep_cap_range=cfg["cap_factor"] ** 2)
+        self._cache = (s, a)
+        return self._cache
+
+    def summary(self):
+        r"""The chapter's glued numbers (medians over trials unless named ``_max``/``_min``):
+        slopes of :math:`1-\mathrm{corr}` over the last decade (``slope_<opt>``), final
+        correlations (``corr_final_<opt>``, ``omc_final_<opt>``), NGD's floor and norm bounds,
+        the Polyak cap, the theorems' first steps ``t0_*`` and the fractions of records where
+        each proved bound holds, and the step-size sensitivities ``sens_<opt>``."""
+        return dict(self._analysis()[0])
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, a = self._analysis()
+        c, trials, lr_ngd = self.consts, self.W0.shape[0], self.config["lr_ngd"]
+        slope = {k: s[f"slope_{k}"] for k in self.metrics}
+        cf = {k: s[f"corr_final_{k}"] for k in self.metrics}
+        others = [k for k in slope if k not in ("ngd", "polyak_star")]
+        sens = {k: s[f"sens_{k}"] for k in self.sweeps}
+        t0_ngd, t0_gd, t0_cap, nb, gb, gb_det, pb = (a[k] for k in (
+            "t0_ngd", "t0_gd", "t0_cap", "nb", "gb", "gb_det", "pb"))
+        ok_gd, ok_pc = a["ok_gd"], a["ok_pc"]
+        b_first, b_final = nb["first"][a["ok_ngd"]], nb["final"][a["ok_ngd"]]
+        fin = lambda x: int(np.sum(np.isfinite(x)))  # noqa: E731
+        return {
+            "ngd_fast": (slope["ngd"] < -1.5 and all(slope["ngd"] < slope[k] for k in others),
+                         f"NGD slope {slope['ngd']:.3f}; others "
+                         + ", ".join(f"{k} {slope[k]:.3f}" for k in others)),
+            "polyak_star_fast": (slope["polyak_star"] < -1.5
+                                 and all(slope["polyak_star"] < slope[k] for k in others),
+                                 f"(L - L*) Polyak slope {slope['polyak_star']:.3f}"),
+            "gd_polyak_slow": (slope["gd"] > -0.5 and slope["polyak"] > -0.5,
+                               f"slopes GD {slope['gd']:.3f}, capped Polyak {slope['polyak']:.3f} (> -0.5)"),
+            "polyak_ahead_of_gd": (cf["polyak"] > cf["gd"], f"final corr capped Polyak "
+                                   f"{cf['polyak']:.5f} vs GD {cf['gd']:.5f}"),
+            "adam_behind": (all(cf["adam"] < cf[k] for k in cf if k != "adam"),
+                            f"final corr Adam {cf['adam']:.5f}, the others >= "
+                            f"{min(cf[k] for k in cf if k != 'adam'):.5f}"),
+            "ngd_above_floor": (s["floor_ratio"] > 1 and abs(s["floor_slope"] - slope["ngd"]) < 0.3,
+                                f"NGD 1-corr / floor {s['floor_ratio']:.1f}; slopes NGD "
+                                f"{slope['ngd']:.3f}, floor {s['floor_slope']:.3f}"),
+            "ngd_norm_in_bounds": (s["ngd_in_bounds"] == 1.0,
+                                   f"fraction inside {s['ngd_in_bounds']:.3f}"),
+            "polyak_star_in_bounds": (s["polyak_star_in_bounds"] == 1.0,
+                                      f"fraction above {s['polyak_star_in_bounds']:.3f}"),
+            "polyak_capped": (s["polyak_capped"] == 1.0, "fraction of capped trials at the last "
+                              f"step {s['polyak_capped']:.2f}"),
+            "ngd_step_above_theorem": (bool(np.all(lr_ngd > c["eta_ngd"])),
+                                       f"lr_ngd {lr_ngd} vs the theorem's step, median "
+                                       f"{np.median(c['eta_ngd']):.2e}"),
+            "ngd_theorem_reached": (bool(np.all(np.isfinite(t0_ngd)) and np.all(a["ngd_thm_holds"])),
+                                    f"NGD at the theorem's step {self.eta_thm:.2e}: region reached "
+                                    f"by step {np.max(t0_ngd):.0f} in {fin(t0_ngd)}/{trials} trials; "
+                                    f"linear bound holds in {np.sum(a['ngd_thm_holds'])}/{trials}"),
+            "gd_theorem_reached": (bool(np.all(np.isfinite(t0_gd)) and np.all(a["gd_thm_holds"])),
+                                   f"GD hypotheses hold from step {np.max(t0_gd):.0f} in "
+                                   f"{fin(t0_gd)}/{trials} trials; 1/E bounds hold in "
+                                   f"{np.sum(a['gd_thm_holds'])}/{trials}"),
+            "polyak_cap_reached": (bool(np.all(np.isfinite(t0_cap))), f"capped from step "
+                                   f"{np.max(t0_cap):.0f} in {fin(t0_cap)}/{trials} trials"),
+            "ngd_bound_holds": (s["ngd_bound_holds"] == 1.0, "fraction of (trial, record >= t0) "
+                                "pairs where NGD's directional bound holds: "
+                                f"{s['ngd_bound_holds']:.4f} of {int(nb['later'].sum())}"),
+            "ngd_bound_decays": (bool(np.all(np.array(b_final) < np.array(b_first))),
+                                 "NGD's directional bound decreases from t0 to the end in every "
+                                 f"trial: median {np.median(b_first):.3f} -> {np.median(b_final):.3f} "
+                                 f"(limit eta H / (2 gamma_A), median {s['ngd_bound_limit']:.3f})"),
+            "margin_bound_holds": (s["margin_bound_holds"] == 1.0, "fraction of records with "
+                                   "positive margin where corr >= gamma(W)/gamma_A: "
+                                   f"{s['margin_bound_holds']:.4f} of {a['lem_pairs']}"),
+            "cx_violated": (bool(np.all(a["cross_min"] < 0)), "largest over the trials of min "
+                            f"<A_it, A_js>: {s['cross_min_max']:.3g}"),
+            "gd_bound_holds": (bool(ok_gd.all()) and gb["fraction"] == 1.0 and gb_det["fraction"] == 1.0,
+                               f"GD from t0 in {ok_gd.sum()}/{trials} trials: fraction of (trial, "
+                               "record >= t0) pairs where 1 - corr <= D/||W_t|| "
+                               f"{gb['fraction']:.4f} and <= the deterministic form "
+                               f"{gb_det['fraction']:.4f}, of {int(gb['later'].sum())}"),
+            "gd_bound_decays": (bool(np.all(gb["final"][ok_gd] < gb["first"][ok_gd])),
+                                "GD's bound D/||W_t|| decreases from t0 to the end in every trial: "
+                                f"median {np.median(gb['first'][ok_gd]):.3f} -> "
+                                f"{np.median(gb['final'][ok_gd]):.3f}; measured 1 - corr at the "
+                                f"end, median {np.median(self.metrics['gd']['one_minus_corr'][-1]):.2e}"),
+            "polyak_bound_holds": (bool(ok_pc.all()) and pb["fraction"] == 1.0,
+                                   f"capped Polyak from its t0 in {ok_pc.sum()}/{trials} trials: "
+                                   f"fraction of pairs where the bound holds {pb['fraction']:.4f}"),
+            "ngd_step_matters": (sens["ngd"] > 10 and sens["ngd"] > 5 * max(sens["gd"], sens["polyak"]),
+                                 f"error ratio smallest/largest step: NGD {sens['ngd']:.1f}, GD "
+                                 f"{sens['gd']:.2f}, Polyak cap {sens['polyak']:.2f}"),
+            "gd_step_modest": (1 < sens["gd"] < 4, f"GD error ratio {sens['gd']:.2f}"),
+            "polyak_cap_irrelevant": (0.5 < sens["polyak"] < 2,
+                                      f"Polyak cap error ratio {sens['polyak']:.2f}"),
+        }
 
 
-def orth_floor(data, opt, W0, norms):
-    r"""The floor of the invariance proposition: :math:`1-\sqrt{1 - r_t^2}` with
-    :math:`r_t = \|P^\perp W_0\|_F/\|W_t\|_F`, :math:`P^\perp` the projection off
-    :math:`\mathcal{A} = \mathrm{span}\{A_{it}\}` (:func:`orth_component`). ``W0`` (B, d, d),
-    ``norms`` (K, B); returns (K, B)."""
-    perp = np.linalg.norm(orth_component(data, opt, W0), axis=(-2, -1))
-    r = np.minimum(perp[None, :] / np.asarray(norms), 1.0)
-    return -np.expm1(0.5 * np.log1p(-r ** 2))
+def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1, eta_max=100.0,
+                     lr_adam=0.01, sweep_steps=1000, thm_steps=20000, lr_factor=4.0,
+                     cap_factor=10.0, seed=0, device="auto"):
+    r"""Chapter 9's experiment on equal-score instances (:func:`score_data`) from random starts
+    of norm ``radius``: GD, NGD, the capped Polyak step, Adam and the exact (L - L*) Polyak step
+    (:func:`run`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
+    trials of ``eta_ngd``, ``thm_steps`` steps); and step-size sweeps of ``sweep_steps`` steps
+    (GD and NGD steps times 1/``lr_factor``, 1, ``lr_factor``; the Polyak cap times
+    1/``cap_factor``, 1, ``cap_factor``; :func:`sensitivity`).
 
-
-def polyak_cap_threshold(consts, eta_max):
-    r"""Excess risk below which the Polyak step is capped at ``eta_max`` (proved bound):
-    :math:`E \le \lambda\sqrt{\mathcal{L}^\star/\eta_{\max}}/R_A`, per trial."""
-    return consts["lam"] * np.sqrt(consts["L_star"] / eta_max) / consts["R_A"]
+    Returns
+    -------
+    RatesRun
+    """
+    data, opt = score_data(n, T, d, trials=trials, seed=seed)
+    W_mm = svm_batch(data, opt)
+    c = bounds.constants(data, opt, W_mm)
+    W0 = random_inits(d, trials, radius=radius, seed=seed)
+    settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
+                "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam),
+                "polyak_star": dict(lr=1.0)}              # eta_t = (L - L*)/||grad||^2, exact L - L*
+    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device)
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    t = M["gd"]["t"]
+    W0_proj = np.einsum("bij,bij->b", W0, W_mm) * c["gamma_A"]        # <W_0, W_mm/||W_mm||>
+    lo, hi = bounds.ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
+    eta_thm = float(np.min(c["eta_ngd"]))
+    h_thm = run(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps, init=W0,
+                n_records=60, seed=seed, device=device)["ngd"]
+    sweep = dict(init=W0, steps=sweep_steps, seed=seed, device=device)
+    sweeps = {"gd": sensitivity(data, opt, W_mm, optimizer="gd",
+                                values=[lr_gd / lr_factor, lr_gd, lr_factor * lr_gd], **sweep),
+              "ngd": sensitivity(data, opt, W_mm, optimizer="ngd",
+                                 values=[lr_ngd / lr_factor, lr_ngd, lr_factor * lr_ngd], **sweep),
+              "polyak": sensitivity(data, opt, W_mm, optimizer="polyak", key="eta_max",
+                                    values=[eta_max / cap_factor, eta_max, cap_factor * eta_max],
+                                    base=dict(lr=1.0), **sweep)}
+    return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=bounds.orth_floor(data, opt, W0, M["ngd"]["norm"]),
+                    norm_lo=lo, norm_hi=hi, star_lo=bounds.polyak_star_progress_bound(t, c, W0_proj),
+                    cap_threshold=bounds.polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
+                    thm=trajectory_metrics(data, opt, W_mm, h_thm), sweeps=sweeps,
+                    config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
+                                lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
+                                sweep_steps=sweep_steps, thm_steps=thm_steps,
+                                lr_factor=lr_factor, cap_factor=cap_factor, seed=seed))
 
 
 # ----------------------------------------------------------------------------- global convergence
@@ -402,6 +574,7 @@ GLOBAL_GROUPS = ("equal-score, random init", "equal-score, adversarial init",
                  "trap, random init", "trap, adversarial init")
 
 
+@dataclass
 class GlobalExperiment:
     r"""Result of :func:`global_experiment`: ``G = 4`` groups of ``trials`` trials each.
 
@@ -418,15 +591,99 @@ class GlobalExperiment:
     ngd_progress : min over the adversarial equal-score trials of NGD's progress
         :math:`\langle W_T - W_0, W_{mm}\rangle\gamma_A` divided by its guaranteed value
         :math:`\eta\kappa T`
+    trap_cos : cosine between :math:`-\nabla\mathcal{L}(W_0)` and :math:`W_{mm}` at the trap's
+        adversarial start
+    eq_cross : (trials,) :func:`cross_gram_min` of the equal-score instances
     """
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    runs: dict
+    slices: dict
+    W_mm: np.ndarray
+    W_alpha: np.ndarray
+    W0: np.ndarray
+    eq: object
+    opt_eq: np.ndarray
+    eq_locopt: np.ndarray
+    trap_tries: int
+    corr_trap_alpha: float
+    kappa: np.ndarray
+    ngd_progress: float
+    trap_cos: float
+    eq_cross: np.ndarray
+
+    #: short names of the groups in the glued keys
+    SHORT = {"equal-score, random init": "eq_rand", "equal-score, adversarial init": "eq_adv",
+             "trap, random init": "trap_rand", "trap, adversarial init": "trap_adv"}
 
     def final(self, name, ref="W_mm"):
         """Median final correlation with ``ref`` per group (dict group -> float)."""
         c = self.runs[name].corr[ref][-1]
         return {g: float(np.median(c[sl])) for g, sl in self.slices.items()}
+
+    def _group(self, name, group, ref="W_mm", k=-1):
+        return self.runs[name].corr[ref][k][self.slices[group]]
+
+    def summary(self):
+        r"""The chapter's numbers: ``corr_<opt>_<group>`` and ``corra_<opt>_<group>``, median final
+        correlation with :math:`W_{mm}` and :math:`W^\alpha_{mm}` per group (:attr:`SHORT`);
+        ``tries``, ``eq_locopt`` (count), ``kappa_med``, ``ngd_progress``, ``corr_trap_alpha``;
+        ``ngd_eq_min`` (NGD's smallest final corr, equal-score random starts), ``ngd_adv_reach``
+        (adversarial equal-score starts NGD takes to corr > 0.99), ``ngd_adv_stay_min`` (the
+        others' smallest corr with :math:`W^\alpha_{mm}`, 1 if none), ``trap_stay`` (smallest
+        corr with :math:`W^\alpha_{mm}` on the trap's adversarial starts, both optimizers),
+        ``trap_rand_ngd``, ``trap_cos``, ``gd_rand_min``, ``gd_rand_start`` and ``eq_cross_max``.
+        """
+        out = {}
+        for name in self.runs:
+            for ref, pre in (("W_mm", "corr"), ("W_alpha", "corra")):
+                for g, v in self.final(name, ref).items():
+                    out[f"{pre}_{name}_{self.SHORT[g]}"] = v
+        eq_r, eq_a, tr_a = GLOBAL_GROUPS[0], GLOBAL_GROUPS[1], GLOBAL_GROUPS[3]
+        reach = self._group("ngd", eq_a) > 0.99
+        stay = self._group("ngd", eq_a, "W_alpha")[~reach]
+        out.update(tries=self.trap_tries, eq_locopt=int(np.sum(self.eq_locopt)),
+                   kappa_med=float(np.median(self.kappa)), ngd_progress=self.ngd_progress,
+                   corr_trap_alpha=self.corr_trap_alpha,
+                   ngd_eq_min=float(self._group("ngd", eq_r).min()), ngd_adv_reach=int(reach.sum()),
+                   ngd_adv_stay_min=float(stay.min()) if stay.size else 1.0,
+                   trap_stay=min(float(self._group(k, tr_a, "W_alpha").min()) for k in self.runs),
+                   trap_rand_ngd=float(self._group("ngd", GLOBAL_GROUPS[2]).min()),
+                   trap_cos=self.trap_cos, gd_rand_min=float(self._group("gd", eq_r).min()),
+                   gd_rand_start=float(np.median(self._group("gd", eq_r, k=0))),
+                   eq_cross_max=float(self.eq_cross.max()))
+        return out
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, trials = self.summary(), self.eq_locopt.size
+        eq_r, eq_a = GLOBAL_GROUPS[0], GLOBAL_GROUPS[1]
+        gd_end, gd_start = self._group("gd", eq_r), self._group("gd", eq_r, k=0)
+        gd_adv_a = float(self._group("gd", eq_a, "W_alpha").min())
+        return {
+            "no_local_trap_eq": (s["eq_locopt"] == 0,
+                                 f"{s['eq_locopt']} of {trials} adversarial choices locally optimal"),
+            "ngd_global_eq": (s["ngd_eq_min"] > 0.99, "min final corr(W_T, W_mm) of NGD, equal-score "
+                              f"random starts: {s['ngd_eq_min']:.5f}"),
+            "ngd_adv_reach_or_stay": (s["ngd_adv_stay_min"] > 0.9,
+                                      f"NGD adversarial starts: {s['ngd_adv_reach']}/{trials} reach "
+                                      "corr(W_T, W_mm) > 0.99; the others keep corr(W_T, W_alpha) >= "
+                                      f"{s['ngd_adv_stay_min']:.4f} (> 0.9)"),
+            "ngd_progress": (self.ngd_progress >= 1.0,
+                             f"progress / guaranteed = {self.ngd_progress:.3f}"),
+            "gd_random_progress": (bool(np.all(gd_end > gd_start)) and s["corr_gd_eq_rand"] > 0.9,
+                                   f"GD random starts: median corr {s['gd_rand_start']:.3f} -> "
+                                   f"{s['corr_gd_eq_rand']:.4f}, every trial increased"),
+            "gd_plateau": (gd_adv_a > 0.999,
+                           f"min corr(W_T, W_alpha) of GD, adversarial: {gd_adv_a:.6f}"),
+            "trap_holds": (s["trap_stay"] > 0.999, "min corr(W_T, W_alpha) on the trap, "
+                           f"adversarial: {s['trap_stay']:.5f}"),
+            "trap_random_ngd": (s["trap_rand_ngd"] > 0.99, "min corr(W_T, W_mm) of NGD on the trap, "
+                                f"random: {s['trap_rand_ngd']:.5f}"),
+            "trap_cos_positive": (self.trap_cos > 0, "cos(-grad L(W_0), W_mm) at the trap's "
+                                  f"adversarial start: {self.trap_cos:.4f}"),
+            "eq_cx_violated": (bool(np.all(self.eq_cross < 0)), "largest over the equal-score trials "
+                               f"of min <A_it, A_js>: {s['eq_cross_max']:.3g}"),
+        }
 
 
 def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_records=60, seed=0,
@@ -471,28 +728,21 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
             for name, lr in (("gd", lr_gd), ("ngd", lr_ngd))}
     slices = {g: slice(k * trials, (k + 1) * trials) for k, g in enumerate(groups)}
     # NGD's proved progress <W_t, W_mm> gamma_A >= <W_0, W_mm> gamma_A + eta kappa t
-    c = constants(eq, opt_eq, Wmm_eq)
+    c = bounds.constants(eq, opt_eq, Wmm_eq)
     sl = slices["equal-score, adversarial init"]
     proj0 = np.einsum("bij,bij->b", W0[sl], Wmm_eq) * c["gamma_A"]
     projT = np.einsum("bij,bij->b", runs["ngd"].W[sl], Wmm_eq) * c["gamma_A"]
     ngd_progress = float(np.min((projT - proj0) / (lr_ngd * steps * c["kappa"])))
+    W0_trap = W0[slices["trap, adversarial init"]][0]
+    trap_cos = float(metrics.corr(-grad(trap, W0_trap)[0], Wmm_tr[0]))
     return GlobalExperiment(runs=runs, slices=slices, W_mm=W_mm, W_alpha=W_a, W0=W0, eq=eq,
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
-                            kappa=c["kappa"], ngd_progress=ngd_progress)
+                            kappa=c["kappa"], ngd_progress=ngd_progress, trap_cos=trap_cos,
+                            eq_cross=bounds.cross_gram_min(eq, opt_eq))
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
-def polyak_star_progress_bound(t, consts, W0_proj, *, eta=1.0):
-    r"""Lower bound of the (L - L*) Polyak proposition on the projection
-    :math:`\langle W_t, W_{mm}\rangle/\|W_{mm}\|_F`: :math:`\langle W_0, \hat W_{mm}\rangle +
-    \eta\kappa\lambda t/R_A` (``eta`` the multiplier of the step), shape (K, B) for ``t`` (K,)
-    and per-trial constants (``consts`` from :func:`constants`) and ``W0_proj`` (B,)."""
-    t = np.asarray(t, dtype=float)[:, None]
-    return (np.asarray(W0_proj, dtype=float)[None, :]
-            + eta * consts["kappa"] * consts["lam"] / consts["R_A"] * t)
-
-
 # ----------------------------------------------------------------------------- hypotheses
 def first_step(t, mask):
     r"""Per trial, the first recorded step from which ``mask`` (K, B) holds at every later record
@@ -508,132 +758,7 @@ def first_step(t, mask):
     return out
 
 
-def gd_step_condition(consts, eta, excess):
-    r"""The hypotheses of the GD theorem at a recorded point: :math:`E \le \varepsilon_0` and
-    :math:`\eta E \le \min(1/H, \lambda\log 2/R_A^2, \lambda^2/(3R_A^2))`; ``excess`` (K, B),
-    returns (K, B) bool."""
-    R2 = consts["R_A"] ** 2
-    cap = np.minimum(np.minimum(1 / consts["H"], consts["lam"] * np.log(2) / R2),
-                     consts["lam"] ** 2 / (3 * R2))
-    return (excess <= consts["eps0"]) & (eta * excess <= cap)
-
-
-def _from_t0(t, t0, *series):
-    r"""Align the records on each trial's ``t0`` (record steps, NaN for none): returns ``dt``
-    (K, B), :math:`t - t_0` where ``later`` and NaN elsewhere; ``later`` (K, B) bool,
-    :math:`t \ge t_0` with ``t0`` finite; and the value of each (K, B) series at ``t0`` ((B,),
-    NaN where ``t0`` is NaN)."""
-    t, t0 = np.asarray(t, dtype=float), np.asarray(t0, dtype=float)
-    ok = np.isfinite(t0)
-    k0 = np.minimum(np.searchsorted(t, np.where(ok, t0, t[0])), len(t) - 1)
-    if np.any(ok & (t[k0] != t0)):
-        raise ValueError("t0 must hold record steps of t (or NaN)")
-    later = ok[None, :] & (t[:, None] >= np.where(ok, t0, np.inf)[None, :])
-    dt = np.where(later, t[:, None] - np.where(ok, t0, 0.0)[None, :], np.nan)
-    vals = [np.where(ok, np.asarray(x, dtype=float)[k0, np.arange(t0.size)], np.nan) for x in series]
-    return dt, later, vals
-
-
-def ngd_linear_holds(t, excess, t0, eta, consts):
-    r"""Whether :math:`E(W_t) \le (1 - \eta\mu/2)^{t - t_0}E(W_{t_0})` at every record
-    :math:`t \ge t_0` (the NGD linear-rate theorem), per trial ((B,) bool; False where
-    ``t0`` is NaN). ``excess`` (K, B) on the record grid ``t`` (K,), ``t0`` (B,) record steps."""
-    dt, later, (E0,) = _from_t0(t, t0, excess)
-    bound = np.log(E0) + dt * np.log1p(-eta * consts["mu"] / 2)
-    ok = np.where(later, np.log(excess) <= bound + 1e-9, True)
-    return np.isfinite(t0) & ok.all(axis=0)
-
-
-def gd_inverse_excess_holds(t, excess, t0, eta, consts):
-    r"""Whether the two bounds of the GD theorem on :math:`1/E(W_t)` hold at every record
-    :math:`t \ge t_0`, per trial ((B,) bool; False where ``t0`` is NaN)."""
-    dt, later, (E0,) = _from_t0(t, t0, excess)
-    inv = 1 / np.asarray(excess, dtype=float)
-    lo = 1 / E0 + eta * consts["mu"] ** 2 / 2 * dt
-    hi = 1 / E0 + 3 * eta * consts["R_A"] ** 2 / consts["lam"] ** 2 * dt
-    ok = np.where(later, (inv >= lo * (1 - 1e-9)) & (inv <= hi * (1 + 1e-9)), True)
-    return np.isfinite(t0) & ok.all(axis=0)
-
-
-def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_norm=False):
-    r"""A proved upper bound on :math:`1 - \mathrm{corr}(W_t, W_{mm})` along a recorded run, from
-    each trial's :math:`t_0`, and whether it holds, for all trials at once.
-
-    * ``optimizer="ngd"``: NGD's decaying bound at the constant step ``eta``
-      (:func:`attnsvm.bounds.ngd_direction_bound`; book ``cor-ngd-direction``), with ``t0`` a
-      record from which :math:`E \le \varepsilon_0` and ``eta`` at most the theorem's step;
-    * ``optimizer="gd"``: GD's logarithmic bound at the step ``eta``
-      (:func:`attnsvm.bounds.gd_direction_bound`; book ``thm-gd-direction``), with ``t0`` a record
-      from which :func:`gd_step_condition` holds; for the capped Polyak step once it is capped,
-      ``eta`` is the cap (``cor-polyak-cap-direction``). With ``measured_norm=True`` the
-      theorem's sharper first bound :math:`D/\|W_t\|_F` is evaluated with the recorded norms.
-
-    Parameters
-    ----------
-    t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
-    metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
-        (:func:`trajectory_metrics`)
-    consts : dict of (B,) constants (:func:`constants`)
-    optimizer : {"ngd", "gd"}; eta : float > 0
-    measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
-        deterministic :math:`\gamma_AD/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu^2(t-t_0))`
-
-    Returns
-    -------
-    dict
-        ``bound`` (K, B), NaN before ``t0``; ``later`` (K, B) bool, the (trial, record) pairs
-        from ``t0`` on; ``holds`` (K, B) bool, :math:`1-\mathrm{corr} \le` ``bound`` there (False
-        elsewhere); ``fraction``, the fraction of ``later`` pairs where it holds (NaN if none);
-        ``first`` and ``final`` (B,), the bound at ``t0`` and at the last record (NaN where ``t0``
-        is NaN).
-    """
-    if optimizer not in ("ngd", "gd"):
-        raise ValueError(f"optimizer must be 'ngd' or 'gd', got {optimizer!r}")
-    if measured_norm and optimizer != "gd":
-        raise ValueError("measured_norm applies to optimizer='gd' only")
-    if not (np.isscalar(eta) and eta > 0):
-        raise ValueError(f"eta must be a positive number, got {eta!r}")
-    dt, later, (E0, N0) = _from_t0(t, t0, metrics["excess"], metrics["norm"])
-    ok = np.isfinite(np.asarray(t0, dtype=float))
-    bound = np.full(dt.shape, np.nan)
-    if ok.any():
-        kw = {k: consts[k][ok] for k in ("mu", "eps0", "gamma_A", "H")}
-        k = np.where(later[:, ok], dt[:, ok], 0.0)
-        if optimizer == "ngd":
-            full = bounds.ngd_direction_bound(np.full(int(k.max()), float(eta)), E0[ok], N0[ok], **kw)
-            vals = np.take_along_axis(full, k.astype(int), axis=0)
-        else:
-            norm = (np.where(later[:, ok], np.asarray(metrics["norm"], dtype=float)[:, ok], 1.0)
-                    if measured_norm else None)                  # records before t0 do not count
-            vals = bounds.gd_direction_bound(k, E0[ok], N0[ok], eta=float(eta), norm=norm, **kw)
-        bound[:, ok] = np.where(later[:, ok], vals, np.nan)
-    omc = np.asarray(metrics["one_minus_corr"], dtype=float)
-    holds = later & (omc <= np.where(later, bound, -np.inf) + 1e-12)
-    k0 = np.argmax(later, axis=0)
-    first = np.where(ok, bound[k0, np.arange(bound.shape[1])], np.nan)
-    return dict(bound=bound, later=later, holds=holds,
-                fraction=float(holds.sum() / later.sum()) if later.any() else float("nan"),
-                first=first, final=np.where(ok, bound[-1], np.nan))
-
-
 # ----------------------------------------------------------------------------- global, under (Cx)
-def cross_gram_min(data, opt):
-    r"""The smallest cross-sequence inner product
-    :math:`\min_{i\ne j,\ t\ne\mathrm{opt}_i,\ s\ne\mathrm{opt}_j}\langle A_{it}, A_{js}\rangle`
-    per trial, shape (B,): the cross-sequence condition (Cx) of the global theorem holds iff it is
-    :math:`\ge 0`. ``+inf`` when ``n = 1`` (the condition is then empty). Uses
-    :math:`\langle A_{it}, A_{js}\rangle = \langle x_{i,\mathrm{opt}_i} - x_{it},
-    x_{j,\mathrm{opt}_j} - x_{js}\rangle\langle z_i, z_j\rangle`.
-    """
-    U, Z = features(data, opt)
-    _, _, mask, _ = _scores(data, opt)
-    n = U.shape[1]
-    G = np.einsum("bitd,bjsd->bitjs", U, U) * np.einsum("bid,bjd->bij", Z, Z)[:, :, None, :, None]
-    valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
-             & ~np.eye(n, dtype=bool)[None, :, None, :, None])
-    return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))
-
-
 def log_q(data, opt, W):
     r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
     (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
@@ -647,7 +772,7 @@ def global_constants(data, opt, W_mm, W0):
     ``eta_gd_noloss``, ``eta_ngd_noloss`` (:func:`attnsvm.bounds.noloss_steps`), ``eta_ngd_global``,
     ``eta_gd_global`` (the largest steps of the theorem, :func:`attnsvm.bounds.global_steps`) and
     ``cross_min`` (:func:`cross_gram_min`). All (B,) arrays."""
-    c = constants(data, opt, W_mm)
+    c = bounds.constants(data, opt, W_mm)
     W0 = np.asarray(W0, dtype=float)
     n, T = data.X.shape[-3], data.X.shape[-2]
     E0 = excess_loss(data, opt, W0)
@@ -659,7 +784,7 @@ def global_constants(data, opt, W_mm, W0):
     return dict(c, E0=E0, s0=s0, mu0=mu0,
                 s0_lower=bounds.s0_lower(c["R_A"], T, np.linalg.norm(W0, axis=(-2, -1))),
                 eta_gd_noloss=eta_gd0, eta_ngd_noloss=eta_ngd0, eta_ngd_global=eta_ngd,
-                eta_gd_global=eta_gd, cross_min=cross_gram_min(data, opt))
+                eta_gd_global=eta_gd, cross_min=bounds.cross_gram_min(data, opt))
 
 
 def every_step(data, opt, *, optimizer, lr, steps, init, chunk=500, device="auto"):
@@ -738,7 +863,8 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500
     dict with ``eta`` (float), ``consts`` (:func:`global_constants`), ``proved`` (B,) bool (the
     step is within the theorem's), ``noloss`` (B,) bool (the step is within
     :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
-    ``W`` (B, d, d) final, ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
+    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
+    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time at ``eta`` (NaN where
     not ``proved``),
     ``first`` (B,) the observed first step in the region (:func:`first_in_region`),
     ``mono``, ``mono_checked``, ``mono_worst`` (:func:`q_monotone`), ``excess_holds`` and
@@ -771,6 +897,7 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, chunk=500
         mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
                       + 1e-9)
     return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                excess_bound=bound,
                 t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
                                                         optimizer=optimizer), np.nan),
                 first=first_in_region(ex, g["eps0"]), mono=mono, mono_checked=checked,
@@ -793,8 +920,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
 
     Returns
     -------
-    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
-    cross_min : (trials,) :func:`cross_gram_min`
+    GlobalCxRun
     """
     data, opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
     W_mm = svm_batch(data, opt)
@@ -802,7 +928,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     alpha[:, 0] = (alpha[:, 0] + 1) % T
     Wa = svm_batch(data, alpha)
     Wa = Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
-    c = constants(data, opt, W_mm)
+    c = bounds.constants(data, opt, W_mm)
     eta_gd0, eta_ngd0 = bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
     starts = {"random": random_inits(d, trials, radius=radius, seed=seed), "adversarial": R_adv * Wa}
     short = max(steps // 10, 1) if short_steps is None else short_steps
@@ -815,12 +941,12 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
         runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
                                                    lr=step, steps=short, chunk=chunk, device=device)
-    return runs, cross_gram_min(data, opt)
+    return GlobalCxRun(runs, bounds.cross_gram_min(data, opt))
 
 
-def global_cx_summary(runs):
+def _global_cx_numbers(runs):
     r"""The numbers of the global-theorem experiment (:func:`global_cx_experiment`), as a flat
-    dict of floats and ints (medians and extremes over trials):
+    dict of floats, ints and bools (medians and extremes over trials):
 
     ``eta_{opt}_{start}`` the theorem's step, ``treach_{opt}_{start}`` the largest bound
     :math:`t_{\mathrm{reach}}`, ``first_{opt}_{start}`` the largest observed first step in the
@@ -872,3 +998,171 @@ def global_cx_summary(runs):
                mass_frac=float(np.mean(np.concatenate(ms, axis=1))), mono_proved=mono,
                mono_pairs=pairs, default_mono=dmono, default_trials=dtot)
     return out
+
+
+@dataclass
+class GlobalCxRun:
+    r"""Result of :func:`global_cx_experiment`.
+
+    Attributes
+    ----------
+    runs : dict (start, optimizer, kind) -> dict of :func:`global_run`
+    cross_min : (trials,) :func:`cross_gram_min`, :math:`\ge 0` where (Cx) holds
+    """
+
+    runs: dict
+    cross_min: np.ndarray
+
+    def summary(self):
+        r"""The numbers of :func:`_global_cx_numbers`, each prefixed ``cx_``, plus
+        ``cx_cross_min``, ``cx_bound_over_first_min`` (smallest ratio bound / observed reaching
+        step), ``cx_first_max`` (largest observed reaching step) and ``cx_default_<opt>_within``
+        (the words ``"is"`` / ``"is not"``: the default step within the lemma's)."""
+        cx = _global_cx_numbers(self.runs)
+        out = {f"cx_{k}": v for k, v in cx.items()}
+        out.update(cx_cross_min=float(self.cross_min.min()),
+                   cx_bound_over_first_min=min(v for k, v in cx.items()
+                                               if k.startswith("bound_over_first")),
+                   cx_first_max=max(v for k, v in cx.items() if k.startswith("first_")))
+        for name in ("gd", "ngd"):
+            out[f"cx_default_{name}_within"] = "is" if cx[f"default_noloss_{name}"] else "is not"
+        return out
+
+    def claims(self):
+        """The checked sentences on the global theorem: name -> (holds, detail)."""
+        cx = _global_cx_numbers(self.runs)
+        times = ", ".join(f"{k} {v:.0f}" for k, v in cx.items() if k.startswith(("first_", "treach_")))
+        return {
+            "cx_holds": (bool(np.all(self.cross_min >= 0)),
+                         f"min cross inner product <A_it, A_js>: {self.cross_min.min():.3g}"),
+            "cx_q_monotone": (cx["mono_proved"], "every q_i nonincreasing at each of "
+                              f"{cx['mono_pairs']} checked (trial, step) pairs"),
+            "cx_reached": (cx["reached"], "every theorem run reaches E <= eps0 no later than "
+                           "t_reach: " + times),
+            "cx_excess_bound": (cx["excess_frac"] == 1.0, "fraction of (trial, step) pairs under "
+                                f"the from-0 bound: {cx['excess_frac']}"),
+        }
+
+
+# ----------------------------------------------------------------------------- chapter 10
+@dataclass
+class SparsityRun:
+    r"""Result of :func:`sparsity_experiment` (chapter 10).
+
+    Attributes
+    ----------
+    consts : dict of (B,) constants (:func:`constants`)
+    runs, metrics : dict name -> History and -> :func:`trajectory_metrics`; ``t`` (K,)
+    cx : dict ``"ngd"``/``"gd"`` -> :func:`global_run` on orthogonal-query instances (the
+        cross-sequence condition holds) from the same starts
+    cx_n : sequences per instance (for the mass bound)
+    config : the parameters
+    """
+
+    consts: dict
+    runs: dict
+    metrics: dict
+    t: np.ndarray
+    cx: dict
+    config: dict
+
+    def cx_mass_bound(self, name):
+        r"""The corollary's bound on :math:`\max_i(1 - s_i(W_t))` along ``cx[name]``
+        (:func:`attnsvm.bounds.mass_from_excess` of the theorem's excess bound), (K, B)."""
+        r = self.cx[name]
+        return bounds.mass_from_excess(r["excess_bound"], self.config["n"], r["consts"]["bD_minus"])
+
+    def summary(self):
+        r"""The chapter's glued numbers (medians over trials): ``mass_slope_<opt>`` and
+        ``mass_final_<opt>`` (log-log slope over the last decade and final non-optimal mass),
+        NGD's exponential rate ``ngd_rate`` against its bracket (``ngd_rate_upper``
+        :math:`\eta\gamma_A`, ``ngd_rate_lower`` :math:`\eta\mu/2`, ratios ``ratio_upper``,
+        ``ratio_lower``), ``ngd_final_log10``, ``gd_tmass_ratio`` (max/min of :math:`t` times GD's
+        mass over the last decade), ``t0_<opt>_max`` (first step in the region), and under (Cx):
+        ``cx_mass_frac`` (fraction of (trial, step) pairs under the from-0 bound),
+        ``cx_informative`` (fraction where the bound is below 1), ``cx_bound_final_<opt>`` and
+        ``cx_t_inf_<opt>`` (step from which the bound is below 1, from its formula)."""
+        M, c, t, cfg = self.metrics, self.consts, self.t, self.config
+        steps, lr_ngd = cfg["steps"], cfg["lr_ngd"]
+        ngd_rate = exp_rate(t, M["ngd"]["log_mass"])
+        late = t >= steps / 10
+        gd_tmass = M["gd"]["mass"][late] * t[late][:, None]
+        out = dict(ngd_rate=float(np.median(ngd_rate)),
+                   ngd_rate_upper=float(np.median(lr_ngd * c["gamma_A"])),
+                   ngd_rate_lower=float(np.median(lr_ngd * c["mu"] / 2)),
+                   ratio_upper=float(np.median(ngd_rate / (lr_ngd * c["gamma_A"]))),
+                   ratio_lower=float(np.median(ngd_rate / (lr_ngd * c["mu"] / 2))),
+                   ngd_final_log10=float(np.median(M["ngd"]["log_mass"][-1] / np.log(10.0))),
+                   gd_tmass_ratio=float(np.median(gd_tmass.max(0) / gd_tmass.min(0))))
+        for name, m in M.items():
+            out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
+            out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
+        for name in ("gd", "ngd", "polyak"):
+            out[f"t0_{name}_max"] = float(np.max(first_step(t, M[name]["excess"] <= c["eps0"])))
+        n, cx = cfg["n"], self.cx
+        bnd = {name: self.cx_mass_bound(name) for name in cx}
+        g_n, g_g = cx["ngd"]["consts"], cx["gd"]["consts"]
+        t_inf_ngd = (np.log(n * g_n["E0"] / g_n["bD_minus"])
+                     / -np.log1p(-cx["ngd"]["eta"] * g_n["mu0"] / 2))
+        t_inf_gd = 2 * (n / g_g["bD_minus"] - 1 / g_g["E0"]) / (cx["gd"]["eta"] * g_g["mu0"] ** 2)
+        out.update(cx_mass_frac=float(np.mean([r["mass_holds"] for r in cx.values()])),
+                   cx_informative=float(np.mean([b < 1 for b in bnd.values()])),
+                   cx_bound_final_ngd=float(np.median(bnd["ngd"][-1])),
+                   cx_bound_final_gd=float(np.median(bnd["gd"][-1])),
+                   cx_t_inf_ngd=float(np.median(np.maximum(t_inf_ngd, 0))),
+                   cx_t_inf_gd=float(np.median(np.maximum(t_inf_gd, 0))))
+        return out
+
+    def claims(self):
+        """The chapter's checked sentences: name -> (holds, detail)."""
+        s, c, t = self.summary(), self.consts, self.t
+        t0 = {k: first_step(t, self.metrics[k]["excess"] <= c["eps0"]) for k in ("gd", "ngd", "polyak")}
+        sl = {k: s[f"mass_slope_{k}"] for k in self.metrics}
+        return {
+            "region_reached": (all(bool(np.all(np.isfinite(v))) for v in t0.values()),
+                               "first step with E <= eps_0 (max over trials): "
+                               + ", ".join(f"{k} {np.max(v):.0f}" for k, v in t0.items())),
+            "gd_polyak_slope_one": (abs(sl["gd"] + 1) < 0.15 and abs(sl["polyak"] + 1) < 0.15,
+                                    f"log-log slopes of the mass: GD {sl['gd']:.3f}, Polyak "
+                                    f"{sl['polyak']:.3f}"),
+            "gd_tmass_flat": (s["gd_tmass_ratio"] < 2, "GD t * mass varies by a factor "
+                              f"{s['gd_tmass_ratio']:.3f} over the last decade"),
+            "ngd_at_upper_end": (abs(s["ratio_upper"] - 1) < 0.01, "NGD exponential rate / "
+                                 f"(eta gamma_A) = {s['ratio_upper']:.5f} (median)"),
+            "ngd_above_lower_observed": (s["ratio_lower"] > 1, "NGD exponential rate / (eta mu / 2)"
+                                         f" = {s['ratio_lower']:.3f} (median; the lower end is "
+                                         "proved only at the theorem's step)"),
+            "adam_polynomial": (abs(sl["adam"] + 2) < 0.3,
+                                f"log-log slope of Adam's mass {sl['adam']:.3f}"),
+            "cx_sparsity_from_zero": (s["cx_mass_frac"] == 1.0, "fraction of (trial, step) pairs "
+                                      "with max_i(1 - s_i) under the from-0 bound: "
+                                      f"{s['cx_mass_frac']}"),
+        }
+
+
+def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1,
+                        eta_max=100.0, lr_adam=0.01, cx_steps=3000, seed=0, device="auto"):
+    r"""Chapter 10's experiment: GD, NGD, the capped Polyak step and Adam on equal-score
+    instances (:func:`score_data`, :func:`run`) from random starts of norm ``radius``, and GD and
+    NGD at the global theorem's steps on orthogonal-query instances from the same starts
+    (:func:`global_run`, ``cx_steps`` steps, checked at every step).
+
+    Returns
+    -------
+    SparsityRun
+    """
+    data, opt = score_data(n, T, d, trials=trials, seed=seed)
+    W_mm = svm_batch(data, opt)
+    W0 = random_inits(d, trials, radius=radius, seed=seed)
+    settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
+                "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam)}
+    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device)
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    cx_data, cx_opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)
+    cx_Wmm = svm_batch(cx_data, cx_opt)
+    cx = {name: global_run(cx_data, cx_opt, cx_Wmm, W0, optimizer=name, steps=cx_steps,
+                           device=device) for name in ("ngd", "gd")}
+    return SparsityRun(bounds.constants(data, opt, W_mm), runs, M, M["gd"]["t"], cx,
+                       config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
+                                   lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
+                                   cx_steps=cx_steps, seed=seed))
