@@ -372,7 +372,7 @@ def test_t_reach_is_where_the_excess_bound_enters_region(cx_inst):
     t_reach (the descent step of the proof gives up half of eta mu0, and s only grows), so
     t_reach / 2 is probably also true, only not what the proof gives."""
     data, opt, W_mm = cx_inst
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     starts = dict(_starts(data, opt, W_mm, 1.5),
                   near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
                   edge=rates.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)

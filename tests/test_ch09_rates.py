@@ -592,7 +592,7 @@ def tight():
     error of the GD rate theorem are close to equalities (measured below)."""
     data, opt = rates.score_data(1, 2, 3, trials=3, seed=0, gamma_opt=0.05, gamma_other=0.0)
     W_mm = rates.svm_batch(data, opt)
-    c = rates.constants(data, opt, W_mm)
+    c = A.bounds.constants(data, opt, W_mm)
     return data, opt, W_mm, c
 
 
