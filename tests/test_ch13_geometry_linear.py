@@ -135,7 +135,7 @@ def test_thm_sd_margin_terms_needed(setup):
     data, batch, model, w0, gam = setup
     logn = np.log(N)
     for q in (np.inf, 1.0):
-        r = OG.run(model, w0, batch, rule="sd", norm=q, lr=1.0, steps=600,
+        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=1.0, steps=600,
                    record_steps=list(range(50, 601, 10)))
         S = r["steps"][:, None].astype(float)
         gap = gam[q] - A.svm.margin_in_norm(r["iterates"], data.X, data.y, q)
@@ -147,7 +147,7 @@ def test_thm_sd_margin_terms_needed(setup):
     gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
     Bq = np.linalg.norm(X[0], axis=-1).max()
     lr, steps = 0.04, 1200
-    r = OG.run(model, model.init_params(2, None, [None]), b2, rule="sd", norm=2, lr=lr,
+    r = G._fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
                steps=steps, record_steps=list(range(steps // 2, steps + 1)))
     t = r["steps"].astype(float)
     S, Q = lr * t, lr ** 2 * np.exp(lr * Bq) * t
