@@ -187,3 +187,31 @@ def test_driver_summary_holds_the_chapter_numbers():
     s2 = res.summary()
     assert np.isnan(s2["slope_ngd"]) and np.isnan(s2["err_final_ngd"])
     assert s2["slope_gd"] == s["slope_gd"]
+
+
+def test_driver_claims_hold_and_can_fail():
+    """SeparableRun.claims(), the checked sentences of the chapter: all hold on the notebook's
+    setting (n = 40, d = 10, eight trials, five optimizers), and each fails when the
+    numbers behind it are swapped for ones that contradict it (GD's and NGD's errors exchanged,
+    the capped Polyak step given the uncapped one's errors, Adam given NGD's, GD's and NGD's
+    norms exchanged)."""
+    from attnsvm.experiments import separable
+    settings = {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="ngd", lr=0.1),
+                "polyak": dict(optimizer="polyak"),
+                "polyak_capped": dict(optimizer="polyak", eta_max=100.0),
+                "adam": dict(optimizer="adam", lr=0.01)}              # the notebook's
+    res = separable.separable_rates(40, 10, margin=0.1, trials=8, steps=20000, seed=0,
+                                    settings=settings, device="cpu")
+    c = res.claims()
+    assert set(c) == {"gd_log_rate", "ngd_polyak_polynomial", "capped_crawls", "adam_slow",
+                      "norm_growth"}
+    assert all(holds for holds, _ in c.values()), c
+    err, runs = dict(res.err), dict(res.runs)
+    res.err["gd"], res.err["ngd"] = err["ngd"], err["gd"]
+    c = res.claims()
+    assert not c["gd_log_rate"][0] and not c["ngd_polyak_polynomial"][0]
+    res.err = dict(err, polyak_capped=err["polyak"], adam=err["ngd"])
+    c = res.claims()
+    assert not c["capped_crawls"][0] and not c["adam_slow"][0] and c["gd_log_rate"][0]
+    res.err, res.runs = err, dict(runs, gd=runs["ngd"], ngd=runs["gd"])
+    assert not res.claims()["norm_growth"][0]

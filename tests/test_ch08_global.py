@@ -219,7 +219,8 @@ def _starts(data, opt, W_mm, R):
 def test_no_attention_loss_every_step(cx_inst):
     """lem-no-attention-loss: every q_i is nonincreasing at every step of GD at eta_GD and of NGD
     at eta_NGD (the largest steps of the lemma), from random and adversarial starts of norm 3
-    and 12 (the latter saturated on a wrong token)."""
+    and 12 (the latter saturated on a wrong token). Catches bounds.noloss_steps 100 times too
+    large (some q_i then rises)."""
     data, opt, W_mm = cx_inst
     c = A.bounds.constants(data, opt, W_mm)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
@@ -284,7 +285,8 @@ def test_no_attention_loss_positive_cross_terms():
 def test_no_attention_loss_can_fail():
     """The lemma's two hypotheses are not vacuous. (i) Without (Cx) (uniform queries), one GD
     step at a hundredth of eta_GD raises some q_i. (ii) With (Cx) (n = 1), a step 100 times
-    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it."""
+    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it. Catches the steps
+    of bounds.noloss_steps made 100 times too large (then the lemma's own step raises q)."""
     data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
     assert np.all(A.bounds.cross_gram_min(data, opt) < 0)
     c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
@@ -358,6 +360,37 @@ def test_global_theorem_ngd_and_gd(cx_inst):
                 assert np.min(r["t_reach"] / r["first"]) <= 10, (name, r["t_reach"] / r["first"])
                 if name == "gd":
                     assert np.all(r["excess"][-1] / bound[-1] <= 0.5), r["excess"][-1] / bound[-1]
+
+
+def test_t_reach_is_where_the_excess_bound_enters_region(cx_inst):
+    """thm-global-region's t_reach is the step at which the theorem's own excess bound (which
+    every run obeys, test_global_theorem_ngd_and_gd) first reaches eps0, not earlier: for GD
+    global_excess_bound(t_reach) <= eps0 < global_excess_bound(t_reach - 1); for NGD, whose
+    t_reach uses exp(-x t) for (1 - x)^t (x = eta mu0 / 2), the bound is still above eps0 at
+    (t_reach - 1)/(1 + x) - 1. From the random and adversarial starts of norm 1.5 and the starts
+    at 4 and 1.5 eps0 along W_mm, at the theorem's steps. Catches t_reach halved (or any factor
+    below 1 - x), which no run can: the observed first step in the region is 2.8-7.1 times below
+    t_reach (the descent step of the proof gives up half of eta mu0, and s only grows), so
+    t_reach / 2 is probably also true, only not what the proof gives."""
+    data, opt, W_mm = cx_inst
+    c = A.bounds.constants(data, opt, W_mm)
+    starts = dict(_starts(data, opt, W_mm, 1.5),
+                  near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
+                  edge=rates.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)
+    for label, W0 in starts.items():
+        g = rates.global_constants(data, opt, W_mm, W0)
+        assert np.all(g["E0"] > g["eps0"]), label
+        for name in ("ngd", "gd"):
+            eta = g[f"eta_{name}_global"]
+            tr = A.bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"], optimizer=name)
+            assert np.all(tr >= 2), (label, name, tr)
+            def bound(t):
+                return np.array([A.bounds.global_excess_bound(np.array([tb]), E0b, etab, mub, optimizer=name)[0]
+                                 for tb, E0b, etab, mub in zip(t, g["E0"], eta, g["mu0"])])
+            assert np.all(bound(tr) <= g["eps0"] * (1 + 1e-12)), (label, name)
+            x = eta * g["mu0"] / 2
+            before = tr - 1 if name == "gd" else np.floor((tr - 1) / (1 + x)) - 1
+            assert np.all(bound(before) > g["eps0"]), (label, name)
 
 
 def test_global_bounds_reject_bad_input():

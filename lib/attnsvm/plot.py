@@ -124,7 +124,8 @@ def _color_for(label) -> str | None:
     return None
 
 
-def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.75), **kwargs):
+def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.75), floor=None,
+               **kwargs):
     """Plot the median over trials of ``values`` (shape (K, B)) with an interquartile band.
 
     Parameters
@@ -138,6 +139,10 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
         (``"W"``, ``"KQ"`` or ``"(K,Q)"``, ``"GD"``, ...).
     quantiles : (float, float)
         The band's lower and upper quantiles over trials.
+    floor : float > 0, optional
+        Values below ``floor`` (e.g. a gap that is exactly 0 in some trial) are drawn at
+        ``floor``, so a log axis shows them; a figure that uses it says so in its caption.
+        NaN stays NaN.
 
     Notes
     -----
@@ -152,6 +157,10 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
     if steps.ndim != 1 or values.shape[0] != steps.shape[0]:
         raise ValueError(f"values must have one row per step: steps has shape {steps.shape}, "
                          f"values has shape {values.shape}")
+    if floor is not None:
+        if not (isinstance(floor, (int, float)) and floor > 0):
+            raise ValueError(f"floor must be a positive number, got {floor!r}")
+        values = np.where(np.isnan(values), np.nan, np.maximum(values, floor))
     if color is None and label is not None:
         color = _color_for(label)
     if ax.get_xscale() == "log":
