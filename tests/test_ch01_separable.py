@@ -110,6 +110,7 @@ def _dir_err(corr):
     return np.sqrt(np.clip(2.0 - 2.0 * corr, 0.0, None))
 
 
+@pytest.mark.slow
 def test_prop_ngd_norm_grows_linearly(trajectories):
     """prop-ngd-norm: eta t gamma / R - |w0| <= |w_t| <= |w0| + eta t (w0 = 0)."""
     data, w_mm, _, ngd = trajectories
@@ -120,6 +121,7 @@ def test_prop_ngd_norm_grows_linearly(trajectories):
     assert np.all(ngd.norm >= 0.1 * t * gamma / R * (1 - 1e-9))
 
 
+@pytest.mark.slow
 def test_thm_soudry_residual_stays_bounded_for_gd(trajectories):
     """thm-soudry: w_t - w_mm log t stays bounded along GD (it would grow for NGD)."""
     data, w_mm, gd, ngd = trajectories
@@ -135,6 +137,7 @@ def test_thm_soudry_residual_stays_bounded_for_gd(trajectories):
     assert np.all(rho_ngd[-1] > 3 * rho_ngd[0])            # the check can fail: NGD's grows
 
 
+@pytest.mark.slow
 def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
     """cor-gd-rate: the direction error of GD is O(1/log t).
 
@@ -161,11 +164,13 @@ def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
     assert np.all(e_all[i1] / e_all[min(i2, len(e_all) - 1)] < 2.0)
 
 
+@pytest.mark.slow
 def test_ngd_ends_closer_to_the_max_margin_direction_than_gd_on_every_seed(trajectories):
     _, _, gd, ngd = trajectories
     assert np.all(_dir_err(ngd.corr["w_mm"][-1]) < 0.5 * _dir_err(gd.corr["w_mm"][-1]))
 
 
+@pytest.mark.slow
 def test_driver_summary_holds_the_chapter_numbers():
     """The notebook's glued numbers come from SeparableRun.summary(): check them against the
     claims (GD's err * log t bounded; NGD's error falls faster than GD's) and NaN-safety."""

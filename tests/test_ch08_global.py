@@ -313,6 +313,7 @@ def test_no_attention_loss_can_fail():
             assert sign * change > 0.1
 
 
+@pytest.mark.slow
 def test_global_theorem_ngd_and_gd(cx_inst):
     """thm-global-region and cor-sparsity-global at the theorem's steps, at every step from t = 0:
     no q_i increases, E(W_t) and max_i(1 - s_i(W_t)) stay below the bounds, E is nonincreasing
@@ -430,6 +431,7 @@ def cx_far():
     return data, opt, W_mm, W0, rates.global_constants(data, opt, W_mm, W0)
 
 
+@pytest.mark.slow
 def test_global_direction_gd_from_zero(cx_far):
     """cor-global-direction (b): GD at the global theorem's step, from t = 0 outside the region
     (E_0 = 4 eps0) on an orthogonal-query instance, satisfies 1 - corr <= D_bar/||W_t|| <=
@@ -520,6 +522,7 @@ def test_global_direction_gd_pre_region_term(cx_far):
     assert np.all((omc * nrm)[later] <= np.broadcast_to(D, later.shape)[later])
 
 
+@pytest.mark.slow
 def test_global_direction_ngd_from_zero(cx_far):
     """cor-global-direction (a): NGD from t = 0 outside the region, at the global theorem's step
     mu0/H for 3000 steps and then on a decaying schedule eta_s = eta / sqrt(k + 1) in chunks k of

@@ -97,6 +97,7 @@ def test_ngd_linear_theorem(inst):
         assert np.all(np.log(2 * c["eps0"] / E) <= m * 1.5 + 1.0)          # the margin bound is not slack
 
 
+@pytest.mark.slow
 def test_ngd_fastest(inst):
     data, opt, W_mm, c, W0 = inst
     h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=1500, init=W0, snapshots=True,
@@ -108,6 +109,7 @@ def test_ngd_fastest(inst):
     assert np.all(h.norm >= (np.log(2 * c["eps0"]) - logE) / c["gamma_A"] - 1e-9)
 
 
+@pytest.mark.slow
 def test_gd_theorem(inst):
     data, opt, W_mm, c, W0 = inst
     eta = 1.0
@@ -152,6 +154,7 @@ def test_polyak_capped_equals_gd(inst):
     np.testing.assert_allclose(hp0.W, -step[:, None, None] * g0, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_invariance_and_floor():
     data, opt = rates.score_data(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
     W_mm = rates.svm_batch(data, opt)
@@ -174,6 +177,7 @@ def test_invariance_and_floor():
                            W0[b].ravel() - Q @ (Q.T @ W0[b].ravel()), atol=1e-6)   # Adam is not invariant
 
 
+@pytest.mark.slow
 def test_observed_rates():
     data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
     W_mm = rates.svm_batch(data, opt)
@@ -324,6 +328,7 @@ def test_direction_from_margin_lemma():
         A.bounds.direction_from_margin(1.0, 0.0, 1.0)
 
 
+@pytest.mark.slow
 def test_ngd_direction_corollary(inst):
     """cor-ngd-direction (the decaying bound) along NGD at and below the theorem's step. From a
     start with a large component off the features (which NGD never changes) the observed
@@ -379,6 +384,7 @@ def _gd_cap(c):
                               c["lam"] ** 2 / (3 * c["R_A"] ** 2)])
 
 
+@pytest.mark.slow
 def test_gd_direction_theorem(inst):
     """thm-gd-direction along GD runs, at every step from t0 = 0 (and restarted at later steps,
     where the hypotheses persist), with equal and heterogeneous per-sequence scores, at eta = 1
@@ -565,6 +571,7 @@ def test_curvature_outside_region(inst):
     assert worst > 0.008, worst
 
 
+@pytest.mark.slow
 def test_ngd_no_floor(inst):
     """thm-ngd-no-floor along NGD at the step mu/H of cor-ngd-direction (where the variance
     condition theta <= 1 also holds on these instances: theta = 0.13-0.27), from the fixture's

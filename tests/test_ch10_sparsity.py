@@ -126,6 +126,7 @@ def test_gd_slope_minus_one():
     assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
 
 
+@pytest.mark.slow
 def test_sparsity_from_t0_under_cx():
     """cor-sparsity-global: with orthogonal queries (the cross-sequence condition), at the steps
     of thm-global-region, max_i(1 - s_i(W_t)) <= n E_0 (1 - eta mu0/2)^t / min_i b^-_i Delta_i

@@ -173,6 +173,7 @@ def test_spectral_direction():
     np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.optim.dual_norm(g, "spectral").numpy(), rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,lr,decay", [(2.0, 0.2, 0.5), (np.inf, 0.2, 0.5), (1.0, 0.2, 0.5),
                                         (2.0, 0.1, 0.0)])
 def test_thm_sd_margin_bound(setup, q, lr, decay):
@@ -251,6 +252,7 @@ def test_adam_matches_direct_implementation(setup, eps, decay):
         np.testing.assert_allclose(r["iterates"][-1][b], w, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_rates_order(setup):
     """Observed in the chapter, checked here on other seeds: PRGD < NGD < GD in margin gap."""
     data, batch, model, w0, gam = setup
@@ -309,6 +311,7 @@ def test_linear_svm_p3_dual_certificate():
         assert certificate_gap(U, w2) >= 1e-2 * np.linalg.norm(w2, ord=3)
 
 
+@pytest.mark.slow
 def test_check_sd_bound_equals_inline(setup):
     """experiments.geometry's bound r_t and its check equal a direct per-step computation."""
     data, batch, model, w0, gam = setup
@@ -372,6 +375,7 @@ def test_phase_fit_and_slopes():
         G.phase_fit(t, -expo, P)
 
 
+@pytest.mark.slow
 def test_observed_rates_in_each_geometry():
     """Observed in the chapter, checked here on other data sets: with eta_0 (t+1)^-1/2 the own-norm
     gap of NGD falls like t^-1/2, that of l_1.5 mirror descent faster, that of l_3 mirror descent
@@ -492,6 +496,7 @@ def _ball_minimizer_2d(Z, R):
     return R * np.array([np.cos(th), np.sin(th)])
 
 
+@pytest.mark.slow
 def test_prgd_ideal():
     """prop-prgd-ideal: the exact minimizer of the loss on the disc of radius R_k = c^k has a
     margin gap at most log n / R_k (exponentially small in k), and a point whose log-loss exceeds

@@ -41,6 +41,7 @@ notebooks evaluate them here).
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import lambertw
 
 from . import tokens
 from ._checks import as_float_array
@@ -558,8 +559,6 @@ def ngd_margin_step(gamma, R):
     gamma : array_like (> 0), the :math:`\ell_2` maximum margin :math:`\gamma`
     R : array_like (> 0), :math:`\max_i\|x_i\|_2`
     """
-    from scipy.special import lambertw
-
     gamma, R = _arrays(gamma=gamma, R=R)
     if np.any(gamma > R * (1 + 1e-12)):
         raise ValueError("gamma must be at most R (the margin of a unit vector is at most max |x_i|)")
