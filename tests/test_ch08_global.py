@@ -219,7 +219,8 @@ def _starts(data, opt, W_mm, R):
 def test_no_attention_loss_every_step(cx_inst):
     """lem-no-attention-loss: every q_i is nonincreasing at every step of GD at eta_GD and of NGD
     at eta_NGD (the largest steps of the lemma), from random and adversarial starts of norm 3
-    and 12 (the latter saturated on a wrong token)."""
+    and 12 (the latter saturated on a wrong token). Catches bounds.noloss_steps 100 times too
+    large (some q_i then rises)."""
     data, opt, W_mm = cx_inst
     c = A.bounds.constants(data, opt, W_mm)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
@@ -284,7 +285,8 @@ def test_no_attention_loss_positive_cross_terms():
 def test_no_attention_loss_can_fail():
     """The lemma's two hypotheses are not vacuous. (i) Without (Cx) (uniform queries), one GD
     step at a hundredth of eta_GD raises some q_i. (ii) With (Cx) (n = 1), a step 100 times
-    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it."""
+    eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it. Catches the steps
+    of bounds.noloss_steps made 100 times too large (then the lemma's own step raises q)."""
     data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
     assert np.all(A.bounds.cross_gram_min(data, opt) < 0)
     c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
@@ -311,6 +313,7 @@ def test_no_attention_loss_can_fail():
             assert sign * change > 0.1
 
 
+@pytest.mark.slow
 def test_global_theorem_ngd_and_gd(cx_inst):
     """thm-global-region and cor-sparsity-global at the theorem's steps, at every step from t = 0:
     no q_i increases, E(W_t) and max_i(1 - s_i(W_t)) stay below the bounds, E is nonincreasing
@@ -359,6 +362,37 @@ def test_global_theorem_ngd_and_gd(cx_inst):
                     assert np.all(r["excess"][-1] / bound[-1] <= 0.5), r["excess"][-1] / bound[-1]
 
 
+def test_t_reach_is_where_the_excess_bound_enters_region(cx_inst):
+    """thm-global-region's t_reach is the step at which the theorem's own excess bound (which
+    every run obeys, test_global_theorem_ngd_and_gd) first reaches eps0, not earlier: for GD
+    global_excess_bound(t_reach) <= eps0 < global_excess_bound(t_reach - 1); for NGD, whose
+    t_reach uses exp(-x t) for (1 - x)^t (x = eta mu0 / 2), the bound is still above eps0 at
+    (t_reach - 1)/(1 + x) - 1. From the random and adversarial starts of norm 1.5 and the starts
+    at 4 and 1.5 eps0 along W_mm, at the theorem's steps. Catches t_reach halved (or any factor
+    below 1 - x), which no run can: the observed first step in the region is 2.8-7.1 times below
+    t_reach (the descent step of the proof gives up half of eta mu0, and s only grows), so
+    t_reach / 2 is probably also true, only not what the proof gives."""
+    data, opt, W_mm = cx_inst
+    c = A.bounds.constants(data, opt, W_mm)
+    starts = dict(_starts(data, opt, W_mm, 1.5),
+                  near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
+                  edge=rates.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)
+    for label, W0 in starts.items():
+        g = rates.global_constants(data, opt, W_mm, W0)
+        assert np.all(g["E0"] > g["eps0"]), label
+        for name in ("ngd", "gd"):
+            eta = g[f"eta_{name}_global"]
+            tr = A.bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"], optimizer=name)
+            assert np.all(tr >= 2), (label, name, tr)
+            def bound(t):
+                return np.array([A.bounds.global_excess_bound(np.array([tb]), E0b, etab, mub, optimizer=name)[0]
+                                 for tb, E0b, etab, mub in zip(t, g["E0"], eta, g["mu0"])])
+            assert np.all(bound(tr) <= g["eps0"] * (1 + 1e-12)), (label, name)
+            x = eta * g["mu0"] / 2
+            before = tr - 1 if name == "gd" else np.floor((tr - 1) / (1 + x)) - 1
+            assert np.all(bound(before) > g["eps0"]), (label, name)
+
+
 def test_global_bounds_reject_bad_input():
     with pytest.raises(ValueError, match="s0"):
         A.bounds.global_mu0(1.0, 1.5)
@@ -397,6 +431,7 @@ def cx_far():
     return data, opt, W_mm, W0, rates.global_constants(data, opt, W_mm, W0)
 
 
+@pytest.mark.slow
 def test_global_direction_gd_from_zero(cx_far):
     """cor-global-direction (b): GD at the global theorem's step, from t = 0 outside the region
     (E_0 = 4 eps0) on an orthogonal-query instance, satisfies 1 - corr <= D_bar/||W_t|| <=
@@ -408,7 +443,7 @@ def test_global_direction_gd_from_zero(cx_far):
     data, opt, W_mm, W0, g = cx_far
     assert np.all(g["cross_min"] >= 0) and np.all(g["E0"] > g["eps0"])
     eta = float(g["eta_gd_global"].min())
-    kw = dict(eta=eta, mu0=g["mu0"], eps0=g["eps0"], gamma_A=g["gamma_A"], H=g["H"])
+    kw = _gd_kw(g, eta)
     n0 = np.linalg.norm(W0, axis=(-2, -1))
     D, t_r = A.bounds.global_gd_direction_constant(g["E0"], n0, **kw)
     K = int(t_r.max()) + 2000
@@ -427,9 +462,67 @@ def test_global_direction_gd_from_zero(cx_far):
     # a weaker constant fails: D_bar / 1.15 (a fortiori D_bar / 2) is below 1 - corr at every step
     assert np.all(omc[later] > (sharp / 1.15)[later])
     with pytest.raises(ValueError, match="1/H"):
-        A.bounds.global_gd_direction_constant(g["E0"], n0, **dict(kw, eta=2 / float(np.min(g["E0"] * g["H"]))))
+        A.bounds.global_gd_direction_constant(g["E0"], n0, **dict(kw, eta=2 / float(np.min(g["E0"] * g["H"])),
+                                                                  eta_gd_noloss=1e9, lam=1e9))
+    # every other step condition of thm-global-region (b) is checked, by name
+    for name, big in (("eta_gd_noloss", dict(eta_gd_noloss=eta / 2)),
+                      ("lam log 2", dict(lam=eta * g["R_A"] ** 2 * g["E0"])),
+                      ("lam\\^2", dict(lam=np.sqrt(eta * g["R_A"] ** 2 * g["E0"])))):
+        with pytest.raises(ValueError, match=name):
+            A.bounds.global_gd_direction_constant(g["E0"], n0, **dict(kw, **big))
 
 
+def _gd_kw(g, eta):
+    """The keyword arguments of bounds.global_gd_direction_* for GD at step eta."""
+    return dict(eta=eta, mu0=g["mu0"], eps0=g["eps0"], gamma_A=g["gamma_A"], H=g["H"],
+                eta_gd_noloss=g["eta_gd_noloss"], lam=g["lam"], R_A=g["R_A"])
+
+
+def test_global_direction_gd_pre_region_term(cx_far):
+    """cor-global-direction (b), its pre-region term (2/mu0) log(2 E_0/eps0): from a start of
+    norm 1 saturated on a wrong token (W_mm^alpha direction, s_0 about 0.22, no off-feature part,
+    E_0 about 10 eps0), GD at the global theorem's step enters the region at an observed step t_0
+    (2953-4346, well before t_r), and the proof's chain holds there: the path bound
+    ||W_{t_0}|| <= ||W_0|| + (2/mu0) log(E_0/E_{t_0}) (measured ratio 0.15), the constant of
+    thm-gd-direction at t_0, D = ||W_{t_0}|| + (C - log(2 eps0/E_{t_0}))/gamma_A, is at most
+    D_bar, and 1 - corr <= D/||W_t|| <= D_bar/||W_t|| for t >= t_0.
+
+    What it catches: here the pre-region term is 96% of D_bar and ||W_{t_0}|| is 4.5-5.5 times
+    ||W_0||, so D_bar with the pre-region term deleted is below D (checked by hand: the
+    assertion D <= D_bar then fails on every trial; the far start of the test above cannot see
+    this, its tightness comes from the off-feature part); asserted: the term is over 90% of
+    D_bar and D exceeds D_bar minus the term."""
+    data, opt, W_mm, _, _ = cx_far
+    W0 = _adversarial_start(data, opt, 1.0)
+    g = rates.global_constants(data, opt, W_mm, W0)
+    assert np.all(g["cross_min"] >= 0) and np.all(g["E0"] > 5 * g["eps0"]) and np.all(g["s0"] < 0.25)
+    eta = float(g["eta_gd_global"].min())
+    kw = _gd_kw(g, eta)
+    n0 = np.linalg.norm(W0, axis=(-2, -1))
+    D_bar, t_r = A.bounds.global_gd_direction_constant(g["E0"], n0, **kw)
+    pre = 2 / g["mu0"] * np.log(2 * g["E0"] / g["eps0"])
+    assert np.all(pre > 0.9 * D_bar)
+    K = 5000
+    h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=K, init=W0, snapshots=True,
+                    record_every=1, device="cpu")
+    E = rates.excess_loss(data, opt, h.snapshots)
+    inr = E <= g["eps0"]
+    assert np.all(inr.any(0)) and np.all(inr.argmax(0) < t_r)
+    b = np.arange(data.trials)
+    t0 = inr.argmax(0)
+    E_t0 = E[t0, b]
+    nrm = np.linalg.norm(h.snapshots, axis=(-2, -1))
+    assert np.all(nrm[t0, b] <= n0 + 2 / g["mu0"] * np.log(g["E0"] / E_t0))
+    assert np.all(nrm[t0, b] > 4 * n0)
+    C = A.bounds.gd_error_constant(E_t0, eta=eta, eps0=g["eps0"], H=g["H"])
+    D = nrm[t0, b] + (C - np.log(2 * g["eps0"] / E_t0)) / g["gamma_A"]
+    assert np.all(D <= D_bar) and np.all(D > D_bar - pre)
+    omc = rates.one_minus_corr(h.snapshots, W_mm[None])
+    later = np.arange(K + 1)[:, None] >= t0[None, :]
+    assert np.all((omc * nrm)[later] <= np.broadcast_to(D, later.shape)[later])
+
+
+@pytest.mark.slow
 def test_global_direction_ngd_from_zero(cx_far):
     """cor-global-direction (a): NGD from t = 0 outside the region, at the global theorem's step
     mu0/H for 3000 steps and then on a decaying schedule eta_s = eta / sqrt(k + 1) in chunks k of

@@ -102,6 +102,7 @@ def test_prop1_ce_tends_to_entropy(data):
     assert np.all(vals[-1] < 1e-8)
 
 
+@pytest.mark.slow
 def test_thm2_gd_converges_to_both_limits(data):
     Ws = np.stack([A.svm.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
     Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
@@ -157,6 +158,7 @@ def test_bad_input():
         X.linear_limits(d, rules={"gd": dict(optimizer="gd", steps=1, lr=-1.0)})
 
 
+@pytest.mark.slow
 def test_thm1_regularization_path(data):
     """Theorem 1: the norm-constrained CE minimizer turns towards W_mm as the budget grows."""
     Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
@@ -387,6 +389,7 @@ def test_collapse_ratio_and_patterns():
         A.data.ntp_patterns(3, 9, 4)
 
 
+@pytest.mark.slow
 def test_ufm_training_reaches_the_finite_part():
     """GD on the UFM: the loss decreases to the entropy, P_F L_t -> L* within the proved bound,
     and the orthogonal part keeps only the support pattern (observed at this size)."""

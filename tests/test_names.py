@@ -21,8 +21,6 @@ KEEP = {("attnsvm.optim", "rule")}
 
 def _public_functions():
     for info in pkgutil.walk_packages(attnsvm.__path__, "attnsvm."):
-        if info.name.startswith("attnsvm.book"):
-            continue
         mod = importlib.import_module(info.name)
         for name in getattr(mod, "__all__", []):
             obj = getattr(mod, name, None)

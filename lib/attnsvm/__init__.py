@@ -16,8 +16,10 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
-``book``     the book's build (``python -m attnsvm.book build``)
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
+
+The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_book build``, the
+``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -32,7 +34,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
                "bounds", "claims", "experiments",
                "graphs")   # Part IV
 

@@ -276,7 +276,7 @@ def _sweep_rows(table):
     """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
     columns or a pandas DataFrame."""
     if isinstance(table, (str, os.PathLike)):
-        from .book.sweep import read_table
+        from attnsvm_book.sweep import read_table  # deferred: the build's table reader
 
         return read_table(table)
     if hasattr(table, "to_dict") and not isinstance(table, dict):  # a pandas DataFrame
@@ -295,7 +295,7 @@ def sweep_plot(table, x: str, y: str, *, by: str | None = None, ax=None, logx: b
     Parameters
     ----------
     table : list of dict, path, dict of columns or pandas DataFrame
-        The table of ``python -m attnsvm.book sweep`` (:func:`attnsvm.book.sweep`), or its CSV
+        The table of ``python -m attnsvm_book sweep`` (:func:`attnsvm_book.sweep`), or its CSV
         or Parquet file.
     x, y : str
         Column names: a swept parameter and a glued value.

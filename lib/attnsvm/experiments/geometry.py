@@ -547,7 +547,7 @@ class AttentionGeometryRun:
     config: dict = field(default_factory=dict)
 
     def cross(self):
-        """``(p, q) -> `` median correlation of MD-p's final iterate with the l_q Att-SVM."""
+        """``(p, q) ->`` median correlation of MD-p's final iterate with the l_q Att-SVM."""
         return {(p, q): self.cmp.median("corr", f"md{p:g}", q) for p in self.ps for q in self.ps}
 
     def ratio_cross(self):
