@@ -303,7 +303,9 @@ def test_attention_geometry_small():
 
 
 @pytest.mark.slow
-def test_quick_profile_claims():
-    """The notebook's quick-profile run: every claim of the chapter holds."""
-    c = G.attention_geometry(device="cpu").claims()
+@pytest.mark.parametrize("seed", [0, 7, 12])
+def test_quick_profile_claims(seed):
+    """The notebook's quick-profile run: every claim of the chapter holds, at seed 0 and at two
+    other seeds (a claim is a finding only if it survives a change of seed)."""
+    c = G.attention_geometry(device="cpu", seed=seed).claims()
     assert all(h for h, _ in c.values()), {k: t for k, (h, t) in c.items() if not h}
