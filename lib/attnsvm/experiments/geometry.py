@@ -703,7 +703,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                        adam_horizons=None, adam_beta2s=(0.9, 0.99, 0.999),
                        md_horizons=None, seed=0, device="auto"):
     r"""Chapter 14: the attention classifier with trained :math:`W` (cross-attention on
-    :func:`attnsvm.data.random_unit`, logistic loss, per-trial random start) trained for
+    :func:`attnsvm.data.random_unit`, logistic loss, from W_0 = 0) trained for
     ``steps`` steps by dual-normalized mirror descent for every ``p`` of ``ps`` (2 must be one:
     it is NGD), sign descent, Adam (:math:`\epsilon = 0`, :math:`\beta_2 = 0.99`, constant step
     and :math:`\eta_0 (t+1)^{-1/2}`) and spectral descent; each final iterate compared with the
