@@ -596,7 +596,7 @@ def test_chapter_result_object():
     res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
                                  seed=0, device="cpu")
     s = res.summary()
-    assert len(s) == 57 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 59 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
     assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
     assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1
