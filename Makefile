@@ -1,7 +1,10 @@
 # Two commands do everything on a fresh machine with Python 3.11 and make:
 #   make book   -- virtual environment + pinned packages, execute (quick profile) and render the book
-#   make test   -- the whole test suite, which includes a full quick-profile build of the book
-#   make test-fast -- the library and the chapters' claims, without the slow tier (< 2 min)
+#   make test   -- the whole test suite: the fast tier, then the slow tier (which includes a full
+#                  quick-profile build of the book), so a broken unit fails in minutes
+#   make test-fast -- the library and the chapters' claims, without the slow tier (< 2 min; a
+#                  fast-tier test over 20 s fails, tests/conftest.py)
+#   make test-slow -- the slow tier alone (pytest -m slow)
 #   make lint   -- ruff (configured in pyproject.toml)
 PYTHON  ?= $(shell command -v python3.11 || command -v python3)
 VENV    ?= .venv
@@ -14,13 +17,14 @@ STAMP    = $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 XDIST    = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: book test test-fast lint venv bench pdf clean help
+.PHONY: book test test-fast test-slow lint venv bench pdf clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
-	@echo "make test                         run the test suite (includes a quick book build)"
+	@echo "make test                         the whole suite: fast tier, then slow tier (a quick book build)"
 	@echo "make test-fast                    the suite without the slow tier (pytest -m 'not slow')"
-	@echo "make lint                         ruff check lib tests benchmarks"
+	@echo "make test-slow                    the slow tier alone (pytest -m slow)"
+	@echo "make lint                         ruff check lib tests benchmarks tools"
 	@echo "make bench                        run the benchmarks in benchmarks/"
 	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
@@ -35,23 +39,26 @@ $(STAMP): requirements.txt requirements-nodeps.txt constraints.txt pyproject.tom
 	touch $(STAMP)
 
 book: $(STAMP)
-	$(BIN)/python -m attnsvm.book build --profile $(PROFILE) --workers $(WORKERS)
+	$(BIN)/python -m attnsvm_book build --profile $(PROFILE) --workers $(WORKERS)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST)
+test: test-fast test-slow
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(XDIST)
+
 lint: $(STAMP)
-	$(BIN)/ruff check lib tests benchmarks
+	$(BIN)/ruff check lib tests benchmarks tools
 
 # the whole book as one PDF: singlehtml build of the staged book, printed by headless Chromium
 pdf: book
-	$(BIN)/python -m attnsvm.book.pdf
+	$(BIN)/python tools/pdf.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py
+	$(BIN)/python benchmarks/svm_threads.py
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/build_parallel.py
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from attnsvm.book import build, find_root
+from attnsvm_book import build, find_root
 
 #: a fixed subset of the book's notebooks, each well under a minute under the quick profile
 SUBSET = ("notebooks/ch01_separable.ipynb", "notebooks/ch09_rates.ipynb",

@@ -1,5 +1,7 @@
-"""Fixtures shared by several test files."""
+"""Fixtures shared by several test files, and the fast tier's time limit."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -18,7 +20,7 @@ def full_build(tmp_path_factory):
     import os
     from pathlib import Path
 
-    from attnsvm import book
+    import attnsvm_book as book
 
     reuse = os.environ.get("ATTNSVM_TEST_BUILD_DIR")
     if reuse:
@@ -47,3 +49,37 @@ def full_build(tmp_path_factory):
 def minibook(tmp_path):
     """A tiny book (tests/minibook.py): one good notebook that counts its executions."""
     return make_minibook(tmp_path)
+
+
+# ----------------------------------------------------------------------------- the fast tier
+
+#: seconds (setup + call) a test of the fast tier (``-m "not slow"``) may take; one that takes
+#: longer fails, naming its time: mark it ``@pytest.mark.slow`` or make it faster
+FAST_LIMIT_S = float(os.environ.get("ATTNSVM_FAST_LIMIT_S", "20"))
+_setup_seconds: dict = {}
+
+
+def _fast_tier(config) -> bool:
+    return (config.getoption("markexpr") or "").replace(" ", "") == "notslow"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "setup":
+        _setup_seconds[item.nodeid] = call.duration
+        return
+    if rep.when != "call":
+        return
+    seconds = _setup_seconds.pop(item.nodeid, 0.0) + call.duration
+    log = os.environ.get("ATTNSVM_DURATIONS_LOG")
+    if log:  # one line per test as it finishes (survives an interrupted run)
+        with open(log, "a") as fh:
+            fh.write(f"{seconds:.2f}\t{item.nodeid}\n")
+    if (rep.passed and _fast_tier(item.config) and seconds > FAST_LIMIT_S
+            and item.get_closest_marker("slow") is None):
+        rep.outcome = "failed"
+        rep.longrepr = (f"{item.nodeid} took {seconds:.1f} s, over the fast tier's limit of "
+                        f"{FAST_LIMIT_S:g} s per test (ATTNSVM_FAST_LIMIT_S): mark it "
+                        "@pytest.mark.slow or make it faster")

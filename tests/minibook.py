@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from attnsvm import book
+import attnsvm_book as book
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,8 +26,8 @@ def make_minibook(tmp_path):
     """A tiny book: one good notebook that counts its executions, lib/ and pinned files."""
     root = tmp_path / "mini"
     (root / "book").mkdir(parents=True)
-    (root / "lib" / "pkg").mkdir(parents=True)
-    (root / "lib" / "pkg" / "mod.py").write_text("X = 1\n")
+    (root / "lib" / "attnsvm").mkdir(parents=True)
+    (root / "lib" / "attnsvm" / "mod.py").write_text("X = 1\n")
     (root / "requirements.txt").write_text("numpy==1\n")
     (root / "constraints.txt").write_text("numpy==1\n")
     (root / "_config.yml").write_text("title: mini\nexecute:\n  execute_notebooks: 'off'\n")

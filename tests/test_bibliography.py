@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pybtex.database import parse_file
 
-from attnsvm.book import bibstyle
+from attnsvm_book import bibstyle
 
 REPO = Path(__file__).resolve().parents[1]
 BIB = REPO / "book" / "references.bib"
@@ -22,6 +22,7 @@ def _cited_keys() -> set[str]:
     return keys
 
 
+@pytest.mark.slow
 def test_every_citation_has_an_entry_and_no_two_entries_print_alike():
     entries = parse_file(str(BIB)).entries
     assert _cited_keys() <= set(entries), sorted(_cited_keys() - set(entries))

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import yaml
 
-from attnsvm import book
+import attnsvm_book as book
 
 from minibook import REPO, _add_notebook, _notebook, _runs  # noqa: F401  (the tiny book of these tests)
 
@@ -28,6 +28,7 @@ def test_repository_profiles_cover_every_notebook_of_the_toc():
     assert book.toc_notebooks(REPO), "the book has no notebook in _toc.yml"
 
 
+@pytest.mark.slow
 def test_profile_parameters_reach_the_notebook(minibook):
     book.build(minibook, "paper", render_html=False, log=lambda m: None)
     assert _runs(minibook) == ["30"]
@@ -82,7 +83,7 @@ def test_cache_key_tracks_source_parameters_library_environment_and_device(minib
     assert book.cache_key(minibook, nb, {}, "cpu") == base
     assert book.cache_key(minibook, nb, {"size": 4}, "cpu") != base
     assert book.cache_key(minibook, nb, {}, "cuda") != base
-    (minibook / "lib" / "pkg" / "mod.py").write_text("X = 2\n")
+    (minibook / "lib" / "attnsvm" / "mod.py").write_text("X = 2\n")
     lib_changed = book.cache_key(minibook, nb, {}, "cpu")
     assert lib_changed != base
     (minibook / "constraints.txt").write_text("numpy==2\n")
@@ -100,6 +101,7 @@ def test_cache_key_tracks_source_parameters_library_environment_and_device(minib
     assert book.cache_key(minibook, nb, {}, "cpu") != env_changed
 
 
+@pytest.mark.slow
 def test_rebuild_with_nothing_changed_executes_nothing(minibook):
     lines = []
     r1 = book.build(minibook, "quick", render_html=False, log=lines.append)
@@ -111,7 +113,7 @@ def test_rebuild_with_nothing_changed_executes_nothing(minibook):
     # --force re-executes; a source change re-executes
     book.build(minibook, "quick", force=True, render_html=False, log=lines.append)
     assert _runs(minibook) == ["3", "3"]
-    (minibook / "lib" / "pkg" / "mod.py").write_text("X = 3\n")
+    (minibook / "lib" / "attnsvm" / "mod.py").write_text("X = 3\n")
     book.build(minibook, "quick", render_html=False, log=lines.append)
     assert _runs(minibook) == ["3", "3", "3"]
 
@@ -132,6 +134,7 @@ def test_report_has_one_entry_per_notebook_with_the_documented_fields(minibook):
 # ----------------------------------------------------------------------------- failures
 
 
+@pytest.mark.slow
 def test_failing_notebook_fails_the_build_naming_it_and_caches_nothing(minibook):
     _add_notebook(minibook, "broken", "k = 0", "x = 1\ny = x / k")
     with pytest.raises(book.NotebookFailed) as err:
@@ -175,6 +178,7 @@ def test_interrupted_execution_leaves_no_cache_and_no_partial_file(minibook, mon
     assert not (minibook / "_build" / "cache" / "quick" / "notebooks" / "good.ipynb.json").exists()
 
 
+@pytest.mark.slow
 def test_only_executes_one_notebook_and_fails_to_render_when_others_are_not_cached(minibook,
                                                                                     capsys):
     _add_notebook(minibook, "other", "a = 1", "b = a + 1")
@@ -233,24 +237,37 @@ def test_staging_writes_the_report_page(minibook):
     assert "notebooks/good.ipynb" in page and book.REPORT_MARKER not in page
 
 
-def test_mathjax_is_copied_from_the_pinned_wheel(tmp_path, monkeypatch):
-    from attnsvm.book import assets
+def test_mathjax_comes_from_the_pinned_offline_extension():
+    """MathJax is sphinx-mathjax-offline's copy (a relative path, no network); the browser tests
+    (test_browser.py) check that every page typesets with it."""
+    import importlib
 
-    monkeypatch.delenv(assets.ENV_DIR, raising=False)
-    dst = assets.copy_mathjax(tmp_path / "_static")
-    entry = tmp_path / "_static" / assets.MATHJAX_ENTRY
-    assert dst == entry.parent and entry.is_file()
-    assert b"MathJax" in entry.read_bytes()[:5000] or entry.stat().st_size > 500_000
+    ext = importlib.import_module("sphinx-mathjax-offline")
+    dist = Path(ext.__file__).parent / "static" / "mathjax"
+    assert (dist / "tex-chtml.js").is_file()
     # the TeX extensions MathJax loads lazily (boldsymbol for the book's macros) and the fonts
-    assert (dst / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
-    assert any((dst / "output" / "chtml" / "fonts").rglob("*.woff"))
-    # the repository's configuration loads the extension that does this
+    assert (dist / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
+    assert any((dist / "output" / "chtml" / "fonts").rglob("*.woff"))
+
+    class App:
+        class config:
+            pass
+
+        def connect(self, *a):
+            pass
+
+    app = App()
+    ext.setup(app)
+    assert app.config.mathjax_path == "mathjax/tex-chtml.js"  # relative to _static
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())
-    assert "attnsvm.book.assets" in config["sphinx"]["extra_extensions"]
-    # an override that holds no MathJax is refused with the variable's name
-    monkeypatch.setenv(assets.ENV_DIR, str(tmp_path))
-    with pytest.raises(assets.AssetError, match=assets.ENV_DIR):
-        assets.mathjax_source()
+    assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]
+    assert "mathjax_path" not in config["sphinx"]["config"]  # nothing overrides it
+    # Jupyter Book 1.x sets mathjax_path only when _config.yml asks for MathJax 2
+    from jupyter_book.config import get_final_config
+
+    final, _ = get_final_config(user_yaml=config, cli_config={"latex_individualpages": False},
+                                sourcedir=Path(__file__).resolve().parents[1])
+    assert "mathjax_path" not in final
 
 
 def test_strip_removes_outputs_and_keeps_sources(minibook):

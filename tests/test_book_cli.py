@@ -8,7 +8,7 @@ import math
 import nbformat
 import pytest
 
-from attnsvm import book
+import attnsvm_book as book
 from minibook import REPO, _notebook
 
 NB = REPO / "notebooks" / "ch01_separable.ipynb"
@@ -88,6 +88,7 @@ def test_list_shows_defaults_and_marks_profile_values(minibook, capsys):
 # ----------------------------------------------------------------------------- run
 
 
+@pytest.mark.slow
 def test_run_executes_and_renders_one_page_with_math_and_figures(minibook, capsys):
     path = minibook / "notebooks" / "fig.ipynb"
     nb = nbformat.v4.new_notebook()

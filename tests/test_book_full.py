@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnsvm import book
+import attnsvm_book as book
 
 REPO = Path(__file__).resolve().parents[1]
 

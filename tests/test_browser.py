@@ -3,7 +3,7 @@
 Every page of ``_build/html`` (the session's full quick build, shared with
 ``test_book_full.py``) must show zero MathJax errors, no formula left as raw TeX and no broken
 image, both from ``file://`` and when the HTML tree is copied to another directory and served
-over HTTP on 127.0.0.1 (MathJax ships with the book: ``attnsvm.book.assets``). The checker
+over HTTP on 127.0.0.1 (MathJax ships with the book: ``sphinx-mathjax-offline``). The checker
 itself is tested on a tiny page holding a double superscript, so these tests can fail.
 
 Needs the system Chromium (``apt-get install chromium``); without it the tests are skipped with
@@ -11,6 +11,7 @@ that hint, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnsvm.book import assets, browser
+import browser_check as browser
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,11 +53,15 @@ def _tiny_page(directory: Path, body: str) -> str:
     # what Sphinx and myst-nb add: inline \( \) and display \[ \] delimiters, class "math" only
     mj["tex"] = dict(mj["tex"], inlineMath=[["\\(", "\\)"]], displayMath=[["\\[", "\\]"]])
     mj["options"] = {"processHtmlClass": "math", "ignoreHtmlClass": "tex2jax_ignore|document"}
-    assets.copy_mathjax(directory / "_static")
+    static = directory / "_static" / "mathjax"
+    if not static.exists():  # the MathJax that the book ships (sphinx-mathjax-offline's copy)
+        static.parent.mkdir(parents=True, exist_ok=True)
+        ext = importlib.import_module("sphinx-mathjax-offline")
+        static.symlink_to(Path(ext.__file__).parent / "static" / "mathjax")
     (directory / "page.html").write_text(
         "<!DOCTYPE html><html><head><title>tiny</title>"
         f"<script>window.MathJax = {json.dumps(mj)};</script>"
-        f'<script defer src="_static/{assets.MATHJAX_ENTRY}"></script></head>'
+        f'<script defer src="_static/mathjax/tex-chtml.js"></script></head>'
         f'<body class="document">{body}</body></html>')
     return "page.html"
 
@@ -66,6 +71,7 @@ def _report(directory, rel):
     return rep
 
 
+@pytest.mark.slow
 def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromium, tmp_path):
     good = r'<p>Fine: <span class="math notranslate nohighlight">\(\Wmm[\alpha] + \Wmm\)</span></p>'
     rel = _tiny_page(tmp_path, good)
@@ -90,6 +96,7 @@ def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromiu
     assert rep.broken == ["missing.png"], rep.describe()
 
 
+@pytest.mark.slow
 def test_checker_blocks_the_network(chromium, tmp_path):
     rel = _tiny_page(tmp_path, '<img src="https://example.org/a.png" alt="remote">')
     rep = _report(tmp_path, rel)
@@ -128,7 +135,7 @@ def test_every_page_renders_from_a_copy_over_http(chromium, full_build, tmp_path
 @pytest.mark.slow
 def test_whole_book_pdf(chromium, full_build):
     """``make pdf``: the single-page build renders (math, images) and prints to a PDF."""
-    from attnsvm.book import pdf
+    import pdf  # tools/pdf.py (tools/ is on the path: browser_check)
 
     out, _ = full_build
     page = pdf.singlehtml(out)

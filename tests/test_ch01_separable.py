@@ -110,6 +110,7 @@ def _dir_err(corr):
     return np.sqrt(np.clip(2.0 - 2.0 * corr, 0.0, None))
 
 
+@pytest.mark.slow
 def test_prop_ngd_norm_grows_linearly(trajectories):
     """prop-ngd-norm: eta t gamma / R - |w0| <= |w_t| <= |w0| + eta t (w0 = 0)."""
     data, w_mm, _, ngd = trajectories
@@ -120,6 +121,7 @@ def test_prop_ngd_norm_grows_linearly(trajectories):
     assert np.all(ngd.norm >= 0.1 * t * gamma / R * (1 - 1e-9))
 
 
+@pytest.mark.slow
 def test_thm_soudry_residual_stays_bounded_for_gd(trajectories):
     """thm-soudry: w_t - w_mm log t stays bounded along GD (it would grow for NGD)."""
     data, w_mm, gd, ngd = trajectories
@@ -135,6 +137,7 @@ def test_thm_soudry_residual_stays_bounded_for_gd(trajectories):
     assert np.all(rho_ngd[-1] > 3 * rho_ngd[0])            # the check can fail: NGD's grows
 
 
+@pytest.mark.slow
 def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
     """cor-gd-rate: the direction error of GD is O(1/log t).
 
@@ -161,11 +164,13 @@ def test_cor_gd_rate_error_times_log_t_is_bounded(trajectories):
     assert np.all(e_all[i1] / e_all[min(i2, len(e_all) - 1)] < 2.0)
 
 
+@pytest.mark.slow
 def test_ngd_ends_closer_to_the_max_margin_direction_than_gd_on_every_seed(trajectories):
     _, _, gd, ngd = trajectories
     assert np.all(_dir_err(ngd.corr["w_mm"][-1]) < 0.5 * _dir_err(gd.corr["w_mm"][-1]))
 
 
+@pytest.mark.slow
 def test_driver_summary_holds_the_chapter_numbers():
     """The notebook's glued numbers come from SeparableRun.summary(): check them against the
     claims (GD's err * log t bounded; NGD's error falls faster than GD's) and NaN-safety."""
@@ -182,3 +187,31 @@ def test_driver_summary_holds_the_chapter_numbers():
     s2 = res.summary()
     assert np.isnan(s2["slope_ngd"]) and np.isnan(s2["err_final_ngd"])
     assert s2["slope_gd"] == s["slope_gd"]
+
+
+def test_driver_claims_hold_and_can_fail():
+    """SeparableRun.claims(), the checked sentences of the chapter: all hold on the notebook's
+    setting (n = 40, d = 10, eight trials, five optimizers), and each fails when the
+    numbers behind it are swapped for ones that contradict it (GD's and NGD's errors exchanged,
+    the capped Polyak step given the uncapped one's errors, Adam given NGD's, GD's and NGD's
+    norms exchanged)."""
+    from attnsvm.experiments import separable
+    settings = {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="ngd", lr=0.1),
+                "polyak": dict(optimizer="polyak"),
+                "polyak_capped": dict(optimizer="polyak", eta_max=100.0),
+                "adam": dict(optimizer="adam", lr=0.01)}              # the notebook's
+    res = separable.separable_rates(40, 10, margin=0.1, trials=8, steps=20000, seed=0,
+                                    settings=settings, device="cpu")
+    c = res.claims()
+    assert set(c) == {"gd_log_rate", "ngd_polyak_polynomial", "capped_crawls", "adam_slow",
+                      "norm_growth"}
+    assert all(holds for holds, _ in c.values()), c
+    err, runs = dict(res.err), dict(res.runs)
+    res.err["gd"], res.err["ngd"] = err["ngd"], err["gd"]
+    c = res.claims()
+    assert not c["gd_log_rate"][0] and not c["ngd_polyak_polynomial"][0]
+    res.err = dict(err, polyak_capped=err["polyak"], adam=err["ngd"])
+    c = res.claims()
+    assert not c["capped_crawls"][0] and not c["adam_slow"][0] and c["gd_log_rate"][0]
+    res.err, res.runs = err, dict(runs, gd=runs["ngd"], ngd=runs["gd"])
+    assert not res.claims()["norm_growth"][0]

@@ -216,3 +216,22 @@ def test_study_summary_states_the_chapter_claims():
     assert s["gap_final_fro"] < s["gap_first_fro"]
     assert "slope_nuc" not in s
     assert np.isnan(metrics.nanmedian([])) and np.isnan(metrics.nanmedian([np.nan]))
+
+
+def test_study_claims_hold_and_can_fail():
+    """RegPathStudy.claims(), the checked sentences of the chapter: all hold on the notebook's
+    setting (n = 6, T = 8, d = 10, four instances, radii 1-300, no nuclear path), and each fails
+    on numbers that contradict it (the gap raised to the bound, a slope-1 gap, every random start
+    marked as reaching the objective at the largest radius)."""
+    st = regpath.regpath_study(6, 8, 10, 4, np.geomspace(1.0, 300.0, 8), inits=3, max_steps=600,
+                               nuclear=False, seed=0, device="cpu")
+    c = st.claims()
+    assert set(c) == {"steeper_than_proved", "bound_room", "nonconvex_visible"}
+    assert all(holds for holds, _ in c.values()), c
+    corr = st.path.corr.copy()
+    st.path.corr = 1 - st.bound()                                   # gap = bound, slope -1
+    c = st.claims()
+    assert not c["bound_room"][0] and not c["steeper_than_proved"][0]
+    st.path.corr = corr
+    st.path.log_excess_all = np.minimum(st.path.log_excess_all, st.path.log_excess[..., None])
+    assert not st.claims()["nonconvex_visible"][0]

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import attnsvm as A
-from attnsvm import optim_geometry as OG
 from attnsvm.experiments import geometry as G
 
 
@@ -42,8 +41,8 @@ def test_md_p2_is_ngd_on_attention(inst):
     model = A.models.AttentionClassifier("W")
     batch = {k: torch.as_tensor(getattr(inst, k)) for k in ("X", "y", "Z")}
     W0 = model.init_params(6, torch.as_tensor(inst.v), [np.random.default_rng(b) for b in range(4)])
-    a = OG.run(model, W0, batch, rule="md", p=2.0, lr=0.1, normalize=True, steps=50, loss="logistic")
-    b = OG.run(model, W0, batch, rule="sd", norm=2, lr=0.1, steps=50, loss="logistic")
+    a = G._fit_margin(model, W0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=50, loss="logistic")
+    b = G._fit_margin(model, W0, batch, optimizer="sd", norm=2, lr=0.1, steps=50, loss="logistic")
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
@@ -53,7 +52,7 @@ def test_md_l3_selects_l3_att_svm():
     model = A.models.AttentionClassifier("W")
     batch = {k: torch.as_tensor(getattr(data, k)) for k in ("X", "y", "Z")}
     W0 = model.init_params(8, torch.as_tensor(data.v), [np.random.default_rng(b) for b in range(4)])
-    r = OG.run(model, W0, batch, rule="md", p=3.0, lr=0.1, normalize=True, steps=1500,
+    r = G._fit_margin(model, W0, batch, optimizer="md", p=3.0, lr=0.1, normalize=True, steps=1500,
                loss="logistic", record_steps=[1500])
     W = r["iterates"][-1]
     sel = A.metrics.attention(data.X, W, data.Z).argmax(-1)
@@ -179,8 +178,8 @@ def test_prgd_attention_rate_observed():
     batch["G"] = model.head_values(W0, batch["X"])
     rec = np.arange(0, 4001, 100)
     ratio = {}
-    for k, kw in {"ngd": dict(rule="sd", norm=2), "prgd": dict(rule="prgd", period=100, growth=1.5)}.items():
-        r = OG.run(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
+    for k, kw in {"ngd": dict(optimizer="sd", norm=2), "prgd": dict(optimizer="prgd", period=100, growth=1.5)}.items():
+        r = G._fit_margin(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
         sel = A.tokens.selected_tokens(data.X, r["iterates"][-1], data.Z)     # the Att-SVM of the selected tokens
         W_sel = A.svm.att_svm_batch(data.X, data.Z, sel, strict=True)[0]
         gap = G.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)
@@ -189,3 +188,33 @@ def test_prgd_attention_rate_observed():
         ratio[k] = np.median(late / early)
     assert 2 / 3 <= ratio["prgd"] <= 3 / 2
     assert ratio["ngd"] < 0.5
+
+
+
+CLAIMS = {"md_l3_corr", "md_diag", "sign_linf", "adam_far", "spec", "svms_solved",
+          "prgd_beats_ngd_att", "prgd_att_rate_constant", "prgd_att_gap"}
+
+
+def test_attention_geometry_small():
+    """The chapter's driver at a small size: the claims the notebook checks, those that hold at
+    this size, the summary in range, and a claim that turns false against its numbers."""
+    r = G.attention_geometry(4, 5, 6, trials=2, steps=300, rate_steps=1000, device="cpu")
+    c, s = r.claims(), r.summary()
+    assert set(c) == CLAIMS
+    assert all(isinstance(h, bool) and isinstance(t, str) for h, t in c.values())
+    for name in ("md_diag", "sign_linf", "spec", "svms_solved", "prgd_beats_ngd_att"):
+        assert c[name][0], c[name][1]
+    assert s["n_solves"] == sum(s.size for s in r.cmp.status.values()) > 0
+    assert all(0 <= s[k] <= 1 + 1e-9 for k in s if k.startswith("own_ratio_"))
+    assert r.flagged_solves() == "none"
+    r.cmp.corr["sign", np.inf][:] = 0.0                    # sign descent far from the l_inf SVM
+    assert not r.claims()["sign_linf"][0]
+    with pytest.raises(ValueError, match="ps must contain 2.0"):
+        G.attention_geometry(4, 5, 6, trials=1, steps=2, ps=(3.0,))
+
+
+@pytest.mark.slow
+def test_quick_profile_claims():
+    """The notebook's quick-profile run: every claim of the chapter holds."""
+    c = G.attention_geometry(device="cpu").claims()
+    assert all(h for h, _ in c.values()), {k: t for k, (h, t) in c.items() if not h}

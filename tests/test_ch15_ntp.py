@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm import ntp
+from attnsvm.experiments import ntp as X
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +102,22 @@ def test_prop1_ce_tends_to_entropy(data):
     assert np.all(vals[-1] < 1e-8)
 
 
+@pytest.mark.slow
 def test_thm2_gd_converges_to_both_limits(data):
     Ws = np.stack([A.svm.ntp_finite(data.H[b], data.P[b]) for b in range(3)])
     Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
     PF = A.svm.projector_F(data)
-    r = ntp.train(data, optimizer="gd", steps=40000, lr=1 / (2 * A.losses.ce_smoothness(data)),
-                  record_steps=[1000, 40000])
-    flat = r["iterates"].reshape(2, 3, -1)
-    pf = np.einsum("bij,kbj->kbi", PF, flat).reshape(r["iterates"].shape)
+    h = A.train.fit(data, model=A.models.NTPLinear(), optimizer="gd", steps=40000,
+                    lr=1 / (2 * A.losses.ce_smoothness(data)), init="zeros",
+                    record_every=[1000, 40000], snapshots=True, device="cpu")
+    its = h.snapshots[1:]                                  # steps 1000 and 40000 (fit adds 0)
+    flat = its.reshape(2, 3, -1)
+    pf = np.einsum("bij,kbj->kbi", PF, flat).reshape(its.shape)
     rel = np.linalg.norm(pf - Ws, axis=(-2, -1)) / np.linalg.norm(Ws, axis=(-2, -1))
-    cor = A.metrics.corr(r["iterates"] - pf, Wm, elem_ndim=2)
+    cor = A.metrics.corr(its - pf, Wm, elem_ndim=2)
     assert np.all(rel[1] < rel[0]) and np.all(cor[1] > cor[0])
     assert np.all(rel[1] < 0.1) and np.all(cor[1] > 0.9)
-    assert np.all(np.diff(r["ce"], axis=0) < 0)
+    assert np.all(np.diff(h.loss, axis=0) < 0)
 
 
 def test_not_separable_raises_naming_context():
@@ -147,12 +150,15 @@ def test_bad_input():
     with pytest.raises(ValueError, match="P must"):
         A.svm.ntp_svm(np.ones((2, 2)), np.ones((2, 3)))
     d = A.data.ntp_synthetic(2, 4, 3, trials=1)
+    with pytest.raises(ValueError, match="data must be batched"):
+        X.linear_limits(A.data.ntp_synthetic(2, 4, 3), rules={})
     with pytest.raises(ValueError, match="optimizer"):
-        ntp.train(d, optimizer="sgd", steps=1, lr=0.1)
+        X.linear_limits(d, rules={"gd": dict(optimizer="sgd", steps=1, lr=0.1)})
     with pytest.raises(ValueError, match="lr"):
-        ntp.train(d, optimizer="gd", steps=1, lr=-1.0)
+        X.linear_limits(d, rules={"gd": dict(optimizer="gd", steps=1, lr=-1.0)})
 
 
+@pytest.mark.slow
 def test_thm1_regularization_path(data):
     """Theorem 1: the norm-constrained CE minimizer turns towards W_mm as the budget grows."""
     Wm = np.stack([A.svm.ntp_svm(data.H[b], data.P[b]) for b in range(3)])
@@ -261,14 +267,16 @@ def test_ufm_objective_matches_autograd():
 def test_ufm_fit_trial_alone_equals_batched():
     """fit with NTPUFM: trial b alone (its own seed key) is trial b of the batch."""
     P, pi, _ = A.data.ntp_patterns(5, 7, 2, support=3, trials=3, seed=4)
-    full = ntp.train_ufm(P, pi, d=6, steps=300, lr=0.5, seed=9, record_steps=[0, 300])
+    fit = dict(model=A.models.NTPUFM(6), optimizer="gd", lr=0.5, init="random", init_scale=0.01,
+               snapshots=("W", "H"), device="cpu")
+    full = A.train.fit({"P": P, "pi": pi}, steps=300, seed=9, record_every=[0, 300], **fit).trajectory
     h = A.train.fit({"P": P[2], "pi": pi[2]}, model=A.models.NTPUFM(6), optimizer="gd", lr=0.5,
                     steps=300, init="random", init_scale=0.01, seed=[(9, 2)], record_every=[0, 300],
                     snapshots=("W", "H"), device="cpu")
     for k in ("W", "H"):
         np.testing.assert_allclose(h.trajectory[k][-1, 0], full[k][-1, 2], rtol=1e-12, atol=1e-15)
     # and the fit update is plain GD: one hand-written numpy step from the recorded init
-    one = ntp.train_ufm(P, pi, d=6, steps=1, lr=0.5, seed=9, record_steps=[0, 1])
+    one = A.train.fit({"P": P, "pi": pi}, steps=1, seed=9, record_every=[0, 1], **fit).trajectory
     W0, H0 = one["W"][0], one["H"][0]
     L = np.einsum("bmd,bvd->bmv", H0, W0)
     q = np.exp(L - L.max(-1, keepdims=True))
@@ -381,13 +389,16 @@ def test_collapse_ratio_and_patterns():
         A.data.ntp_patterns(3, 9, 4)
 
 
+@pytest.mark.slow
 def test_ufm_training_reaches_the_finite_part():
     """GD on the UFM: the loss decreases to the entropy, P_F L_t -> L* within the proved bound,
     and the orthogonal part keeps only the support pattern (observed at this size)."""
-    from attnsvm.experiments import ntp as X
     P, pi, g = A.data.ntp_patterns(6, 8, 2, support=3, trials=3, seed=0)
-    run = ntp.train_ufm(P, pi, d=10, steps=20000, lr=0.25, init_scale=1e-2, seed=0,
-                        record_steps=[100, 2000, 20000])
+    h = A.train.fit({"P": P, "pi": pi}, model=A.models.NTPUFM(10), optimizer="gd", lr=0.25,
+                    steps=20000, init="random", init_scale=1e-2, seed=0,
+                    record_every=[100, 2000, 20000], snapshots=("W", "H"), device="cpu")
+    run = {"steps": h.steps[1:], "W": h.trajectory["W"][1:], "H": h.trajectory["H"][1:],
+           "loss": h.loss[1:]}                            # the three records (fit adds step 0)
     geo = X.ufm_geometry(P, pi, g, run)
     assert np.all(np.diff(geo["gap"], axis=0) < 0)
     assert np.all(geo["bound_ok"]) and np.all(geo["bound_ratio"] <= 1 + 1e-9)
@@ -397,4 +408,54 @@ def test_ufm_training_reaches_the_finite_part():
     assert np.all(geo["relerr"][-1] < geo["relerr"][0]) and np.all(geo["relerr"][-1] < 0.1)
     assert np.all(geo["collapse"][-1] < geo["collapse"][0])
     with pytest.raises(ValueError, match="lr"):
-        ntp.train_ufm(P, pi, d=10, steps=1, lr=0.0)
+        X.ufm_experiment(6, 8, 2, d=10, trials=1, steps=1, lr=0.0)
+
+
+
+LINEAR_CLAIMS = {"rank_ok", "mm_orthogonal_to_F", "ntp_mm_corr", "ntp_finite_fit", "gd_monotone",
+                 "ngd_faster", "ngd_finite_slower", "norm_slow", "adam_finite", "adam_lower_corr"}
+UFM_CLAIMS = {"ufm_finite_bound", "ufm_finite_fit", "ufm_monotone", "ufm_pattern_only",
+              "ufm_pattern_high", "ufm_low_rank", "ufm_nuc_rank", "ufm_svm_not_reached",
+              "ufm_nuc_ratio_falls", "ufm_svm_rising", "ufm_collapse_falls",
+              "ufm_lower_rank_than_svm"}
+
+
+def _pairs(claims):
+    return all(isinstance(h, bool) and isinstance(t, str) for h, t in claims.values())
+
+
+def test_ntp_linear_experiment_small():
+    """The chapter's driver at a small size: the summary is in range, the structural claims hold,
+    and a claim turns false when its number contradicts it."""
+    r = X.ntp_linear_experiment(3, 6, 5, trials=2, steps=3000, steps_fast=300, seed=1)
+    s, c = r.summary(), r.claims()
+    assert set(c) == LINEAR_CLAIMS and _pairs(c)
+    for name in ("rank_ok", "mm_orthogonal_to_F", "gd_monotone", "norm_slow"):
+        assert c[name][0], c[name][1]
+    assert 0 < s["ntp_finite_relerr"] < 1 and 0 < s["corr_ntp_mm"] <= 1 and s["excess_final"] > 0
+    assert s["perp_leak"] < 1e-8 and s["norm_growth"] > 1
+    r.res["gd"]["gap"][2] += 1.0                            # the loss rises once
+    assert not r.claims()["gd_monotone"][0]
+
+
+def test_zen_and_ufm_experiments_small():
+    zen = X.zen_experiment(trials=1, steps=500, steps_fast=100)
+    s, c = zen.summary(), zen.claims()
+    assert set(c) == {"zen_" + k for k in ("rank", "gd_finite", "gd_corr", "gd_monotone",
+                                            "ngd_corr_faster", "ngd_finite_slower", "adam_finite",
+                                            "adam_lower_corr")} and _pairs(c)
+    assert c["zen_rank"][0] and c["zen_gd_monotone"][0]
+    assert s["zen_m"] > 1 and s["zen_V"] == 20 and s["zen_max_support"] >= 2
+    ufm = X.ufm_experiment(6, 8, 2, d=10, trials=2, lr=0.25, steps=2000)
+    s, c = ufm.summary(), ufm.claims()
+    assert set(c) == UFM_CLAIMS and _pairs(c)
+    assert c["ufm_finite_bound"][0] and c["ufm_monotone"][0] and c["ufm_nuc_rank"][0]
+    assert 20 <= s["ufm_step_early"] < 40 and s["ufm_nuc_ratio"] >= 1 - 1e-6    # first record >= T/100
+
+
+@pytest.mark.slow
+def test_quick_profile_claims():
+    """The notebooks' quick-profile runs (ch15_ntp, ch15b_ntp_geometry): every claim holds."""
+    for r in (X.ntp_linear_experiment(), X.zen_experiment(), X.ufm_experiment()):
+        c = r.claims()
+        assert all(h for h, _ in c.values()), {k: t for k, (h, t) in c.items() if not h}

@@ -389,13 +389,35 @@ def test_experiment_small():
     # the trial b of a batch is the trial drawn alone
     D1 = ntp_sequences(20, 6, 4, trials=1, seed=0)
     np.testing.assert_array_equal(D1.tokens[0], r.data.tokens[0])
+    # the claims the notebook checks: every sentence of the chapter, a (bool, str) pair each
+    claims = r.claims()
+    assert set(claims) == CLAIMS
+    assert all(isinstance(h, bool) and isinstance(t, str) for h, t in claims.values())
+    for name in ("graph_nontrivial", "perp_above_full", "gd_monotone", "ngd_finite_worse"):
+        assert claims[name][0], (name, claims[name][1])
+
+
+CLAIMS = {"graph_nontrivial", "corr_graph", "perp_above_full", "finite_fit", "mass_top",
+          "gd_monotone", "corr_rising", "ngd_corr_higher", "ngd_finite_worse", "gd_late_decrease",
+          "ngd_finite_stalls"}
+
+
+def test_claims_can_fail():
+    """A summary that contradicts a sentence turns its claim false (the claims read the numbers)."""
+    r = ntp_attention_experiment(n=20, K=6, T=4, trials=2, steps=50, n_records=6, device="cpu")
+    r.curves["gd"]["mass"][-1] = 0.5                      # attention no longer on O_i
+    r.curves["ngd"]["relerr"][-1] = 0.0                   # NGD fits W* perfectly
+    claims = r.claims()
+    assert not claims["mass_top"][0] and not claims["ngd_finite_worse"][0]
 
 
 @pytest.mark.slow
 def test_quick_profile_numbers():
     """The notebook's quick-profile run: the chapter's checked claims hold on the driver's
     summary (the same numbers the notebook glues)."""
-    s = ntp_attention_experiment(device="cpu").summary()
+    r = ntp_attention_experiment(device="cpu")
+    s = r.summary()
+    assert all(h for h, _ in r.claims().values()), r.claims()
     assert s["frac_multi"] > 0 and s["dim_F"] > 0
     assert s["corr_gd"] >= 0.97 and s["corr_gd"] > s["corr_full_gd"] and s["corr_gain_gd"] > 0
     assert s["relerr_gd"] <= 0.05 and s["mass_gd"] >= 0.99 and s["gap_monotone_gd"] == 1

@@ -1,4 +1,4 @@
-"""Checked claims (attnsvm.book.claim): strict under the build, a warning in a reader's run."""
+"""Checked claims (attnsvm.claims.claim): strict under the build, a warning in a reader's run."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnsvm import book
+import attnsvm_book as book
 from attnsvm import claims
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,49 +18,49 @@ REPO = Path(__file__).resolve().parents[1]
 def test_true_claim_passes_in_both_modes(monkeypatch, recwarn):
     for value in ("1", ""):
         monkeypatch.setenv(claims.STRICT_ENV, value)
-        assert book.claim("fine", np.float64(1.0) < 2.0, "1 < 2", notebook="nb") is True
-    assert not [w for w in recwarn if issubclass(w.category, book.ClaimWarning)]
+        assert claims.claim("fine", np.float64(1.0) < 2.0, "1 < 2", notebook="nb") is True
+    assert not [w for w in recwarn if issubclass(w.category, claims.ClaimWarning)]
 
 
 def test_false_claim_raises_when_strict(monkeypatch):
     monkeypatch.setenv(claims.STRICT_ENV, "1")
-    with pytest.raises(book.ClaimError) as e:
-        book.claim("ngd_fast", np.bool_(False), "slope NGD -0.02 vs GD -0.18", notebook="ch09_rates")
+    with pytest.raises(claims.ClaimError) as e:
+        claims.claim("ngd_fast", np.bool_(False), "slope NGD -0.02 vs GD -0.18", notebook="ch09_rates")
     msg = str(e.value)
     assert "ngd_fast" in msg and "ch09_rates" in msg and "-0.02" in msg
 
 
 def test_false_claim_warns_otherwise(monkeypatch):
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
-    with pytest.warns(book.ClaimWarning, match="ngd_fast.*ch09_rates.*-0.02"):
-        assert book.claim("ngd_fast", False, "slope -0.02", notebook="ch09_rates") is False
+    with pytest.warns(claims.ClaimWarning, match="ngd_fast.*ch09_rates.*-0.02"):
+        assert claims.claim("ngd_fast", False, "slope -0.02", notebook="ch09_rates") is False
     monkeypatch.setenv(claims.STRICT_ENV, "0")
-    with pytest.warns(book.ClaimWarning):
-        book.claim("x", False, "")
+    with pytest.warns(claims.ClaimWarning):
+        claims.claim("x", False, "")
 
 
 def test_notebook_name_from_set_notebook_and_env(monkeypatch):
     monkeypatch.setenv(claims.STRICT_ENV, "1")
     monkeypatch.setattr(claims, "_notebook", None)
     monkeypatch.setenv(claims.NOTEBOOK_ENV, "from_env")
-    with pytest.raises(book.ClaimError, match="from_env"):
-        book.claim("a", False, "")
-    book.set_notebook("from_call")
-    with pytest.raises(book.ClaimError, match="from_call"):
-        book.claim("a", False, "")
+    with pytest.raises(claims.ClaimError, match="from_env"):
+        claims.claim("a", False, "")
+    claims.set_notebook("from_call")
+    with pytest.raises(claims.ClaimError, match="from_call"):
+        claims.claim("a", False, "")
 
 
 def test_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="holds"):
-        book.claim("a", 0.5, "")
+        claims.claim("a", 0.5, "")
     with pytest.raises(TypeError, match="holds"):
-        book.claim("a", np.array([True, True]), "")
+        claims.claim("a", np.array([True, True]), "")
     with pytest.raises(ValueError, match="name"):
-        book.claim("not a name", True, "")
+        claims.claim("not a name", True, "")
     with pytest.raises(TypeError, match="detail"):
-        book.claim("a", True, 3.0)
+        claims.claim("a", True, 3.0)
     with pytest.raises(ValueError, match="name"):
-        book.set_notebook("")
+        claims.set_notebook("")
 
 
 def test_the_build_is_strict_and_a_readers_run_is_not(minibook, monkeypatch):
@@ -70,7 +70,7 @@ def test_the_build_is_strict_and_a_readers_run_is_not(minibook, monkeypatch):
 
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
     _add_notebook(minibook, "claimed", "gap = 0.5\ndevice = 'cpu'",
-                  "from attnsvm.book import claim\n"
+                  "from attnsvm.claims import claim\n"
                   "claim('gap_small', gap < 0.1, f'gap = {gap}')")
     with pytest.raises(book.BuildError, match="gap_small"):
         book.build(minibook, "quick", render_html=False, log=lambda *a: None)

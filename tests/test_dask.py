@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from attnsvm import book  # noqa: E402
-from attnsvm.book import parallel  # noqa: E402
-from attnsvm.book.build import report_markdown  # noqa: E402
+import attnsvm_book as book  # noqa: E402
+from attnsvm_book import parallel  # noqa: E402
+from attnsvm_book.build import report_markdown  # noqa: E402
 from minibook import _add_notebook, _runs  # noqa: E402
 
 SLEEP = 2.0
@@ -35,6 +35,7 @@ def _timed_body(root, name, partner=None):
             f"open({str(log)!r}, 'w'))")
 
 
+@pytest.mark.slow
 def test_two_notebooks_build_in_parallel_on_two_workers(minibook):
     _add_notebook(minibook, "one", "x = 1\ndevice = 'cpu'", _timed_body(minibook, "one", "two"))
     _add_notebook(minibook, "two", "x = 2\ndevice = 'cpu'", _timed_body(minibook, "two", "one"))
@@ -68,6 +69,7 @@ def test_two_notebooks_build_in_parallel_on_two_workers(minibook):
     assert _runs(minibook) == ["3"]
 
 
+@pytest.mark.slow
 def test_parallel_build_failure_names_notebook_and_cell_and_others_are_cached(minibook):
     _add_notebook(minibook, "broken", "k = 0", "x = 1\ny = x / k")
     _add_notebook(minibook, "fine", "a = 1", "b = a + 1")
@@ -101,6 +103,7 @@ def _points(counter):
     return counter.read_text().split() if counter.exists() else []
 
 
+@pytest.mark.slow
 def test_sweep_over_a_2x2_grid_gives_a_tidy_table_and_reruns_only_new_points(minibook, tmp_path):
     counter = _sweep_notebook(minibook)
     out = tmp_path / "s.csv"
@@ -147,6 +150,7 @@ def _has_pyarrow():
     return True
 
 
+@pytest.mark.slow
 def test_failing_grid_point_is_reported_while_the_others_succeed(minibook, tmp_path, capsys):
     counter = _sweep_notebook(minibook, fail_at=(2, 2.0))
     out = tmp_path / "f.csv"
@@ -185,6 +189,7 @@ def test_sweep_values_are_checked_before_anything_is_submitted(minibook, capsys)
     assert not (minibook / "_build" / "sweeps").exists()
 
 
+@pytest.mark.slow
 def test_build_and_sweep_on_an_existing_cluster_given_by_its_address(minibook, tmp_path):
     from distributed import LocalCluster
 

@@ -15,14 +15,12 @@ from attnsvm._checks import renamed
 #: old parameter names and the spelling that replaces them
 OLD = {"instances": "trials", "query": "cross", "sel": "alpha", "rule": "optimizer"}
 #: (module, function) whose parameter keeps an old name on purpose: in ``optim`` a rule is the
-#: object of the registry itself; ``optim_geometry.run`` is a second door to ``fit``, to be removed
-KEEP = {("attnsvm.optim", "rule"), ("attnsvm.optim_geometry", "rule")}
+#: object of the registry itself
+KEEP = {("attnsvm.optim", "rule")}
 
 
 def _public_functions():
     for info in pkgutil.walk_packages(attnsvm.__path__, "attnsvm."):
-        if info.name.startswith("attnsvm.book"):
-            continue
         mod = importlib.import_module(info.name)
         for name in getattr(mod, "__all__", []):
             obj = getattr(mod, name, None)
@@ -67,7 +65,6 @@ def test_renamed_names_the_new_keyword():
     (lambda: attnsvm.svm.att_svm_batch(np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 2)),
                                        opt=np.zeros((1, 1), int)), "alpha="),
     (lambda: attnsvm.svm.p_svm(np.zeros((1, 2, 2)), opt=np.zeros(1, int)), "alpha="),
-    (lambda: attnsvm.ntp.train(None, rule="gd", steps=1, lr=0.1), "optimizer="),
     (lambda: attnsvm.experiments.feasibility.draw_instance(2, 3, 4, seed=0, query="cross"), "cross="),
     (lambda: attnsvm.experiments.feasibility.draw_instances(2, 3, 4, 2, seed=0, query="self"), "cross="),
     (lambda: attnsvm.experiments.feasibility.feasibility_sweep([2], [3], [4], instances=2), "trials="),

@@ -116,3 +116,21 @@ def test_executed_notebooks_show_their_figures_as_png_outputs(full_build):
         shown = {name(o).removesuffix(".shown") for o in outputs
                  if "image/png" in o.get("data", {})}
         assert glued <= shown, (entry["notebook"], sorted(glued - shown))
+
+
+def test_trial_band_floor_shows_exact_zeros_on_a_log_axis():
+    """floor: a series that is exactly 0 in some trials is drawn at the floor, and a log axis set
+    after plotting renders (without it, matplotlib has no positive value to scale)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    fig, ax = A.plot.figure()
+    vals = np.zeros((5, 3))
+    vals[:, 0] = np.nan
+    line = A.plot.trial_band(ax, np.arange(1, 6), vals, floor=1e-16)
+    np.testing.assert_array_equal(line.get_ydata(), np.full(5, np.nan))   # median with a NaN trial
+    line = A.plot.trial_band(ax, np.arange(1, 6), vals[:, 1:], floor=1e-16)
+    np.testing.assert_array_equal(line.get_ydata(), np.full(5, 1e-16))
+    ax.set(xscale="log", yscale="log")
+    fig.canvas.draw()
+    with pytest.raises(ValueError, match="floor"):
+        A.plot.trial_band(ax, np.arange(1, 6), vals, floor=0.0)

@@ -14,39 +14,36 @@ each on one core), hence ``slow``.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
-try:  # the build's executor (it may live in the sibling package attnsvm_book)
-    _build = importlib.import_module("attnsvm_book.build")
-except ImportError:  # pragma: no cover - before the move
-    _build = importlib.import_module("attnsvm.book.build")
+import attnsvm_book
+from attnsvm_book._core import _describe_failure, _execute_one
 
 REPO = Path(__file__).resolve().parents[1]
 #: the seeds at which every notebook must hold its claims, besides the book's own (0)
 OTHER_SEEDS = (1, 2)
-NOTEBOOKS = _build.toc_notebooks(REPO)
+NOTEBOOKS = attnsvm_book.toc_notebooks(REPO)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", OTHER_SEEDS)
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[Path(nb).stem for nb in NOTEBOOKS])
 def test_notebook_holds_its_claims_at_another_seed(notebook, seed, tmp_path):
-    params = dict(_build.resolve_profile(REPO, "quick")[notebook])
+    params = dict(attnsvm_book.resolve_profile(REPO, "quick")[notebook])
     assert params.get("seed", 0) != seed, "the profile already runs this seed"
     params["seed"] = seed
     out = tmp_path / f"{Path(notebook).stem}_seed{seed}.ipynb"
     failed = tmp_path / f"{Path(notebook).stem}_seed{seed}.failed.ipynb"
     try:
-        _build._execute_one(REPO, notebook, params, out, failed, "python3", strict_claims=True)
+        _execute_one(REPO, notebook, params, out, failed, "python3", strict_claims=True)
     except Exception as exc:  # the message names the cell, the claim and its numbers
-        pytest.fail(_build._describe_failure(notebook, exc), pytrace=False)
+        pytest.fail(_describe_failure(notebook, exc), pytrace=False)
     assert out.is_file()
 
 
 def test_every_notebook_takes_a_seed():
     """The seed test is only meaningful if the seed reaches every notebook's parameters."""
     for nb in NOTEBOOKS:
-        assert "seed" in _build.notebook_parameters(REPO / nb), nb
+        assert "seed" in attnsvm_book.notebook_parameters(REPO / nb), nb

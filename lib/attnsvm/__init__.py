@@ -8,17 +8,18 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``svm``      every max-margin problem (a package): Att-SVMs (Frobenius, nuclear, l_p, spectral),
              local optimality, l_p linear SVMs, NTP / logit / graph SVMs, the finite parts W*
 ``models``   the attention classifier: score parameterizations and heads (a package)
-``optim``    step rules (GD, normalized GD, Polyak, Adam, sign) for the engine and torch.optim
+``optim``    step rules (GD, normalized GD, Polyak, Adam, sign; Part IV's steepest, mirror, PRGD,
+             scheduled Adam) for the engine and torch.optim
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
-``book``     the book's build (``python -m attnsvm.book build``)
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
-``optim_geometry``   Part IV: geometry rules (steepest, mirror, PRGD, scheduled Adam)
-``ntp``      training wrappers of linear next-token prediction (to be removed: use ``fit``)
+
+The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_book build``, the
+``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
@@ -33,9 +34,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices", "book",
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
                "bounds", "claims", "experiments",
-               "graphs", "optim_geometry", "ntp")   # Part IV
+               "graphs")   # Part IV
 
 #: public name -> submodule that defines it
 _EXPORTS = {

@@ -17,6 +17,14 @@ notebooks evaluate them here).
   :math:`1 - \mathrm{corr}(W_t, W_{mm})` from the first step :math:`t_0` at which the hypotheses
   of the GD rate theorem hold (book: ``thm-gd-direction``; also the capped Polyak step once
   capped, with :math:`\eta = \eta_{\max}`, ``cor-polyak-cap-direction``).
+* global directional convergence under (Cx), from :math:`t = 0` (book: ``cor-global-direction``):
+  :func:`global_ngd_direction_bound`, :func:`global_gd_direction_constant`,
+  :func:`global_gd_direction_bound`.
+* NGD's :math:`O(1/t)` margin rate on separable linear data (book: ``thm-ngd-margin-rate``):
+  :func:`ngd_margin_step`, :func:`ngd_margin_gap_bound`; idealized progressive rescaling
+  (book: ``prop-prgd-ideal``): :func:`prgd_ideal_gap_bound`.
+* NGD's directional bound without the curvature floor (book: ``thm-ngd-no-floor``):
+  :func:`ngd_floorless_constants`, :func:`ngd_floorless_bound`.
 * Part III's equal-score model (book: ``def-equal-scores``): the lifted features
   :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` (:func:`lifted_factors`), the token
   scores split at ``opt`` (:func:`opt_scores`), the proofs' constants :math:`R_A, \gamma_A,
@@ -33,6 +41,7 @@ notebooks evaluate them here).
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import lambertw
 
 from . import tokens
 from ._checks import as_float_array
@@ -41,10 +50,13 @@ from .losses import get_loss
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
-           "global_excess_bound", "mass_from_excess", "finite_part_bound", "lifted_factors", "opt_scores", "constants",
-           "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold",
+           "global_excess_bound", "mass_from_excess", "finite_part_bound", "lifted_factors", "opt_scores",
+           "constants", "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold",
            "polyak_star_progress_bound", "gd_step_condition", "ngd_linear_holds",
-           "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min"]
+           "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min",
+           "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
+           "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
+           "ngd_floorless_constants", "ngd_floorless_bound"]
 
 
 
@@ -376,6 +388,297 @@ def finite_part_bound(gap_j, P):
     with np.errstate(divide="ignore", invalid="ignore"):
         b = 2.0 * np.log1p(delta / (pmin - delta))
     return np.where(delta < pmin, b, np.inf)
+
+
+# ------------------------------------------------- global directional convergence under (Cx)
+def global_ngd_direction_bound(etas, E0, W0_norm, *, mu0, eps0, gamma_A, H):
+    r"""NGD's directional bound from :math:`t = 0` under (Cx) (book: ``cor-global-direction``
+    (a)): for steps :math:`\eta_s \le \mu_0/H` (any schedule), with :math:`t_r` the first
+    :math:`t` with :math:`\sum_{s<t}\eta_s \ge 2\log(E_0/\varepsilon_0)_+/\mu_0`, at every
+    :math:`t \ge t_r`
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le
+        \max\Big(\frac{N_{\mathrm{lo}} + a_t}{N_{\mathrm{lo}} + S_t},\
+                 \frac{\bar N + a_t}{\bar N + S_t}\Big),
+
+    with :math:`S_t = \sum_{t_r\le s<t}\eta_s`,
+    :math:`a_t = (1-\log 2)/\gamma_A + \frac{H}{2\gamma_A}\sum_{t_r\le s<t}\eta_s^2`,
+    :math:`\bar N = \|W_0\|_F + \sum_{s<t_r}\eta_s` and :math:`N_{\mathrm{lo}} = \log 2/\gamma_A`.
+    For :math:`\eta_s = \eta_0/\sqrt{s+1}` it is :math:`O(\log t/\sqrt t)`.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,)
+        The steps :math:`\eta_0, \dots, \eta_{K-1}` (> 0), one schedule for every trial.
+    E0, W0_norm : array_like, shape () or (B,)
+        :math:`E(W_0)` and :math:`\|W_0\|_F` (>= 0).
+    mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+        :math:`\mu_0` (:func:`global_mu0`) and the constants of the chapter.
+
+    Returns
+    -------
+    bound : ndarray, shape (K + 1, B)
+        The bound at :math:`t = 0, \dots, K`; NaN where :math:`t < t_r`.
+    t_r : ndarray, shape (B,)
+        The reaching step (``inf`` where the schedule is too short).
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    E0, mu0, eps0, gamma_A, H = (np.atleast_1d(a).astype(float) for a in
+                                 _arrays(E0=E0, mu0=mu0, eps0=eps0, gamma_A=gamma_A, H=H))
+    W0_norm = np.atleast_1d(np.asarray(W0_norm, dtype=float))
+    if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
+        raise ValueError("W0_norm must be finite and >= 0")
+    if np.any(etas[:, None] > (mu0 / H)[None, :] * (1 + 1e-12)):
+        raise ValueError("etas must be at most mu0/H (the step condition of thm-global-region)")
+    S1 = np.concatenate([[0.0], np.cumsum(etas)])                  # sum_{s<t} eta_s, t = 0..K
+    S2 = np.concatenate([[0.0], np.cumsum(etas ** 2)])
+    need = 2 * np.maximum(np.log(E0 / eps0), 0.0) / mu0            # (B,)
+    ok = S1[:, None] >= need[None, :] * (1 - 1e-15)
+    reached = ok.any(axis=0)
+    k_r = np.where(reached, np.argmax(ok, axis=0), 0)
+    t_r = np.where(reached, k_r.astype(float), np.inf)
+    S = S1[:, None] - S1[k_r][None, :]
+    a = (1 - np.log(2)) / gamma_A + H / (2 * gamma_A) * (S2[:, None] - S2[k_r][None, :])
+    N_bar = W0_norm + S1[k_r]
+    N_lo = np.log(2) / gamma_A
+    b = np.maximum((N_lo + a) / (N_lo + S), (N_bar + a) / (N_bar + S))
+    later = reached[None, :] & (np.arange(etas.size + 1)[:, None] >= k_r[None, :])
+    return np.where(later, b, np.nan), t_r
+
+
+def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H):
+    r"""The constant :math:`\bar D` of GD's directional bound from :math:`t = 0` under (Cx)
+    (book: ``cor-global-direction`` (b)), at a step :math:`\eta` within the global theorem's
+    (:func:`global_steps`): with :math:`\tilde E = \min(E_0, \varepsilon_0)`,
+
+    .. math::
+
+        \bar D = \|W_0\|_F + \frac{1}{\gamma_A}\Big(\Big(\frac{1}{\varepsilon_0}
+                 + \frac{3\eta H}{2}\Big)\tilde E - \log\frac{2\varepsilon_0}{\tilde E}\Big)
+               + \frac{2}{\mu_0}\log\frac{2E_0}{\varepsilon_0}\,[E_0 > \varepsilon_0].
+
+    Then :math:`1-\mathrm{corr}(W_t, W_{mm}) \le \bar D/\|W_t\|_F \le \gamma_A\bar D/
+    \log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)` for every :math:`t \ge t_r`, the
+    GD reaching time of :func:`t_reach`.
+
+    Returns
+    -------
+    D_bar, t_r : ndarray, shape () or (B,)
+    """
+    E0, eta, mu0, eps0, gamma_A, H = _arrays(E0=E0, eta=eta, mu0=mu0, eps0=eps0,
+                                             gamma_A=gamma_A, H=H)
+    W0_norm = np.asarray(W0_norm, dtype=float)
+    if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
+        raise ValueError("W0_norm must be finite and >= 0")
+    if np.any(eta * E0 * H > 1 + 1e-12):
+        raise ValueError("eta * E0 must be at most 1/H (a step condition of thm-global-region)")
+    t_r = t_reach(E0, eps0, eta, mu0, optimizer="gd")
+    Et = np.minimum(E0, eps0)
+    reach = np.where(E0 > eps0, 2 / mu0 * np.log(2 * E0 / eps0), 0.0)
+    D_bar = W0_norm + ((1 / eps0 + 1.5 * eta * H) * Et - np.log(2 * eps0 / Et)) / gamma_A + reach
+    return D_bar, t_r
+
+
+def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, norm=None):
+    r"""GD's directional bound from :math:`t = 0` under (Cx) (book: ``cor-global-direction``
+    (b)): :math:`\gamma_A\bar D/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)`, or with
+    the measured ``norm`` :math:`\|W_t\|_F` the sharper :math:`\bar D/\|W_t\|_F`;
+    :math:`\bar D` of :func:`global_gd_direction_constant`. NaN where :math:`t < t_r`.
+
+    Parameters
+    ----------
+    t : array_like, shape (K,), steps >= 0
+    E0, W0_norm, eta, mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+    norm : array_like, shape (K, B), optional
+
+    Returns
+    -------
+    ndarray, shape (K, B)
+    """
+    t = np.asarray(t, dtype=float)
+    if t.ndim != 1 or np.any(t < 0):
+        raise ValueError("t must be a 1-d array of steps >= 0")
+    D_bar, t_r = global_gd_direction_constant(E0, W0_norm, eta=eta, mu0=mu0, eps0=eps0,
+                                              gamma_A=gamma_A, H=H)
+    D_bar, t_r = np.atleast_1d(D_bar), np.atleast_1d(t_r)
+    E0, eta, mu0, eps0, gamma_A = (np.atleast_1d(np.asarray(a, dtype=float))
+                                   for a in (E0, eta, mu0, eps0, gamma_A))
+    later = t[:, None] >= t_r[None, :]
+    if norm is not None:
+        norm = np.asarray(norm, dtype=float)
+        if np.any(norm <= 0):
+            raise ValueError("norm must be positive")
+        b = D_bar / norm
+    else:
+        b = gamma_A * D_bar / np.log(2 * eps0 / E0 + eps0 * eta * mu0 ** 2 * t[:, None])
+    return np.where(later, b, np.nan)
+
+
+# ------------------------------------------------- NGD's margin rate on separable linear data
+def ngd_margin_step(gamma, R):
+    r"""The largest step of the NGD margin-rate theorem (book: ``thm-ngd-margin-rate``): the
+    :math:`\eta` with :math:`\eta\,e^{2\eta R} = \gamma/(2R^2)`, i.e.
+    :math:`\eta = W_0(\gamma/R)/(2R)` (:math:`W_0` the principal Lambert function); every
+    :math:`\eta` at most this satisfies the theorem's condition :math:`\eta e^{2\eta R} \le
+    \gamma/(2R^2)`.
+
+    Parameters
+    ----------
+    gamma : array_like (> 0), the :math:`\ell_2` maximum margin :math:`\gamma`
+    R : array_like (> 0), :math:`\max_i\|x_i\|_2`
+    """
+    gamma, R = _arrays(gamma=gamma, R=R)
+    if np.any(gamma > R * (1 + 1e-12)):
+        raise ValueError("gamma must be at most R (the margin of a unit vector is at most max |x_i|)")
+    return np.real(lambertw(gamma / R)) / (2 * R)
+
+
+def ngd_margin_gap_bound(etas, n):
+    r"""NGD's margin-gap bound on separable linear data (book: ``thm-ngd-margin-rate``;
+    exponential loss, :math:`\ell_2`, :math:`w_0 = 0`, steps :math:`\eta_s e^{2\eta_sR} \le
+    \gamma/(2R^2)`):
+
+    .. math::
+
+        \gamma - \bar\gamma(w_t) \le \frac{\log n}{S_t},\qquad S_t = \sum_{s<t}\eta_s,
+
+    at every :math:`t` with :math:`\gamma S_t \ge \log n`; :math:`\log n/(\eta t)` for a
+    constant step.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,), the steps (> 0)
+    n : int, number of data points (>= 1)
+
+    Returns
+    -------
+    ndarray, shape (K + 1,): the bound at :math:`t = 0, \dots, K` (``inf`` at :math:`t = 0`).
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    S = np.concatenate([[0.0], np.cumsum(etas)])
+    with np.errstate(divide="ignore"):
+        return np.where(S > 0, np.log(n) / np.where(S > 0, S, 1.0), np.inf)
+
+
+def prgd_ideal_gap_bound(R, n, delta=0.0):
+    r"""The margin-gap bound of idealized progressive rescaling (book: ``prop-prgd-ideal``;
+    exponential loss, :math:`\ell_2`): any :math:`w` with :math:`\|w\|_2 \le R` and
+    :math:`\log\mathcal{L}(w) \le \log\min_{\|v\|_2\le R}\mathcal{L}(v) + \delta` has
+
+    .. math::
+
+        \gamma - \bar\gamma(w) \le \frac{\log n + \delta}{R}
+        \qquad\text{whenever } R\gamma \ge \log n + \delta ;
+
+    at :math:`R_k = c^k` and exact inner minimization (:math:`\delta = 0`) this is
+    :math:`c^{-k}\log n`.
+
+    Parameters
+    ----------
+    R : array_like (> 0), the radius
+    n : int, number of data points (>= 1)
+    delta : array_like (>= 0), the inner loop's excess of :math:`\log\mathcal{L}`
+    """
+    (R,) = _arrays(R=R)
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    delta = np.asarray(delta, dtype=float)
+    if np.any(delta < 0) or np.any(~np.isfinite(delta)):
+        raise ValueError("delta must be finite and >= 0")
+    return (np.log(n) + delta) / R
+
+
+# ------------------------------------------------- NGD's directional bound without the floor
+def ngd_floorless_constants(eta, *, R_A, gamma_A, Delta_max, b_minus, b_plus):
+    r"""The constants of NGD's floor-free directional bound (book: ``thm-ngd-no-floor``), for
+    steps at most ``eta``:
+
+    .. math::
+
+        \omega = 3\eta R_A + 2\Delta_{\max}\sinh(\eta R_A),\qquad
+        \vartheta = \frac{2\eta R_A^2}{\gamma_A}e^{\Delta_{\max} + 2\omega},
+
+    .. math::
+
+        c_r = \max(2, \Delta_{\max}e^{\Delta_{\max}}),\quad
+        c_3 = 2R_A^2\Big(\frac{\Delta_{\max}}{4b^-} + \frac{2b^+}{b^-}\Big),\quad
+        c_\psi = c_rR_A + \frac{\eta}{2}\big(e^{\Delta_{\max}}c_rR_A^2 + c_3\big),
+
+    with :math:`b^- = \min_ib^-_i`, :math:`b^+ = \max_ib^+_i`. The theorem needs
+    :math:`\vartheta \le 1` (and :math:`\eta \le \min(\log 2/R_A, \mu/H)`).
+
+    Returns
+    -------
+    theta, c_psi : ndarray
+    """
+    eta, R_A, gamma_A, Delta_max, b_minus, b_plus = _arrays(
+        eta=eta, R_A=R_A, gamma_A=gamma_A, Delta_max=Delta_max, b_minus=b_minus, b_plus=b_plus)
+    omega = 3 * eta * R_A + 2 * Delta_max * np.sinh(eta * R_A)
+    theta = 2 * eta * R_A ** 2 / gamma_A * np.exp(Delta_max + 2 * omega)
+    c_r = np.maximum(2.0, Delta_max * np.exp(Delta_max))
+    c3 = 2 * R_A ** 2 * (Delta_max / (4 * b_minus) + 2 * b_plus / b_minus)
+    c_psi = c_r * R_A + eta / 2 * (np.exp(Delta_max) * c_r * R_A ** 2 + c3)
+    return theta, c_psi
+
+
+def ngd_floorless_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H, R_A, Delta_max, b_minus,
+                        b_plus):
+    r"""NGD's directional bound without the curvature floor (book: ``thm-ngd-no-floor``): in the
+    equal-score model, for steps :math:`\eta_s \le \bar\eta` with
+    :math:`\bar\eta \le \min(\log 2/R_A, \mu/H)` and :math:`\vartheta(\bar\eta) \le 1`
+    (:func:`ngd_floorless_constants`), from :math:`E(W_{t_0}) \le \varepsilon_0`,
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le
+        \frac{\|W_{t_0}\|_F - \log(2\varepsilon_0/E(W_{t_0}))/\gamma_A
+              + \frac{2c_\psi E(W_{t_0})}{\gamma_A\mu\varepsilon_0}(1 - P_t)}
+             {\|W_{t_0}\|_F + \sum_{s<t}\eta_s},
+
+    :math:`P_t = \prod_{s<t}(1 - \eta_s\mu/2)`: :math:`O(1/t)` at a constant step, where
+    :func:`ngd_direction_bound` stops at :math:`\eta H/(2\gamma_A)`.
+
+    Parameters
+    ----------
+    etas : array_like, shape (K,), the steps from :math:`t_0` (one schedule for every trial)
+    E_t0, norm_t0 : array_like, shape () or (B,)
+    mu, eps0, gamma_A, H, R_A, Delta_max, b_minus, b_plus : array_like, shape () or (B,)
+        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+
+    Returns
+    -------
+    ndarray, shape (K + 1, B): the bound at :math:`t = t_0, \dots, t_0 + K`.
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    E_t0, norm_t0, mu, eps0, gamma_A, H, R_A = (np.atleast_1d(np.asarray(a, dtype=float))
+                                                for a in (E_t0, norm_t0, mu, eps0, gamma_A, H, R_A))
+    if np.any(E_t0 <= 0) or np.any(E_t0 > eps0):
+        raise ValueError("E_t0 must lie in (0, eps0] (the hypothesis of the bound)")
+    if np.any(norm_t0 <= 0):
+        raise ValueError("norm_t0 must be positive")
+    eta_bar = etas.max()
+    if np.any(eta_bar > np.minimum(np.log(2) / R_A, mu / H) * (1 + 1e-12)):
+        raise ValueError("etas must be at most min(log 2/R_A, mu/H)")
+    theta, c_psi = ngd_floorless_constants(eta_bar, R_A=R_A, gamma_A=gamma_A, Delta_max=Delta_max,
+                                           b_minus=b_minus, b_plus=b_plus)
+    if np.any(theta > 1 + 1e-12):
+        raise ValueError("etas too large: the variance condition theta <= 1 fails")
+    S1 = np.concatenate([[0.0], np.cumsum(etas)])[:, None]
+    P = np.exp(np.concatenate([np.zeros((1, mu.size)),
+                               np.cumsum(np.log1p(-etas[:, None] * mu[None, :] / 2), axis=0)]))
+    num = (norm_t0 - np.log(2 * eps0 / E_t0) / gamma_A
+           + 2 * c_psi * E_t0 / (gamma_A * mu * eps0) * (1 - P))
+    return num / (norm_t0 + S1)
 
 
 # ----------------------------------------------------------------------------- the equal-score model

@@ -124,7 +124,8 @@ def _color_for(label) -> str | None:
     return None
 
 
-def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.75), **kwargs):
+def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.75), floor=None,
+               **kwargs):
     """Plot the median over trials of ``values`` (shape (K, B)) with an interquartile band.
 
     Parameters
@@ -138,6 +139,10 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
         (``"W"``, ``"KQ"`` or ``"(K,Q)"``, ``"GD"``, ...).
     quantiles : (float, float)
         The band's lower and upper quantiles over trials.
+    floor : float > 0, optional
+        Values below ``floor`` (e.g. a gap that is exactly 0 in some trial) are drawn at
+        ``floor``, so a log axis shows them; a figure that uses it says so in its caption.
+        NaN stays NaN.
 
     Notes
     -----
@@ -152,6 +157,10 @@ def trial_band(ax, steps, values, *, label=None, color=None, quantiles=(0.25, 0.
     if steps.ndim != 1 or values.shape[0] != steps.shape[0]:
         raise ValueError(f"values must have one row per step: steps has shape {steps.shape}, "
                          f"values has shape {values.shape}")
+    if floor is not None:
+        if not (isinstance(floor, (int, float)) and floor > 0):
+            raise ValueError(f"floor must be a positive number, got {floor!r}")
+        values = np.where(np.isnan(values), np.nan, np.maximum(values, floor))
     if color is None and label is not None:
         color = _color_for(label)
     if ax.get_xscale() == "log":
@@ -267,7 +276,7 @@ def _sweep_rows(table):
     """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
     columns or a pandas DataFrame."""
     if isinstance(table, (str, os.PathLike)):
-        from .book.sweep import read_table
+        from attnsvm_book.sweep import read_table  # deferred: the build's table reader
 
         return read_table(table)
     if hasattr(table, "to_dict") and not isinstance(table, dict):  # a pandas DataFrame
@@ -286,7 +295,7 @@ def sweep_plot(table, x: str, y: str, *, by: str | None = None, ax=None, logx: b
     Parameters
     ----------
     table : list of dict, path, dict of columns or pandas DataFrame
-        The table of ``python -m attnsvm.book sweep`` (:func:`attnsvm.book.sweep`), or its CSV
+        The table of ``python -m attnsvm_book sweep`` (:func:`attnsvm_book.sweep`), or its CSV
         or Parquet file.
     x, y : str
         Column names: a swept parameter and a glued value.

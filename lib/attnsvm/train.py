@@ -735,7 +735,7 @@ def fit(data, **options):
     log-loss, norm, correlations with ``refs``, and for attention models the optimal-token mass
     and the selected tokens); ``snapshots`` adds any named parameter (``History.trajectory``).
     A caller that needs its own quantity along a trajectory (e.g. the iterates of
-    :func:`attnsvm.optim_geometry.run`, a rate measured at every step) passes the steps it needs
+    the Part IV geometry runs, a rate measured at every step) passes the steps it needs
     as ``record_every`` and the parameters as ``snapshots``, and computes from
     ``History.trajectory``: there is no second training loop.
 

@@ -110,6 +110,39 @@ class NTPAttentionRun:
         out["dim_F"] = float(_nanmedian(self.config["dim_F"]))
         return out
 
+    def claims(self):
+        r"""The chapter's checked sentences, ``name -> (holds, detail)``
+        (:func:`attnsvm.claims.check`): the top components are non-trivial; under GD
+        :math:`P_\perp W_T` aligns with :math:`W^G_{mm}` (correlation at least 0.97, above that of
+        :math:`W_T`, still rising over the last decade), :math:`P_F W_T` fits :math:`W^*` (relative
+        error at most 0.05), attention puts mass at least 0.99 on :math:`O_i`, the excess loss
+        decreases between records and every curve of the figure is lower at the end than a decade
+        earlier; NGD aligns better and fits :math:`W^*` worse, its finite part stalling (end over
+        a decade earlier above 0.5)."""
+        s = self.summary()
+        corr_gd, relerr_gd, mass_gd = s["corr_gd"], s["relerr_gd"], s["mass_gd"]
+        return {
+            "graph_nontrivial": (s["frac_multi"] > 0, "fraction of sequences whose top component "
+                                 f"holds >= 2 of their tokens: {s['frac_multi']}"),
+            "corr_graph": (corr_gd >= 0.97, f"median corr(P_perp W_T, W_G) under GD: {corr_gd}"),
+            "perp_above_full": (corr_gd > s["corr_full_gd"], f"corr of P_perp W_T {corr_gd} "
+                                f"against corr of W_T {s['corr_full_gd']}"),
+            "finite_fit": (relerr_gd <= 0.05, f"median relative error of P_F W_T: {relerr_gd}"),
+            "mass_top": (mass_gd >= 0.99, f"median smallest mass on O_i: {mass_gd}"),
+            "gd_monotone": (s["gap_monotone_gd"] == 1,
+                            "the excess loss rises between recorded GD steps"),
+            "corr_rising": (s["corr_gain_gd"] > 0, "median gain of corr over the last decade of "
+                            f"GD steps: {s['corr_gain_gd']}"),
+            "ngd_corr_higher": (s["corr_ngd"] > corr_gd,
+                                f"NGD {s['corr_ngd']} against GD {corr_gd}"),
+            "ngd_finite_worse": (s["relerr_ngd"] > relerr_gd, "NGD relative error "
+                                 f"{s['relerr_ngd']} against GD {relerr_gd}"),
+            "gd_late_decrease": (s["late_decrease_gd"] == 1, "a GD curve of the figure is not "
+                                 "lower at the end than a decade earlier"),
+            "ngd_finite_stalls": (s["relerr_ratio_ngd"] > 0.5, "NGD relative error, end / a "
+                                  f"decade earlier: {s['relerr_ratio_ngd']}"),
+        }
+
 
 def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
                              embedding="orthonormal", trials=8, steps=20000, lr=None,

@@ -532,6 +532,30 @@ class RegPathStudy:
             })
         return out
 
+    def claims(self):
+        r"""The chapter's interpretive sentences, as ``name -> (holds, detail)``
+        (:func:`attnsvm.claims.check`), on the Frobenius path:
+
+        * ``steeper_than_proved``: every instance's fitted slope is below :math:`-1.5`, steeper
+          than the proved :math:`R^{-1}`;
+        * ``bound_room``: the gap is at most a quarter of the theorem's bound at every radius and
+          instance;
+        * ``nonconvex_visible``: every random start reaches the kept objective at the smallest
+          radius, at most half of them at the largest.
+        """
+        slopes = self.slopes(self.path)
+        ratio = float(np.max(self.gap(self.path) / self.bound()))
+        reach = self.reach(self.path)
+        first, final = float(np.mean(reach[0])), float(np.mean(reach[-1]))
+        return {
+            "steeper_than_proved": (bool(np.max(slopes) < -1.5),
+                                    f"largest slope {np.max(slopes):.3f} (< -1.5)"),
+            "bound_room": (bool(ratio <= 0.25), f"largest gap / bound {ratio:.3g} (<= 0.25)"),
+            "nonconvex_visible": (bool(first == 1.0 and final <= 0.5),
+                                  f"fraction of random starts reaching the objective: {first:.2f} "
+                                  f"at the smallest radius (= 1), {final:.2f} at the largest (<= 0.5)"),
+        }
+
 
 @renamed(instances="trials")
 def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,

@@ -85,6 +85,57 @@ class SeparableRun:
                 out["gd_loglog_ratio"] = float(_nanmedian(prod.max(axis=0) / prod.min(axis=0)))
         return out
 
+    def norm_growth(self, name):
+        r"""Median over trials of :math:`\|w_T\|/\|w_{t_1}\|`, :math:`t_1` the first record step
+        :math:`\ge T/10` (linear growth gives about :math:`T/t_1`, logarithmic growth
+        :math:`\log T/\log t_1`)."""
+        i1 = int(np.searchsorted(self.steps, self.config["steps"] / 10))
+        h = self.runs[name]
+        return float(_nanmedian(h.norm[-1] / h.norm[i1]))
+
+    def claims(self):
+        r"""The chapter's interpretive sentences, as ``name -> (holds, detail)``
+        (:func:`attnsvm.claims.check`); only the claims whose optimizers were run.
+
+        * ``gd_log_rate``: GD's slope is above :math:`-0.3` and its error times :math:`\log t`
+          varies by less than a factor 1.5 over the last decade (a :math:`1/\log t` rate);
+        * ``ngd_polyak_polynomial``: NGD's and the uncapped Polyak step's slopes lie in
+          :math:`(-1.2, -0.6)` (polynomial, near :math:`-1`);
+        * ``capped_crawls``: the capped Polyak step's slope is above :math:`-0.2` and its final
+          error at least 10 times the uncapped one's;
+        * ``adam_slow``: Adam's slope is less than half of NGD's in magnitude;
+        * ``norm_growth``: over the last decade NGD's norm grows by a factor above 8 (linear:
+          about 9.2 at the default records) and GD's by less than 2 (logarithmic).
+        """
+        s = self.summary()
+        have = set(self.err)
+        out = {}
+        if "gd" in have:
+            out["gd_log_rate"] = (
+                bool(s["slope_gd"] > -0.3 and s["gd_loglog_ratio"] < 1.5),
+                f"slope {s['slope_gd']:.3f} (> -0.3), err log t ratio {s['gd_loglog_ratio']:.3f} (< 1.5)")
+        if {"ngd", "polyak"} <= have:
+            sl = (s["slope_ngd"], s["slope_polyak"])
+            out["ngd_polyak_polynomial"] = (
+                bool(all(-1.2 < v < -0.6 for v in sl)),
+                f"slopes NGD {sl[0]:.3f}, Polyak {sl[1]:.3f} (in (-1.2, -0.6))")
+        if {"polyak", "polyak_capped"} <= have:
+            ratio = s["err_final_polyak_capped"] / s["err_final_polyak"]
+            out["capped_crawls"] = (
+                bool(s["slope_polyak_capped"] > -0.2 and ratio > 10),
+                f"capped slope {s['slope_polyak_capped']:.3f} (> -0.2), final error "
+                f"{ratio:.3g} times the uncapped one's (> 10)")
+        if {"adam", "ngd"} <= have:
+            out["adam_slow"] = (
+                bool(s["slope_adam"] > 0.5 * s["slope_ngd"]),
+                f"slope Adam {s['slope_adam']:.3f} vs half of NGD's {0.5 * s['slope_ngd']:.3f}")
+        if {"gd", "ngd"} <= have:
+            g_ngd, g_gd = self.norm_growth("ngd"), self.norm_growth("gd")
+            out["norm_growth"] = (
+                bool(g_ngd > 8 and g_gd < 2),
+                f"norm growth over the last decade: NGD {g_ngd:.3f} (> 8), GD {g_gd:.3f} (< 2)")
+        return out
+
 
 def separable_rates(n=40, d=10, *, margin=0.1, trials=8, steps=20000, settings=None, seed=0,
                     device="auto", **fit_kw):

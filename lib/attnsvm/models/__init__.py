@@ -67,7 +67,7 @@ Any other model trains through :func:`attnsvm.train.fit` by passing the model *o
   the true gradient of parameter ``j`` being :math:`e^{\sigma_j}` ``grads[j]``;
 * optional ``L_star(batch) -> (B,)``, the infimum (for ``polyak_star`` and ``History.excess``).
 
-Implemented: :class:`NTPLinear` (linear next-token prediction, :mod:`attnsvm.ntp`),
+Implemented: :class:`NTPLinear` (linear next-token prediction, data :class:`attnsvm.data.NTPData`),
 :class:`NTPUFM` (the NTP unconstrained-features model: context and word embeddings trained) and
 :class:`MarginObjective` (a margin model and a loss on a ready batch of tensors).
 

@@ -12,8 +12,8 @@ objective is the cross-entropy with the soft labels :math:`p_j` and frequencies 
 
 with log-sum-exp softmax; its infimum is the entropy
 :math:`L^\star = -\sum_j\pi_j\sum_z p_{jz}\log p_{jz}`. The logit geometry of its iterates is
-read with :mod:`attnsvm.ntp` (``logit_project_F``, ``logit_finite``, ``logit_svm``,
-``collapse_ratio``).
+read with :mod:`attnsvm.svm` (``logit_project_F``, ``logit_finite``, ``logit_svm``) and
+:func:`attnsvm.metrics.collapse_ratio`.
 """
 from __future__ import annotations
 

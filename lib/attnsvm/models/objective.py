@@ -36,7 +36,8 @@ A model object ``net`` passed as ``fit(data, model=net, ...)`` provides
 ``param_shapes(batch) -> dict name -> shape``) and the defaults; :class:`MarginObjective`
 puts a margin model (:class:`~attnsvm.models.LinearClassifier`,
 :class:`~attnsvm.models.AttentionClassifier`) and a loss on this interface, with a ready
-batch of tensors and given parameters (what :func:`attnsvm.optim_geometry.run` trains).
+batch of tensors and given parameters (how the Part IV drivers train them with
+:func:`attnsvm.train.fit`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,34 @@
-"""The dense interior-point path (Frobenius norm): formulations, Newton steps, polishing."""
+"""The dense interior-point path (Frobenius norm): formulations, Newton steps, polishing.
+
+BLAS threads: the whole solve (Gram matrix, Cholesky factorizations, triangular solves) runs
+with at most :data:`BLAS_THREADS` BLAS threads (``threadpoolctl``). Its matrices are small
+(a Newton system of n(T-1) = 1500 rows for n = 100, T = 16): one thread is at most ~2x slower
+on an idle machine and 10-20x faster on a busy one, where OpenBLAS's threads spin against the
+other processes (``benchmarks/svm_threads.py`` prints both).
+"""
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 import scipy.linalg as sla
+from threadpoolctl import ThreadpoolController
 
 from ._common import _RESCALE_TOL
+
+#: BLAS threads of a dense solve; None leaves the BLAS library's own setting
+BLAS_THREADS: int | None = 1
+
+
+@functools.cache
+def _controller() -> ThreadpoolController:
+    # built once: it inspects the loaded shared libraries, which takes milliseconds
+    return ThreadpoolController()
+
+
+def _blas_limit():
+    """A context manager bounding the BLAS threads to :data:`BLAS_THREADS` (None: no bound)."""
+    return _controller().limit(limits=BLAS_THREADS, user_api="blas")
 
 
 # ----------------------------------------------------------------------------- dense IPM
@@ -161,7 +184,15 @@ def _verify_fro(prob, lam):
 
 
 def _fro_ipm(prob, form):
-    """Solve the Frobenius SVM (no equality rows) with a dense IPM; None if unverified."""
+    """Solve the Frobenius SVM (no equality rows) with a dense IPM; None if unverified.
+
+    Runs with at most :data:`BLAS_THREADS` BLAS threads (see the module's documentation).
+    """
+    with _blas_limit():
+        return _fro_ipm_body(prob, form)
+
+
+def _fro_ipm_body(prob, form):
     if form == "primal":
         F = prob.features()
         out = _ipm_primal(F)

@@ -1,4 +1,4 @@
-"""The book's command line, ``python -m attnsvm.book COMMAND``.
+"""The book's command line, ``python -m attnsvm_book COMMAND``.
 
 ::
 
@@ -11,7 +11,9 @@
 
 Errors are one line on stderr (``error: ...``). A ``-p`` that names no parameter of the notebook,
 or gives a value of the wrong type, is refused before anything runs with exit status 2; other
-errors (an unknown profile or notebook, a failed execution or render) exit with status 1.
+errors (an unknown profile or notebook, a failed execution or render, an unwritable build
+directory, another build writing to it) exit with status 1; an interrupt (Ctrl-C, SIGINT) with
+status 130, nothing of the interrupted execution cached.
 """
 from __future__ import annotations
 
@@ -19,8 +21,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .build import BuildError, build, find_root, strip_outputs
-from .params import ParameterError
+from ._core import BuildError, find_root, strip_outputs
+from .build import build
+from .parallel import default_workers, parse_resources
+from .params import ParameterError, notebook_defaults, resolve_profile
+from .run import run_notebook
+from .sweep import sweep
 
 __all__ = ["main", "list_lines"]
 
@@ -36,8 +42,6 @@ def _workers(text: str) -> int:
 
 
 def _add_execution_options(p: argparse.ArgumentParser, what: str) -> None:
-    from .parallel import default_workers
-
     p.add_argument("--workers", type=_workers, default=None,
                    help=f"execute {what} as Dask tasks on a local cluster of N worker processes "
                         f"(default: the number of cores, {default_workers()}; 1 runs them in "
@@ -52,8 +56,6 @@ def _add_execution_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _execution_kwargs(args) -> dict:
-    from .parallel import default_workers, parse_resources
-
     if args.scheduler and args.workers:
         raise BuildError("give --workers (a local cluster) or --scheduler (an existing one), "
                          "not both")
@@ -65,9 +67,6 @@ def _execution_kwargs(args) -> dict:
 def list_lines(root: Path, profile: str) -> list[str]:
     """The lines of ``list``: each notebook, then each parameter with its value under ``profile``
     (the notebook's default, or the profile's value marked with the default it replaces)."""
-    from .build import resolve_profile
-    from .params import notebook_defaults
-
     lines = []
     for nb, params in resolve_profile(root, profile).items():
         lines.append(f"{nb}:")
@@ -88,7 +87,7 @@ def _pairs(items) -> list[tuple[str, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attnsvm.book",
+        prog="python -m attnsvm_book",
         description="The book's build: execute the notebooks under a profile, then render.",
         epilog="Each command has its own --help.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,8 +156,6 @@ def main(argv=None) -> int:
             print("\n".join(list_lines(root, args.profile)))
             return 0
         if args.command == "run":
-            from .run import run_notebook
-
             out = run_notebook(args.notebook, _pairs(args.parameter), root=args.root,
                                profile=args.profile, build_dir=args.build_dir,
                                render_html=not args.no_render)
@@ -167,8 +164,6 @@ def main(argv=None) -> int:
                 print(f"HTML page: {out['html']}")
             return 0
         if args.command == "sweep":
-            from .sweep import sweep
-
             rows = sweep(args.notebook, _pairs(args.parameter), root=args.root,
                          profile=args.profile, build_dir=args.build_dir, out=args.out,
                          force=args.force, **_execution_kwargs(args))
@@ -185,5 +180,9 @@ def main(argv=None) -> int:
     except ValueError as exc:  # e.g. a bad --resources, a device that is not available
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; the execution under way was not cached (the notebooks that "
+              "finished are, and the next build resumes from them)", file=sys.stderr)
+        return 130
     return 0
 

@@ -1,7 +1,7 @@
-"""One notebook, one page: ``python -m attnsvm.book run notebooks/X.ipynb -p name value ...``.
+"""One notebook, one page: ``python -m attnsvm_book run notebooks/X.ipynb -p name value ...``.
 
 :func:`run_notebook` checks every ``-p`` against the notebook's parameters cell (names and
-types, :mod:`attnsvm.book.params`) before anything runs, executes the notebook with papermill
+types, :mod:`attnsvm_book.params`) before anything runs, executes the notebook with papermill
 (optionally on top of a profile's parameters), and renders that notebook alone as an HTML page
 with the book's configuration — its math macros, MathJax settings and glued figures — through
 Jupyter Book, in a small project of its own under ``<build_dir>/run/<notebook>/``. Cross
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from .build import (BUILD_DIR, STAGED_FILES, BuildError, NotebookFailed, _atomic_write_text,
-                    _literal, find_root, notebook_parameters, render, resolve_profile)
-from .params import validate_overrides
+from ._core import (BUILD_DIR, STAGED_FILES, BuildError, BuildLock, NotebookFailed,
+                    _atomic_write_text, _literal, find_root, notebook_parameters, render)
+from .parallel import make_job, run_job
+from .params import resolve_profile, validate_overrides
 
 __all__ = ["run_notebook", "stage_single"]
 
@@ -96,8 +97,6 @@ def run_notebook(notebook, overrides=(), *, root=None, profile: str | None = Non
     NotebookFailed
         The notebook raised (the message names the cell and the exception).
     """
-    from .parallel import make_job, run_job
-
     root = find_root(root)
     nb = relative_notebook(root, notebook)
     params = validate_overrides(root / nb, list(overrides), root=root)
@@ -109,22 +108,23 @@ def run_notebook(notebook, overrides=(), *, root=None, profile: str | None = Non
     failed = base / "failed" / Path(nb).name
     defaults = notebook_parameters(root / nb)
     device = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
-    shown = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "its defaults"
-    log(f"running {nb} with {shown}")
-    res = run_job(make_job(root, nb, params, executed, failed, device=device,
-                           kernel_name=kernel_name))
-    if res["status"] != "ok":
-        raise NotebookFailed(f"{res['error']} (the executed copy is kept in {failed})")
-    log(f"executed in {res['seconds']:.1f} s ({res['device_label']}): {executed}")
-    html = None
-    if render_html:
-        t0 = time.perf_counter()
-        page = stage_single(root, executed, base / "stage")
-        render(base / "stage", base, strict=False)
-        html = base / "_build" / "html" / (page.stem + ".html")
-        if not html.is_file():
-            raise BuildError(f"jupyter-book reported success but wrote no {html}")
-        log(f"rendered in {time.perf_counter() - t0:.1f} s: {html}")
+    with BuildLock(build_dir):  # one writer at a time; an unwritable directory fails here
+        shown = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "its defaults"
+        log(f"running {nb} with {shown}")
+        res = run_job(make_job(root, nb, params, executed, failed, device=device,
+                               kernel_name=kernel_name))
+        if res["status"] != "ok":
+            raise NotebookFailed(f"{res['error']} (the executed copy is kept in {failed})")
+        log(f"executed in {res['seconds']:.1f} s ({res['device_label']}): {executed}")
+        html = None
+        if render_html:
+            t0 = time.perf_counter()
+            page = stage_single(root, executed, base / "stage")
+            render(base / "stage", base, strict=False)
+            html = base / "_build" / "html" / (page.stem + ".html")
+            if not html.is_file():
+                raise BuildError(f"jupyter-book reported success but wrote no {html}")
+            log(f"rendered in {time.perf_counter() - t0:.1f} s: {html}")
     return {"notebook": nb, "parameters": params, "executed": str(executed),
             "html": None if html is None else str(html), "seconds": res["seconds"],
             "device": res["device_label"]}

@@ -2,7 +2,7 @@
 
 Usage (after a build, which leaves the staging tree ``_build/stage``)::
 
-    python -m attnsvm.book.pdf [--build-dir _build] [--out _build/attnsvm.pdf]
+    python tools/pdf.py [--build-dir _build] [--out _build/attnsvm.pdf]
 
 ``make pdf`` runs the quick build and then this. Steps: ``jupyter-book build --builder
 singlehtml`` on the staging tree (the executed notebooks, nothing re-executed), then the system
@@ -17,8 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .browser import CHROMIUM_ARGS, INSTALL_HINT, _local, chromium_path
-from .build import BUILD_DIR, BuildError, find_root
+from attnsvm_book._core import BUILD_DIR, BuildError, find_root
+from chromium import CHROMIUM_ARGS, INSTALL_HINT, chromium_path, is_local
 
 __all__ = ["singlehtml", "print_pdf", "main"]
 
@@ -28,7 +28,7 @@ def singlehtml(build_dir: Path) -> Path:
     build_dir = Path(build_dir)
     stage = build_dir / "stage"
     if not (stage / "_toc.yml").is_file():
-        raise BuildError(f"{stage} holds no staged book; run 'python -m attnsvm.book build' first")
+        raise BuildError(f"{stage} holds no staged book; run 'python -m attnsvm_book build' first")
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(stage), "--builder",
            "singlehtml", "--path-output", str(build_dir.parent)]
@@ -60,7 +60,7 @@ def print_pdf(page: Path, out: Path, timeout_s: float = 300.0) -> Path:
         browser = pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS))
         try:
             ctx = browser.new_context()
-            ctx.route("**/*", lambda r: r.continue_() if _local(r.request.url) else r.abort())
+            ctx.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
             tab = ctx.new_page()
             tab.goto(Path(page).resolve().as_uri(), wait_until="load", timeout=timeout_s * 1000)
             tab.evaluate("async () => { if (window.MathJax && MathJax.startup) "
@@ -74,7 +74,7 @@ def print_pdf(page: Path, out: Path, timeout_s: float = 300.0) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnsvm.book.pdf", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/pdf.py", description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=None, help="the book's root (default: found from the cwd)")
     ap.add_argument("--build-dir", default=None, help="the build directory (default: <root>/_build)")
     ap.add_argument("--out", default=None, help="the PDF (default: <build-dir>/attnsvm.pdf)")

@@ -1,7 +1,7 @@
 """Parameters given on the command line (``-p name value``), checked against a notebook.
 
 A notebook's cell tagged ``parameters`` defines its parameters and their defaults
-(:func:`attnsvm.book.build.notebook_parameters`). A value given with ``-p`` must name one of
+(:func:`attnsvm_book._core.notebook_parameters`). A value given with ``-p`` must name one of
 them and have the type of its default: an ``int`` default takes an integer, a ``float`` default
 an integer or a float, a ``bool`` default ``True``/``False``, a ``str`` default any text, a list
 default a list literal (``[2, 4]``) whose elements have the default's element type; a default
@@ -15,29 +15,21 @@ Sweeps give several values at once, separated by commas at the top level (``-p s
 """
 from __future__ import annotations
 
-import ast
 import itertools
 import os
 from pathlib import Path
 
-from .build import BuildError, notebook_parameters
+from ._core import _NO_DEFAULT, BuildError, literal, load_profiles, notebook_parameters, toc_notebooks
 
 __all__ = ["ParameterError", "parse_value", "check_value", "split_values", "validate_overrides",
-           "parameter_grid", "notebook_defaults"]
+           "parameter_grid", "notebook_defaults", "resolve_profile"]
 
 
 class ParameterError(BuildError):
     """A ``-p name value`` that the notebook does not define, or a value of the wrong type."""
 
 
-_NO_DEFAULT = object()  # the default is an expression, not a literal: any literal is accepted
-
-
-def _literal(src: str):
-    try:
-        return ast.literal_eval(src)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return _NO_DEFAULT
+_literal = literal  # a default that is not a literal: _NO_DEFAULT (any literal is accepted)
 
 
 def notebook_defaults(path: str | os.PathLike) -> dict:
@@ -195,3 +187,43 @@ def parameter_grid(values: dict) -> list[dict]:
     """The product grid of ``{name: [values]}``: one dict per point, the last name fastest."""
     names = list(values)
     return [dict(zip(names, combo)) for combo in itertools.product(*(values[n] for n in names))]
+
+
+def resolve_profile(root: Path, profile: str, notebooks: list[str] | None = None, *,
+                    subset: bool = False) -> dict:
+    """The parameters each notebook receives under ``profile``, validated before anything runs.
+
+    Every notebook of the table of contents must appear in the profile (an empty mapping means
+    "the notebook's own defaults"), the profile may name no other notebook, and every parameter it
+    gives must be defined in that notebook's ``parameters`` cell. With ``subset=True`` (a partial
+    table of contents), profile entries for other notebooks are ignored.
+    """
+    profiles = load_profiles(root)
+    if profile not in profiles:
+        raise BuildError(f"unknown profile {profile!r}; known profiles: {sorted(profiles)}")
+    table = profiles[profile].get("notebooks", {}) or {}
+    toc = toc_notebooks(root) if notebooks is None else notebooks
+    unknown = sorted(set(table) - set(toc))
+    if unknown and not subset:
+        raise BuildError(f"profile {profile!r} names notebooks that are not in _toc.yml: {unknown}")
+    missing = [nb for nb in toc if nb not in table]
+    if missing:
+        raise BuildError(f"profile {profile!r} has no entry for notebooks {missing} "
+                         "(use an empty mapping {} for the notebook's own defaults)")
+    out = {}
+    for nb in toc:
+        params = dict(table[nb] or {})
+        defined = notebook_parameters(Path(root) / nb)
+        extra = sorted(set(params) - set(defined))
+        if extra:
+            raise BuildError(f"profile {profile!r} gives {nb} parameters {extra} that its "
+                             f"parameters cell does not define (defined: {sorted(defined)})")
+        literal = notebook_defaults(Path(root) / nb)
+        for name, value in params.items():
+            try:
+                check_value(name, value, literal[name][1])
+            except TypeError as exc:
+                raise ParameterError(f"profile {profile!r} gives {nb} {name}={value!r}: {exc} "
+                                     f"(default {literal[name][0]})") from None
+        out[nb] = params
+    return out

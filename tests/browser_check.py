@@ -11,7 +11,9 @@ fails. For each page, after MathJax has finished its first typesetting pass:
   still holds ``\\(``, ``\\[``, ``$...$`` or a backslash macro, and a page title holding TeX;
 * **images**: every ``<img>`` loaded (``naturalWidth > 0``).
 
-Used by ``tests/test_browser.py``; also ``python -m attnsvm.book.browser _build/html``.
+Used by ``tests/test_browser.py``; also ``python tests/browser_check.py _build/html``. The
+browser itself (where it is, its flags, which requests stay local) is ``tools/chromium.py``,
+shared with the PDF printer ``tools/pdf.py``.
 """
 from __future__ import annotations
 
@@ -21,21 +23,16 @@ import functools
 import http.server
 import os
 import re
-import shutil
+import sys
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/chromium.py
+from chromium import CHROMIUM, CHROMIUM_ARGS, INSTALL_HINT, chromium_path, is_local  # noqa: E402
 
 __all__ = ["CHROMIUM", "CHROMIUM_ARGS", "INSTALL_HINT", "PageReport", "chromium_path",
            "book_pages", "check_pages", "serve", "main"]
 
-#: the system browser (Debian: apt-get install chromium)
-CHROMIUM = "/usr/bin/chromium"
-INSTALL_HINT = "install Chromium: apt-get update && apt-get install -y chromium"
-#: no sandbox (containers), no GPU, nothing that talks to the network on its own
-CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-default-apps", "--disable-extensions")
 #: folders of an HTML build that hold no pages of the book
 SKIP_DIRS = ("_static", "_sources", "_images", "_downloads", ".doctrees", "jupyter_execute")
 
@@ -114,24 +111,11 @@ class PageReport:
         return f"{self.page}: " + (" | ".join(parts) or "ok")
 
 
-def chromium_path() -> str | None:
-    """Path of the system Chromium, or ``None`` (``$ATTNSVM_CHROMIUM`` overrides)."""
-    cand = os.environ.get("ATTNSVM_CHROMIUM") or CHROMIUM
-    if Path(cand).is_file():
-        return cand
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def book_pages(html_dir: str | os.PathLike) -> list[str]:
     """The HTML pages of a build, relative to ``html_dir`` (posix paths, sorted)."""
     html_dir = Path(html_dir)
     return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
                   if not set(p.relative_to(html_dir).parts[:-1]) & set(SKIP_DIRS))
-
-
-def _local(url: str) -> bool:
-    u = urlparse(url)
-    return u.scheme in ("file", "data", "blob", "about") or u.hostname in ("127.0.0.1", "localhost")
 
 
 def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
@@ -160,7 +144,7 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
             blocked: list[str] = []
 
             def route(r):
-                if _local(r.request.url):
+                if is_local(r.request.url):
                     r.continue_()
                 else:
                     blocked.append(r.request.url)
@@ -222,7 +206,7 @@ def serve(directory: str | os.PathLike):
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m attnsvm.book.browser",
+    ap = argparse.ArgumentParser(prog="python -m attnsvm_book.browser",
                                  description="check every page of an HTML build in Chromium")
     ap.add_argument("html_dir")
     ap.add_argument("--http", action="store_true", help="serve over HTTP on 127.0.0.1")

@@ -16,8 +16,8 @@ import pkgutil
 
 __all__ = ["public_modules", "module_rst", "setup"]
 
-#: modules of the package that the reference leaves out (the build's own internals)
-SKIP = ("attnsvm.book",)
+#: modules of the package that the reference leaves out (the build is not in the library)
+SKIP: tuple = ()
 
 
 def public_modules() -> list[str]:

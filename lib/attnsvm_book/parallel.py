@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from ._core import _describe_failure, _device_label, _execute_one, resolve_device
+
 __all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
            "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver"]
 
@@ -116,8 +118,6 @@ def run_job(job: dict) -> dict:
     Returns ``{"status": "ok"|"failed", "seconds", "device", "device_label", "worker", "error"}``.
     ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached then).
     """
-    from .build import _describe_failure, _device_label, _execute_one, resolve_device
-
     worker = _worker_label()
     t0 = time.perf_counter()
     try:
@@ -177,8 +177,6 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
 
 
 def _resolve_on_worker(device: str) -> str:
-    from .build import resolve_device
-
     return resolve_device(device)
 
 
@@ -187,8 +185,6 @@ def device_resolver(scheduler: str | None = None, resources: dict | None = None)
     notebooks run: here without ``scheduler``, else on a worker of that cluster (one task per
     distinct value, e.g. ``"auto"`` is ``"cuda"`` on a GPU worker), so that a re-run finds the
     cache entries of the device the notebooks actually ran on."""
-    from .build import resolve_device
-
     if scheduler is None:
         return resolve_device
     seen: dict[str, str] = {}

@@ -1,13 +1,15 @@
 """Parameter sweeps: the product grid of one notebook's papermill executions, as one tidy table.
 
-``python -m attnsvm.book sweep notebooks/X.ipynb -p name v1,v2 [-p other w1,w2] [--workers N |
+``python -m attnsvm_book sweep notebooks/X.ipynb -p name v1,v2 [-p other w1,w2] [--workers N |
 --scheduler ADDRESS] --out results.csv`` (:func:`sweep`):
 
 * every name and value is checked against the notebook's parameters cell before anything is
-  submitted (:mod:`attnsvm.book.params`);
-* each grid point is one job (:mod:`attnsvm.book.parallel`): in this process, on a local Dask
+  submitted (:mod:`attnsvm_book.params`);
+* each grid point is one job (:mod:`attnsvm_book.parallel`): in this process, on a local Dask
   cluster or on an existing one;
-* each point is cached by the build's content key (:func:`attnsvm.book.build.cache_key`: the
+* each point is cached by the build's content key, its record holding the SHA-256 of the
+  executed copy (a missing, unreadable or changed copy is re-executed, with a line saying why);
+  each point is cached by the build's content key (:func:`attnsvm_book.build.cache_key`: the
   notebook's source, its parameters, the library, the pinned packages, the device); its executed
   notebook is kept under ``<build_dir>/sweeps/<notebook>/``, so a re-run executes only the
   points that are new or whose inputs changed;
@@ -30,10 +32,11 @@ import os
 import re
 from pathlib import Path
 
-from .build import (BUILD_DIR, _atomic_write_text, _literal, _read_json, cache_key,
-                    environment_hash, find_root, library_hash, notebook_parameters,
-                    resolve_profile)
-from .params import parameter_grid, validate_overrides
+from ._core import (BUILD_DIR, DAMAGED, BuildLock, _atomic_write_text, _literal, _read_json,
+                    cache_key, cache_miss_reason, environment_hash, find_root, library_hash,
+                    notebook_parameters, write_record)
+from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
+from .params import parameter_grid, resolve_profile, validate_overrides
 from .run import relative_notebook
 
 __all__ = ["RESULT_COLUMNS", "glued_scalars", "sweep", "write_table", "read_table",
@@ -173,12 +176,12 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
         The notebook (relative to the current directory or to the book's root).
     values : dict or list of (name, values) pairs
         ``{name: "v1,v2"}`` (texts as on the command line) or ``{name: [value, ...]}``; checked
-        and converted as ``-p`` values (:func:`attnsvm.book.params.validate_overrides`), all of
+        and converted as ``-p`` values (:func:`attnsvm_book.params.validate_overrides`), all of
         them before anything runs. A name with one value is a fixed parameter.
     profile : str, optional
         Start from this profile's parameters of the notebook (default: the notebook's own).
     workers, scheduler, resources
-        Where the points run (:func:`attnsvm.book.parallel.run_jobs`).
+        Where the points run (:func:`attnsvm_book.parallel.run_jobs`).
     out : path, optional
         Where the table is written (CSV, plus Parquet when pyarrow is importable); default
         ``<build_dir>/sweeps/<notebook>.csv``.
@@ -190,96 +193,99 @@ def sweep(notebook: str | os.PathLike, values: dict, *, root: str | os.PathLike 
     list of dict
         One row per grid point, in grid order (see the module's documentation for the columns).
     """
-    from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
-
     root = find_root(root)
     nb = relative_notebook(root, notebook)
     build_dir = Path(build_dir) if build_dir is not None else root / BUILD_DIR
-    items = values.items() if isinstance(values, dict) else values
-    pairs = [(k, v if isinstance(v, str) else ",".join(map(repr, v)) if isinstance(v, (list, tuple))
-              else repr(v)) for k, v in items]
-    checked = validate_overrides(root / nb, pairs, root=root, sweep=True)
-    base = {}
-    if profile is not None:
-        base = dict(resolve_profile(root, profile, [nb], subset=True)[nb])
-    grid = parameter_grid(checked)
-    defaults = notebook_parameters(root / nb)
-    lib_h, env_h = library_hash(root), environment_hash(root)
-    parallel = scheduler is not None or (workers is not None and int(workers) > 1)
-    resolve = device_resolver(scheduler, resources)
-    threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
-    progress = Progress(len(grid), log=log, bar=progress_bar if parallel else False, desc="points")
-    rows: list[dict | None] = [None] * len(grid)
-    jobs, info = [], {}
-    reserved = set(RESULT_COLUMNS)
+    with BuildLock(build_dir):  # one writer at a time; an unwritable directory fails here
+        items = values.items()     if isinstance(values, dict) else values
+        pairs = [(k, v if isinstance(v, str) else ",".join(map(repr, v)) if isinstance(v, (list, tuple))
+                  else repr(v)) for k, v in items]
+        checked = validate_overrides(root / nb, pairs, root=root, sweep=True)
+        base = {}
+        if profile is not None:
+            base = dict(resolve_profile(root, profile, [nb], subset=True)[nb])
+        grid = parameter_grid(checked)
+        defaults = notebook_parameters(root / nb)
+        lib_h, env_h = library_hash(root), environment_hash(root)
+        parallel = scheduler is not None or (workers is not None and int(workers) > 1)
+        resolve = device_resolver(scheduler, resources)
+        threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
+        progress = Progress(len(grid), log=log, bar=progress_bar if parallel else False, desc="points")
+        rows: list[dict | None] = [None] * len(grid)
+        jobs, info = [], {}
+        reserved = set(RESULT_COLUMNS)
 
-    def label(point):
-        return ", ".join(f"{k}={v!r}" for k, v in point.items())
+        def label(point):
+            return ", ".join(f"{k}={v!r}" for k, v in point.items())
 
-    def row_for(i, params, glued, res, executed, cached):
-        row = {}
-        for k, v in params.items():
-            row[f"param_{k}" if k in reserved else k] = v
-        for k, v in glued.items():
-            row[f"glued_{k}" if (k in row or k in reserved) else k] = v
-        row.update({"seconds": res.get("seconds"), "device": res.get("device"),
-                    "worker": res.get("worker"), "status": res["status"],
-                    "error": res.get("error"), "cached": cached,
-                    "executed": None if executed is None else str(executed)})
-        rows[i] = row
+        def row_for(i, params, glued, res, executed, cached):
+            row = {}
+            for k, v in params.items():
+                row[f"param_{k}" if k in reserved else k] = v
+            for k, v in glued.items():
+                row[f"glued_{k}" if (k in row or k in reserved) else k] = v
+            row.update({"seconds": res.get("seconds"), "device": res.get("device"),
+                        "worker": res.get("worker"), "status": res["status"],
+                        "error": res.get("error"), "cached": cached,
+                        "executed": None if executed is None else str(executed)})
+            rows[i] = row
 
-    for i, point in enumerate(grid):
-        params = {**base, **point}
-        dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
-        device = resolve(dev_param)
-        key = cache_key(root, nb, params, device, lib_h, env_h)
-        executed, record_path, failed = point_paths(build_dir, nb, key)
-        record = _read_json(record_path)
-        if (not force and record is not None and record.get("key") == key and executed.is_file()):
-            row_for(i, params, record.get("glued", {}),
-                    {"status": "ok", "seconds": record["seconds"], "device": record["device"],
-                     "worker": record.get("worker")}, executed, True)
-            progress.step(f"{nb} [{label(point)}]: cached ({record['seconds']:.1f} s when "
-                          f"executed, {record['device']})")
-            continue
-        info[len(jobs)] = (i, params, key, device, point)
-        jobs.append(make_job(root, nb, params, executed, failed, device=dev_param,
-                             kernel_name=kernel_name, threads=threads,
-                             resolved=None if scheduler else device,
-                             name=f"{nb} [{label(point)}]"))
-        jobs[-1]["index"] = len(jobs) - 1
+        for i, point in enumerate(grid):
+            params = {**base, **point}
+            dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
+            device = resolve(dev_param)
+            key = cache_key(root, nb, params, device, lib_h, env_h)
+            executed, record_path, failed = point_paths(build_dir, nb, key)
+            record = _read_json(record_path)
+            miss = cache_miss_reason(record, key, executed)
+            if not force and miss is None:
+                row_for(i, params, record.get("glued", {}),
+                        {"status": "ok", "seconds": record["seconds"], "device": record["device"],
+                         "worker": record.get("worker")}, executed, True)
+                progress.step(f"{nb} [{label(point)}]: cached ({record['seconds']:.1f} s when "
+                              f"executed, {record['device']})")
+                continue
+            if miss in DAMAGED:
+                log(f"{nb} [{label(point)}]: {miss}, re-executing")
+            if record_path.exists():
+                record_path.unlink()  # the old record no longer describes what will be there
+            info[len(jobs)] = (i, params, key, device, point)
+            jobs.append(make_job(root, nb, params, executed, failed, device=dev_param,
+                                 kernel_name=kernel_name, threads=threads,
+                                 resolved=None if scheduler else device,
+                                 name=f"{nb} [{label(point)}]"))
+            jobs[-1]["index"] = len(jobs) - 1
 
-    def on_result(job, res):
-        i, params, key, device, point = info[job["index"]]
-        executed, record_path, failed = point_paths(build_dir, nb, key)
-        on = f" on {res['worker']}" if parallel and res.get("worker") else ""
-        if res["status"] != "ok":
-            row_for(i, params, {}, {**res, "device": res.get("device_label")},
-                    failed if failed.is_file() else None, False)
-            progress.step(f"FAILED{on} -- {res['error']}")
-            return
-        glued = glued_scalars(executed)
-        if res["device"] != device:  # the worker resolved 'auto' differently: key by what ran
-            key = cache_key(root, nb, params, res["device"], lib_h, env_h)
-            new_exec, record_path, _ = point_paths(build_dir, nb, key)
-            os.replace(executed, new_exec)
-            executed = new_exec
-        _atomic_write_text(record_path, json.dumps(
-            {"key": key, "notebook": nb, "parameters": params, "seconds": res["seconds"],
-             "device": res["device_label"], "worker": res.get("worker"), "glued": glued},
-            indent=1, default=str))
-        row_for(i, params, glued, {**res, "device": res["device_label"]}, executed, False)
-        progress.step(f"{job['name']}: executed in {res['seconds']:.1f} s "
-                      f"({res['device_label']}){on}")
+        def on_result(job, res):
+            i, params, key, device, point = info[job["index"]]
+            executed, record_path, failed = point_paths(build_dir, nb, key)
+            on = f" on {res['worker']}" if parallel and res.get("worker") else ""
+            if res["status"] != "ok":
+                row_for(i, params, {}, {**res, "device": res.get("device_label")},
+                        failed if failed.is_file() else None, False)
+                progress.step(f"FAILED{on} -- {res['error']}")
+                return
+            glued = glued_scalars(executed)
+            if res["device"] != device:  # the worker resolved 'auto' differently: key by what ran
+                key = cache_key(root, nb, params, res["device"], lib_h, env_h)
+                new_exec, record_path, _ = point_paths(build_dir, nb, key)
+                os.replace(executed, new_exec)
+                executed = new_exec
+            write_record(record_path, executed,
+                         {"key": key, "notebook": nb, "parameters": params, "seconds": res["seconds"],
+                          "device": res["device_label"], "worker": res.get("worker"), "glued": glued})
+            row_for(i, params, glued, {**res, "device": res["device_label"]}, executed, False)
+            progress.step(f"{job['name']}: executed in {res['seconds']:.1f} s "
+                          f"({res['device_label']}){on}")
 
-    try:
-        run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources)
-    finally:
-        progress.close()
-    out = Path(out) if out is not None else build_dir / "sweeps" / (Path(nb).stem + ".csv")
-    written = write_table(rows, out, log=log)
-    failed_n = sum(r["status"] != "ok" for r in rows)
-    log(f"sweep of {nb}: {len(rows)} point(s), {len(jobs)} executed, "
-        f"{len(rows) - len(jobs)} cached, {failed_n} failed; table: "
-        + ", ".join(map(str, written)))
-    return rows
+        try:
+            run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources)
+        finally:
+            progress.close()
+        out = Path(out) if out is not None else build_dir / "sweeps" / (Path(nb).stem + ".csv")
+        written = write_table(rows, out, log=log)
+        failed_n = sum(r["status"] != "ok" for r in rows)
+        log(f"sweep of {nb}: {len(rows)} point(s), {len(jobs)} executed, "
+            f"{len(rows) - len(jobs)} cached, {failed_n} failed; table: "
+            + ", ".join(map(str, written)))
+        return rows

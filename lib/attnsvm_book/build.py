@@ -1,0 +1,322 @@
+"""The book's build: execute the notebooks with papermill under a profile, then render.
+
+Usage (the whole command line, with ``run`` and ``sweep``: :mod:`attnsvm_book.cli`)::
+
+    python -m attnsvm_book build [--profile quick|paper] [--only NOTEBOOK] [--force]
+                                 [--workers N | --scheduler ADDRESS]
+    python -m attnsvm_book list  [--profile quick|paper]
+    python -m attnsvm_book strip NOTEBOOK...     # remove outputs before committing
+
+Steps of ``build``:
+
+1. Read ``_toc.yml``; every notebook in it is executed by papermill with the parameters of the
+   chosen profile (``profiles.yml``, one versioned file). A notebook's own ``parameters`` cell
+   holds the ``quick`` defaults, so ``papermill notebooks/x.ipynb out.ipynb -p name value`` works
+   on its own.
+2. Executed notebooks go to ``_build/executed/<profile>/``; sources stay output-free. A staging
+   tree ``_build/stage`` (configuration, chapters, executed notebooks, the generated execution
+   report page) is rendered by ``jupyter-book build`` with its own execution off and warnings as
+   errors (``-W -n --keep-going``). HTML lands in ``_build/html``.
+3. Cache: a notebook is re-executed only when its source, its parameters, the source of the
+   library it imports (``lib/attnsvm``), the pinned package versions or the device changed.
+   Executions are written atomically and a failed or interrupted one is never recorded in the
+   cache. Each record keeps the SHA-256 of the executed copy it serves: a copy that is missing,
+   unreadable or changed since is a miss, re-executed with one line saying why. One build writes
+   to a build directory at a time (:class:`attnsvm_book._core.BuildLock`).
+4. A notebook that raises makes the build exit non-zero naming the notebook, the cell and the
+   exception; nothing is rendered, so no stale page is published as if it were new.
+5. One progress line per notebook, ``_build/execution-report.json`` and a rendered execution
+   report page.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+
+from ._core import (BUILD_DIR, DAMAGED, STAGED_FILES, BuildError, BuildLock, NotebookFailed,
+                    _atomic_write_text, _literal, _read_json, cache_key, cache_miss_reason,
+                    environment_hash, find_root, library_hash, notebook_parameters, render,
+                    toc_notebooks, write_record)
+from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
+from .params import resolve_profile
+
+__all__ = ["NotebookResult", "execute_notebooks", "build", "stage", "write_report",
+           "report_markdown", "package_versions", "REPORT_MARKER", "REPORT_TEMPLATE"]
+
+REPORT_TEMPLATE = "book/execution_report.md"
+REPORT_MARKER = "<!-- execution-report-table -->"
+#: packages whose versions are shown on the execution report page
+REPORTED_PACKAGES = ("numpy", "scipy", "torch", "cvxpy", "clarabel", "matplotlib", "papermill",
+                     "jupyter-book", "myst-nb")
+
+
+@dataclasses.dataclass
+class NotebookResult:
+    """One row of the execution report."""
+
+    notebook: str
+    profile: str
+    parameters: dict
+    executed_path: str | None
+    seconds: float | None
+    cached: bool
+    device: str
+    status: str  # "ok", "failed", "skipped"
+    error: str | None = None
+    worker: str | None = None  # where it was executed (a Dask worker's address, or in-process)
+
+
+
+def execute_notebooks(root: Path, profile: str, *, only: str | None = None, force: bool = False,
+                      build_dir: Path | None = None, kernel_name: str = "python3",
+                      toc: str | os.PathLike | None = None, log=print, workers: int | None = 1,
+                      scheduler: str | None = None, resources: dict | None = None,
+                      progress_bar: bool | None = None) -> list[NotebookResult]:
+    """Execute the notebooks of ``_toc.yml`` under ``profile``, using the cache.
+
+    Returns one :class:`NotebookResult` per notebook, in the order of the table of contents.
+    With ``only``, the other notebooks are reported from the cache when they are cached there
+    and as ``skipped`` otherwise (``force`` then re-executes only ``only``). ``toc`` replaces
+    ``_toc.yml`` by another table of contents (a part of the book).
+
+    ``workers=1`` without ``scheduler`` executes in this process, one notebook after another.
+    Otherwise the notebooks are Dask tasks (:mod:`attnsvm_book.parallel`) on a local cluster of
+    ``workers`` processes, or on the cluster at ``scheduler``; ``resources`` (e.g.
+    ``{"GPU": 1}``) is what each task needs of a worker. Either way: one progress line per
+    notebook as it finishes, each success cached at once (atomically), a failure reported with
+    its notebook, cell and exception while the others still run, and the report names the worker
+    and device of each execution.
+    """
+    root = Path(root)
+    build_dir = Path(build_dir or root / BUILD_DIR)
+    subset = toc is not None
+    toc = toc_notebooks(root, toc)
+    if only is not None:
+        norm = only if only.endswith(".ipynb") else only + ".ipynb"
+        matches = [nb for nb in toc if nb == norm or Path(nb).name == Path(norm).name]
+        if not matches:
+            raise BuildError(f"unknown notebook {only!r}; notebooks in _toc.yml: {toc}")
+        only = matches[0]
+    table = resolve_profile(root, profile, toc, subset=subset)  # validates before anything runs
+    lib_h, env_h = library_hash(root), environment_hash(root)
+    parallel = scheduler is not None or (workers is not None and int(workers) > 1)
+    resolve = device_resolver(scheduler, resources)
+    threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
+    results: dict[str, NotebookResult] = {}
+    jobs, keys = [], {}
+    progress = Progress(len(toc), log=log, bar=progress_bar if parallel else False)
+
+    def paths(nb):
+        return (build_dir / "executed" / profile / nb, build_dir / "cache" / profile / (nb + ".json"),
+                build_dir / "failed" / profile / nb)
+
+    for nb in toc:
+        params = table[nb]
+        defaults = notebook_parameters(root / nb)
+        dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
+        device = resolve(dev_param)
+        key = cache_key(root, nb, params, device, lib_h, env_h)
+        out_path, record_path, failed_path = paths(nb)
+        record = _read_json(record_path)
+        miss = cache_miss_reason(record, key, out_path)
+        wanted = only is None or nb == only
+        if miss is None and not (force and wanted):
+            results[nb] = NotebookResult(nb, profile, params, str(out_path), record["seconds"],
+                                         True, record["device"], "ok",
+                                         worker=record.get("worker"))
+            progress.step(f"{nb}: cached ({record['seconds']:.1f} s when executed, "
+                          f"{record['device']})")
+            continue
+        if not wanted:
+            results[nb] = NotebookResult(nb, profile, params, None, None, False, device,
+                                         "skipped")
+            why = "not cached" if miss in ("not cached", "inputs changed") else miss
+            progress.step(f"{nb}: skipped (--only {only}; {why} under this profile)")
+            continue
+        if miss in DAMAGED:
+            log(f"{nb}: {miss}, re-executing")
+        if record_path.exists():
+            record_path.unlink()  # the old record no longer describes what will be there
+        keys[nb] = (key, device)
+        jobs.append(make_job(root, nb, params, out_path, failed_path, device=dev_param,
+                             kernel_name=kernel_name, threads=threads,
+                             resolved=None if scheduler else device, strict_claims=True))
+
+    def on_result(job, res):
+        nb = job["notebook"]
+        params = job["parameters"]
+        out_path, record_path, _ = paths(nb)
+        worker = res.get("worker")
+        on = f" on {worker}" if parallel and worker else ""
+        if res["status"] != "ok":
+            results[nb] = NotebookResult(nb, profile, params, None, res["seconds"], False,
+                                         res["device_label"], "failed", res["error"], worker)
+            secs = "" if res["seconds"] is None else f" after {res['seconds']:.1f} s"
+            progress.step(f"{nb}: FAILED{secs}{on} -- {res['error']}")
+            return
+        key, device = keys[nb]
+        if res["device"] != device:  # the worker resolved 'auto' differently: key by what ran
+            key = cache_key(root, nb, params, res["device"], lib_h, env_h)
+        write_record(record_path, out_path,
+                     {"key": key, "seconds": res["seconds"], "device": res["device_label"],
+                      "worker": worker, "parameters": params})
+        results[nb] = NotebookResult(nb, profile, params, str(out_path), res["seconds"], False,
+                                     res["device_label"], "ok", worker=worker)
+        progress.step(f"{nb}: executed in {res['seconds']:.1f} s ({res['device_label']}){on}")
+
+    try:
+        run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources)
+    finally:
+        progress.close()
+    return [results[nb] for nb in toc]
+
+
+
+# --------------------------------------------------------------------------- report and render
+
+
+def package_versions() -> dict:
+    """Versions of Python and the packages listed in :data:`REPORTED_PACKAGES`."""
+    out = {"python": platform.python_version()}
+    for name in REPORTED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def write_report(results: list[NotebookResult], path: Path) -> dict:
+    """Write the machine-readable execution report (JSON) and return it."""
+    report = {
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "packages": package_versions(),
+        "notebooks": [dataclasses.asdict(r) for r in results],
+    }
+    _atomic_write_text(Path(path), json.dumps(report, indent=1, default=str))
+    return report
+
+
+def report_markdown(report: dict) -> str:
+    """The table of the rendered execution report page."""
+    rows = ["| Notebook | Profile | Parameters | Runtime (s) | Cached | Device | Worker | Status |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in report["notebooks"]:
+        params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items()) or "defaults"
+        secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
+        rows.append(f"| {r['notebook']} | {r['profile']} | {params} | {secs} | "
+                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
+                    f"{r.get('worker') or ''} | {r['status']} |")
+    pk = ["| Package | Version |", "|---|---|"]
+    pk += [f"| {k} | {v} |" for k, v in report["packages"].items()]
+    return ("\n".join(rows) + f"\n\nGenerated {report['generated']}. Runtime is the wall-clock "
+            "time of the execution that produced the page (for a cached notebook, the time it "
+            "took when it was executed).\n\n" + "\n".join(pk) + "\n")
+
+
+def _sync_file(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_file() and dst.read_bytes() == src.read_bytes():
+        return
+    shutil.copy2(src, dst)
+
+
+def _sync_text(text: str, dst: Path) -> None:
+    if dst.is_file() and dst.read_text() == text:
+        return
+    _atomic_write_text(dst, text)
+
+
+def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Path,
+          toc: str | os.PathLike | None = None) -> None:
+    """Assemble the tree that Jupyter Book renders: configuration, chapters, executed notebooks."""
+    root, stage_dir = Path(root), Path(stage_dir)
+    wanted = set()
+    for name in STAGED_FILES:
+        src = Path(toc) if (toc is not None and name == "_toc.yml") else root / name
+        _sync_file(src, stage_dir / name)
+        wanted.add(stage_dir / name)
+    # MathJax ships with the book: the Sphinx extension sphinx-mathjax-offline copies it
+    for src in sorted((root / "book").rglob("*")):
+        if src.is_file() and "__pycache__" not in src.parts:
+            dst = stage_dir / src.relative_to(root)
+            _sync_file(src, dst)
+            wanted.add(dst)
+    for r in results:
+        dst = stage_dir / r.notebook
+        if r.executed_path is None:
+            raise BuildError(f"{r.notebook} has no executed copy to stage")
+        try:
+            json.loads(Path(r.executed_path).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise BuildError(f"{r.notebook}: its executed copy {r.executed_path} is unreadable "
+                             f"({type(exc).__name__}); build again to re-execute it") from None
+        _sync_file(Path(r.executed_path), dst)
+        wanted.add(dst)
+    page = stage_dir / REPORT_TEMPLATE
+    template = (root / REPORT_TEMPLATE).read_text()
+    if REPORT_MARKER not in template:
+        raise BuildError(f"{REPORT_TEMPLATE} lacks the marker {REPORT_MARKER}")
+    _sync_text(template.replace(REPORT_MARKER, report_markdown(report)), page)
+    # remove staged files that no longer exist in the sources (no stale pages)
+    for p in sorted(stage_dir.rglob("*"), reverse=True):
+        if p.is_file() and p not in wanted and "_build" not in p.relative_to(stage_dir).parts:
+            p.unlink()
+
+
+
+def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
+          only: str | None = None, force: bool = False, render_html: bool = True,
+          build_dir: str | os.PathLike | None = None, toc: str | os.PathLike | None = None,
+          log=print, workers: int | None = 1, scheduler: str | None = None,
+          resources: dict | None = None, progress_bar: bool | None = None) -> dict:
+    """Execute (with cache) and render the book. Returns the execution report.
+
+    ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``. ``toc``
+    builds a part of the book from another table of contents (for working on a few chapters).
+    ``workers``, ``scheduler`` and ``resources``: see :func:`execute_notebooks` (the command
+    line's default is one worker per core; this function's is the serial, in-process run).
+
+    Raises
+    ------
+    BuildError
+        Bad configuration (before anything runs), an unwritable build directory, another build
+        writing to the same one, or a failed render (naming the page and its source notebook).
+    NotebookFailed
+        One or more notebooks raised; the message names each notebook, cell and exception.
+    """
+    root = find_root(root)
+    build_dir = Path(build_dir) if build_dir is not None else root / BUILD_DIR
+    if build_dir.name != BUILD_DIR:
+        raise BuildError(f"build_dir must be a directory named {BUILD_DIR!r}, got {build_dir}")
+    with BuildLock(build_dir):  # one writer at a time; an unwritable directory fails here
+        t0 = time.perf_counter()
+        results = execute_notebooks(root, profile, only=only, force=force, build_dir=build_dir,
+                                    toc=toc, log=log, workers=workers, scheduler=scheduler,
+                                    resources=resources, progress_bar=progress_bar)
+        report = write_report(results, build_dir / "execution-report.json")
+        failed = [r for r in results if r.status == "failed"]
+        if failed:
+            raise NotebookFailed("notebook execution failed; nothing was rendered:\n  "
+                                 + "\n  ".join(r.error for r in failed))
+        skipped = [r for r in results if r.status == "skipped"]
+        if render_html and skipped:
+            raise BuildError(f"cannot render: {len(skipped)} notebook(s) have no cached execution "
+                             f"under profile {profile!r} ({', '.join(r.notebook for r in skipped)}); "
+                             f"run a full build first, or pass --no-render (the executed notebooks "
+                             f"are cached)")
+        if render_html:
+            stage(root, results, report, build_dir / "stage", toc=toc)
+            render(build_dir / "stage", build_dir.parent,
+                   sources={r.notebook: r.executed_path for r in results})
+            log(f"built in {time.perf_counter() - t0:.1f} s: {build_dir / 'html' / 'index.html'}")
+    return report
+
+
