@@ -436,6 +436,15 @@ def test_ntp_linear_experiment_small():
     assert s["perp_leak"] < 1e-8 and s["norm_growth"] > 1
     r.res["gd"]["gap"][2] += 1.0                            # the loss rises once
     assert not r.claims()["gd_monotone"][0]
+    # ntp_mm_corr needs both the level (0.95) and the rise since steps_fast
+    fast = int(np.flatnonzero(r.runs["gd"]["steps"] == 300)[0])
+    r.res["gd"]["corr"][fast] = 0.99
+    r.res["gd"]["corr"][-1] = 0.98                          # high, but falling
+    assert not r.claims()["ntp_mm_corr"][0]
+    r.res["gd"]["corr"][fast] = 0.90
+    assert r.claims()["ntp_mm_corr"][0]
+    r.res["gd"]["corr"][-1] = 0.94                          # rising, but below 0.95
+    assert not r.claims()["ntp_mm_corr"][0]
 
 
 def test_zen_and_ufm_experiments_small():
@@ -446,6 +455,11 @@ def test_zen_and_ufm_experiments_small():
                                             "adam_lower_corr")} and _pairs(c)
     assert c["zen_rank"][0] and c["zen_gd_monotone"][0]
     assert s["zen_m"] > 1 and s["zen_V"] == 20 and s["zen_max_support"] >= 2
+    fast = int(np.flatnonzero(zen.runs["gd"]["steps"] == 100)[0])
+    zen.res["gd"]["corr"][fast], zen.res["gd"]["corr"][-1] = 0.9, 0.96
+    assert zen.claims()["zen_gd_corr"][0]
+    zen.res["gd"]["corr"][fast] = 0.97                      # high at the end, but falling
+    assert not zen.claims()["zen_gd_corr"][0]
     ufm = X.ufm_experiment(6, 8, 2, d=10, trials=2, lr=0.25, steps=2000)
     s, c = ufm.summary(), ufm.claims()
     assert set(c) == UFM_CLAIMS and _pairs(c)

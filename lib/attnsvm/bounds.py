@@ -450,7 +450,7 @@ def global_ngd_direction_bound(etas, E0, W0_norm, *, mu0, eps0, gamma_A, H):
     return np.where(later, b, np.nan), t_r
 
 
-def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H):
+def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, eta_gd_noloss, lam, R_A):
     r"""The constant :math:`\bar D` of GD's directional bound from :math:`t = 0` under (Cx)
     (book: ``cor-global-direction`` (b)), at a step :math:`\eta` within the global theorem's
     (:func:`global_steps`): with :math:`\tilde E = \min(E_0, \varepsilon_0)`,
@@ -465,17 +465,42 @@ def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H):
     \log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)` for every :math:`t \ge t_r`, the
     GD reaching time of :func:`t_reach`.
 
+    Every step condition of ``thm-global-region`` (b) is checked (those of
+    :func:`global_steps`): :math:`\eta \le \eta_{\mathrm{GD}}` (``eta_gd_noloss``, from
+    :func:`noloss_steps`), :math:`\eta E_0H \le 1`, :math:`\eta \le \lambda\log 2/(R_A^2E_0)`
+    and :math:`\eta \le \lambda^2/(3R_A^2E_0)`; a ValueError names the one that fails.
+
+    Parameters
+    ----------
+    E0, W0_norm : array_like, shape () or (B,)
+        :math:`E(W_0)` (> 0) and :math:`\|W_0\|_F` (>= 0).
+    eta, mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+        The step and the constants of the chapter (> 0).
+    eta_gd_noloss, lam, R_A : array_like, shape () or (B,)
+        The no-loss GD step of :func:`noloss_steps`, :math:`\lambda` and :math:`R_A` (> 0),
+        for the step conditions.
+
     Returns
     -------
     D_bar, t_r : ndarray, shape () or (B,)
     """
-    E0, eta, mu0, eps0, gamma_A, H = _arrays(E0=E0, eta=eta, mu0=mu0, eps0=eps0,
-                                             gamma_A=gamma_A, H=H)
+    E0, eta, mu0, eps0, gamma_A, H, eta_gd_noloss, lam, R_A = _arrays(
+        E0=E0, eta=eta, mu0=mu0, eps0=eps0, gamma_A=gamma_A, H=H, eta_gd_noloss=eta_gd_noloss,
+        lam=lam, R_A=R_A)
     W0_norm = np.asarray(W0_norm, dtype=float)
     if np.any(W0_norm < 0) or np.any(~np.isfinite(W0_norm)):
         raise ValueError("W0_norm must be finite and >= 0")
-    if np.any(eta * E0 * H > 1 + 1e-12):
+    tol = 1 + 1e-12
+    if np.any(eta > eta_gd_noloss * tol):
+        raise ValueError("eta must be at most eta_gd_noloss (a step condition of thm-global-region)")
+    if np.any(eta * E0 * H > tol):
         raise ValueError("eta * E0 must be at most 1/H (a step condition of thm-global-region)")
+    if np.any(eta * R_A ** 2 * E0 > lam * np.log(2) * tol):
+        raise ValueError("eta must be at most lam log 2/(R_A^2 E0) (a step condition of "
+                         "thm-global-region)")
+    if np.any(3 * eta * R_A ** 2 * E0 > lam ** 2 * tol):
+        raise ValueError("eta must be at most lam^2/(3 R_A^2 E0) (a step condition of "
+                         "thm-global-region)")
     t_r = t_reach(E0, eps0, eta, mu0, optimizer="gd")
     Et = np.minimum(E0, eps0)
     reach = np.where(E0 > eps0, 2 / mu0 * np.log(2 * E0 / eps0), 0.0)
@@ -483,7 +508,8 @@ def global_gd_direction_constant(E0, W0_norm, *, eta, mu0, eps0, gamma_A, H):
     return D_bar, t_r
 
 
-def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, norm=None):
+def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, eta_gd_noloss, lam, R_A,
+                              norm=None):
     r"""GD's directional bound from :math:`t = 0` under (Cx) (book: ``cor-global-direction``
     (b)): :math:`\gamma_A\bar D/\log(2\varepsilon_0/E_0 + \varepsilon_0\eta\mu_0^2t)`, or with
     the measured ``norm`` :math:`\|W_t\|_F` the sharper :math:`\bar D/\|W_t\|_F`;
@@ -492,7 +518,8 @@ def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, nor
     Parameters
     ----------
     t : array_like, shape (K,), steps >= 0
-    E0, W0_norm, eta, mu0, eps0, gamma_A, H : array_like, shape () or (B,)
+    E0, W0_norm, eta, mu0, eps0, gamma_A, H, eta_gd_noloss, lam, R_A : array_like, shape () or (B,)
+        As in :func:`global_gd_direction_constant` (which checks the step conditions).
     norm : array_like, shape (K, B), optional
 
     Returns
@@ -503,7 +530,8 @@ def global_gd_direction_bound(t, E0, W0_norm, *, eta, mu0, eps0, gamma_A, H, nor
     if t.ndim != 1 or np.any(t < 0):
         raise ValueError("t must be a 1-d array of steps >= 0")
     D_bar, t_r = global_gd_direction_constant(E0, W0_norm, eta=eta, mu0=mu0, eps0=eps0,
-                                              gamma_A=gamma_A, H=H)
+                                              gamma_A=gamma_A, H=H, eta_gd_noloss=eta_gd_noloss,
+                                              lam=lam, R_A=R_A)
     D_bar, t_r = np.atleast_1d(D_bar), np.atleast_1d(t_r)
     E0, eta, mu0, eps0, gamma_A = (np.atleast_1d(np.asarray(a, dtype=float))
                                    for a in (E0, eta, mu0, eps0, gamma_A))
@@ -537,7 +565,7 @@ def ngd_margin_step(gamma, R):
     return np.real(lambertw(gamma / R)) / (2 * R)
 
 
-def ngd_margin_gap_bound(etas, n):
+def ngd_margin_gap_bound(etas, n, *, gamma, R):
     r"""NGD's margin-gap bound on separable linear data (book: ``thm-ngd-margin-rate``;
     exponential loss, :math:`\ell_2`, :math:`w_0 = 0`, steps :math:`\eta_s e^{2\eta_sR} \le
     \gamma/(2R^2)`):
@@ -551,24 +579,34 @@ def ngd_margin_gap_bound(etas, n):
 
     Parameters
     ----------
-    etas : array_like, shape (K,), the steps (> 0)
+    etas : array_like, shape (K,), the steps (> 0), one schedule for every trial; every step
+        must satisfy the theorem's condition for every trial (else ValueError naming ``etas``)
     n : int, number of data points (>= 1)
+    gamma, R : array_like, shape () or (B,), the :math:`\ell_2` maximum margin and
+        :math:`\max_i\|x_i\|_2` (> 0)
 
     Returns
     -------
-    ndarray, shape (K + 1,): the bound at :math:`t = 0, \dots, K` (``inf`` at :math:`t = 0`).
+    ndarray, shape (K + 1,) + shape of ``gamma`` and ``R`` broadcast: the bound at
+    :math:`t = 0, \dots, K`; NaN where :math:`\gamma S_t < \log n` (the theorem says nothing
+    there; in particular at :math:`t = 0`).
     """
     etas = np.asarray(etas, dtype=float)
     if etas.ndim != 1 or np.any(etas <= 0):
         raise ValueError("etas must be a 1-d array of positive steps")
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    S = np.concatenate([[0.0], np.cumsum(etas)])
-    with np.errstate(divide="ignore"):
-        return np.where(S > 0, np.log(n) / np.where(S > 0, S, 1.0), np.inf)
+    gamma, R = np.broadcast_arrays(*_arrays(gamma=gamma, R=R))
+    e = etas.reshape((-1,) + (1,) * gamma.ndim)
+    if np.any(e * np.exp(2 * e * R) > gamma / (2 * R ** 2) * (1 + 1e-12)):
+        raise ValueError("etas must satisfy eta e^{2 eta R} <= gamma/(2 R^2) (the step condition "
+                         "of thm-ngd-margin-rate)")
+    S = np.concatenate([[0.0], np.cumsum(etas)]).reshape((-1,) + (1,) * gamma.ndim)
+    ok = gamma * S >= np.log(n)
+    return np.where(ok, np.log(n) / np.where(ok, S, 1.0), np.nan)
 
 
-def prgd_ideal_gap_bound(R, n, delta=0.0):
+def prgd_ideal_gap_bound(R, n, delta=0.0, *, gamma):
     r"""The margin-gap bound of idealized progressive rescaling (book: ``prop-prgd-ideal``;
     exponential loss, :math:`\ell_2`): any :math:`w` with :math:`\|w\|_2 \le R` and
     :math:`\log\mathcal{L}(w) \le \log\min_{\|v\|_2\le R}\mathcal{L}(v) + \delta` has
@@ -586,14 +624,21 @@ def prgd_ideal_gap_bound(R, n, delta=0.0):
     R : array_like (> 0), the radius
     n : int, number of data points (>= 1)
     delta : array_like (>= 0), the inner loop's excess of :math:`\log\mathcal{L}`
+    gamma : array_like (> 0), the :math:`\ell_2` maximum margin
+
+    Returns
+    -------
+    ndarray, the shape of ``R``, ``delta`` and ``gamma`` broadcast: the bound; NaN where
+    :math:`R\gamma < \log n + \delta` (the proposition says nothing there).
     """
-    (R,) = _arrays(R=R)
+    R, gamma = _arrays(R=R, gamma=gamma)
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     delta = np.asarray(delta, dtype=float)
     if np.any(delta < 0) or np.any(~np.isfinite(delta)):
         raise ValueError("delta must be finite and >= 0")
-    return (np.log(n) + delta) / R
+    b = np.log(n) + delta
+    return np.where(R * gamma >= b, b / R, np.nan)
 
 
 # ------------------------------------------------- NGD's directional bound without the floor

@@ -294,6 +294,10 @@ def _adam(lr, beta2, decay=0.0, eps=0.0):
     return dict(optimizer="adam", lr=lr, decay=decay, eps=eps, betas=(0.9, beta2))
 
 
+def _adam_key(beta2, t):
+    return f"adam_{beta2:g}_{int(t)}"
+
+
 def _prgd(lr, period, growth):
     return dict(optimizer="prgd", lr=lr, period=period, growth=growth, R0=1.0, step_power=0.5,
                 decay=0.0)
@@ -519,6 +523,12 @@ class AttentionGeometryRun:
     rate_runs : dict rule -> run   NGD and PRGD, recorded at every phase boundary
     sel_rate, W_ref : dict rule -> (B, n), (B, d, d)   their final token choice and Att-SVM
     att_gap, rate_corr : dict rule -> (K, B)   relative margin gap and correlation with W_ref
+    md_ratio : dict p -> (K, B)    MD-p's own l_p margin ratio along its records (on the tokens
+                                   its final iterate selects)
+    adam_cmp : AttSVMComparison    Adam (constant step) for every ``beta_2`` of
+                                   ``adam_beta2s``, one run each, recorded at ``adam_horizons``:
+                                   runs ``"adam_<beta2>_<t>"`` against the l_inf and Frobenius
+                                   Att-SVMs of the tokens each record selects
     """
 
     data: object
@@ -532,15 +542,41 @@ class AttentionGeometryRun:
     W_ref: dict
     att_gap: dict
     rate_corr: dict
+    md_ratio: dict
+    adam_cmp: object
     config: dict = field(default_factory=dict)
 
     def cross(self):
-        """``(p, q) -> `` median correlation of MD-p's final iterate with the l_q Att-SVM."""
+        """``(p, q) ->`` median correlation of MD-p's final iterate with the l_q Att-SVM."""
         return {(p, q): self.cmp.median("corr", f"md{p:g}", q) for p in self.ps for q in self.ps}
+
+    def ratio_cross(self):
+        """``(p, q) -> `` median own-norm margin ratio of MD-p's final iterate in the l_q norm."""
+        return {(p, q): self.cmp.median("ratio", f"md{p:g}", q) for p in self.ps for q in self.ps}
+
+    def md_trend(self):
+        """``p -> [(t, median l_p margin ratio of MD-p at step t)]`` at ``md_horizons``."""
+        t = self.runs[f"md{self.ps[0]:g}"]["steps"]
+        idx = np.searchsorted(t, self.config["md_horizons"])
+        return {p: [(int(t[i]), float(metrics.nanmedian(self.md_ratio[p][i]))) for i in idx]
+                for p in self.ps}
+
+    def adam_trend(self):
+        """``(beta2, norm) -> [(t, median own-norm margin ratio of Adam at step t)]`` for the
+        norms ``inf`` and 2.0 (Frobenius), at ``adam_horizons``."""
+        return {(b2, q): [(t, self.adam_cmp.median("ratio", _adam_key(b2, t), q))
+                          for t in self.config["adam_horizons"]]
+                for b2 in self.config["adam_beta2s"] for q in (np.inf, 2.0)}
 
     def observed(self):
         """``(run, str(norm)) ->`` median correlations of sign, Adam, spectral descent and NGD."""
         return {(k, str(q)): self.cmp.median("corr", k, q)
+                for k in ("sign", "adam", "adam_decay", "spectral", "ngd") for q in self.norms[k]}
+
+    def observed_ratio(self):
+        """``(run, str(norm)) ->`` median own-norm margin ratios of sign, Adam, spectral descent
+        and NGD (the invariant counterpart of :meth:`observed`)."""
+        return {(k, str(q)): self.cmp.median("ratio", k, q)
                 for k in ("sign", "adam", "adam_decay", "spectral", "ngd") for q in self.norms[k]}
 
     def flagged_solves(self):
@@ -574,8 +610,22 @@ class AttentionGeometryRun:
             ("sign", np.inf), ("adam", np.inf), ("adam_decay", np.inf), ("spectral", "spectral"),
             ("ngd", 2.0), ("md3", 3.0)]})
         out.update({f"optfrac_{k}".replace(".", "_"): f for k, f in cmp.opt_frac.items()})
+        out.update({f"fro_ratio_{k}": cmp.median("ratio", k, 2.0)
+                    for k in ("sign", "adam", "adam_decay", "spectral")})
+        out["spec_ratio_ngd"] = cmp.median("ratio", "ngd", "spectral")
+        out.update({f"ratio_cross_{p:g}_{q:g}".replace(".", "_"): v
+                    for (p, q), v in self.ratio_cross().items()})
+        for p, tr in self.md_trend().items():
+            for i, (t, v) in enumerate(tr):
+                out[f"md_h{i}"] = t
+                out[f"md{p:g}_ratio_h{i}".replace(".", "_")] = v
+        for (b2, q), tr in self.adam_trend().items():
+            for i, (t, v) in enumerate(tr):
+                out[f"adam_h{i}"] = t
+                out[f"adam_{'linf' if np.isinf(q) else 'fro'}_{_key(b2)}_h{i}"] = v
         out["n_inaccurate"] = cmp.summary()["n_inaccurate"]
         out["n_solves"] = sum(s.size for s in cmp.status.values())
+        out["n_inaccurate_adam"] = self.adam_cmp.summary()["n_inaccurate"]
         out.update({"err_ngd_att": r["err"]["ngd"], "err_prgd_att": r["err"]["prgd"],
                     "prgd_speedup_att": r["speedup"],
                     "prgd_att_rate_ratio": r["rate_ratio"]["prgd"],
@@ -585,29 +635,59 @@ class AttentionGeometryRun:
         return out
 
     def claims(self):
-        r"""Mirror descent with :math:`p = 3` correlates at least 0.97 with the :math:`\ell_3`
-        Att-SVM and each MD-p most with its own :math:`\ell_p` Att-SVM; sign descent nearer the
-        :math:`\ell_\infty` than the Frobenius Att-SVM; Adam far from both (correlation below
-        0.9, at this horizon); spectral descent nearer the spectral one and NGD the Frobenius
-        one; every Att-SVM solved; PRGD beats NGD with a constant per-phase rate and a smaller
-        final margin gap."""
-        cross, obs, r = self.cross(), self.observed(), self._rates()
-        corr_md_lp = self.summary()["corr_md_lp"]
-        md_diag = all(cross[(p, p)] == max(cross[(p, q)] for q in self.ps) for p in self.ps)
-        adam_far = max(obs[(k, q)] for k in ("adam", "adam_decay") for q in ("inf", "2.0")) < 0.9
-        spec = (obs[("spectral", "spectral")] > obs[("spectral", "2.0")]
-                and obs[("ngd", "2.0")] > obs[("ngd", "spectral")])
+        r"""Every claim on own-norm margin ratios (invariant to which minimizer of a norm that is
+        not strictly convex the solver returns). Each MD-p's final ratio is largest in its own
+        :math:`\ell_p` norm (``md_diag``); MD with :math:`p = 3` raises its :math:`\ell_3` ratio
+        across ``md_horizons`` by more than 0.01 each time (``md_l3_rises``) and is still below
+        0.95 at the last (``md_l3_short``); sign descent's :math:`\ell_\infty` ratio exceeds its
+        Frobenius one (``sign_linf``), spectral descent's spectral ratio its Frobenius one and
+        NGD's Frobenius ratio its spectral one (``spec``); Adam's :math:`\ell_\infty` ratio rises
+        by more than 0.01 between consecutive ``adam_horizons`` for every :math:`\beta_2 \le 0.99`
+        (``adam_linf_rises``), is still below 0.6 at the last horizon for every
+        :math:`\beta_2 > 0.99` (``adam_large_beta2_slow``), falls with :math:`\beta_2` at the last horizon
+        (``adam_beta2_order``), moves more than its Frobenius ratio at :math:`\beta_2 = 0.99`
+        (``adam_fro_flat``) and lies at least 0.1 below sign descent's after ``steps`` steps
+        (``adam_lags_sign``); every Att-SVM solved; PRGD beats NGD with a constant per-phase rate
+        and a smaller final margin gap."""
+        obs, r = self.observed_ratio(), self._rates()
+        rc, md, ad = self.ratio_cross(), self.md_trend(), self.adam_trend()
+        md_diag = all(rc[(p, p)] > max(rc[(p, q)] for q in self.ps if q != p) for p in self.ps)
+        l3 = [v for _, v in md.get(3.0, [(0, np.nan)])]
+        b2s = self.config["adam_beta2s"]
+        rises = {b2: np.diff([v for _, v in ad[(b2, np.inf)]]) for b2 in b2s if b2 <= 0.99}
+        slow = [ad[(b2, np.inf)][-1] for b2 in b2s if b2 > 0.99]
+        last = [ad[(b2, np.inf)][-1][1] for b2 in b2s]
+        lin, fro = ad.get((0.99, np.inf)), ad.get((0.99, 2.0))
+        fro_flat = (lin is not None and abs(fro[-1][1] - fro[0][1]) < lin[-1][1] - lin[0][1])
+        adam_first = {b2: ad[(b2, np.inf)][0] for b2 in b2s}
+        lag = [(t, v) for b2, (t, v) in adam_first.items() if b2 == 0.99]
         rr, gf, err = r["rate_ratio"], r["gap_final"], r["err"]
         return {
-            "md_l3_corr": (bool(corr_md_lp >= 0.97),
-                           f"corr of p=3 mirror descent with the l_3 Att-SVM: {corr_md_lp}"),
-            "md_diag": (bool(md_diag), f"cross-correlation table not diagonal-dominant: {cross}"),
+            "md_diag": (bool(md_diag), f"own-norm ratio table not diagonal-dominant: {rc}"),
+            "md_l3_rises": (bool(np.all(np.diff(l3) > 0.01)),
+                            f"l_3 ratio of p=3 mirror descent along {md.get(3.0)}"),
+            "md_l3_short": (bool(l3[-1] < 0.95), f"l_3 ratio of p=3 mirror descent {md.get(3.0)}"),
             "sign_linf": (bool(obs[("sign", "inf")] > obs[("sign", "2.0")]),
-                          f"observed correlations {obs}"),
-            "adam_far": (bool(adam_far), f"observed correlations {obs}"),
-            "spec": (bool(spec), f"observed correlations {obs}"),
-            "svms_solved": (self.cmp.summary()["n_failed"] == 0,
-                            f"Att-SVM solves without a solution: {self.cmp.flagged()}"),
+                          f"own-norm ratios {obs}"),
+            "spec": (bool(obs[("spectral", "spectral")] > obs[("spectral", "2.0")]
+                          and obs[("ngd", "2.0")] > obs[("ngd", "spectral")]),
+                     f"own-norm ratios {obs}"),
+            "adam_linf_rises": (bool(rises) and all(bool(np.all(d > 0.01)) for d in rises.values()),
+                                f"Adam l_inf ratios along the horizons {ad}"),
+            "adam_large_beta2_slow": (all(v < 0.6 for _, v in slow),
+                                      f"Adam l_inf ratios at the last horizon, beta_2 > 0.99: {slow}"),
+            "adam_beta2_order": (bool(np.all(np.diff(last) < 0)) if np.all(np.diff(b2s) > 0)
+                                 else False, f"Adam l_inf ratios at the last horizon {last} "
+                                 f"for beta_2 {b2s} (increasing)"),
+            "adam_fro_flat": (bool(fro_flat), f"Adam (beta_2 = 0.99) ratios {lin} and {fro}"),
+            "adam_lags_sign": (bool(lag and lag[0][0] == self.config["steps"]
+                                    and lag[0][1] < obs[("sign", "inf")] - 0.1),
+                               f"Adam (beta_2 = 0.99) at {lag} against sign descent "
+                               f"{obs[('sign', 'inf')]} (the first Adam horizon must be steps)"),
+            "svms_solved": (self.cmp.summary()["n_failed"] == 0
+                            and self.adam_cmp.summary()["n_failed"] == 0,
+                            "Att-SVM solves without a solution: "
+                            f"{self.cmp.flagged() + self.adam_cmp.flagged()}"),
             "prgd_beats_ngd_att": (bool(r["speedup"] > 1), "PRGD does not beat NGD on attention: "
                                    f"{err['prgd']} vs {err['ngd']}"),
             "prgd_att_rate_constant": (2 / 3 <= rr["prgd"] <= 3 / 2 and rr["ngd"] < 0.5,
@@ -619,15 +699,23 @@ class AttentionGeometryRun:
 
 def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1.75, 2.0, 3.0),
                        lr_sign=0.01, lr_adam=0.01, lr_adam_decay=0.1, lr_spec=0.1,
-                       rate_steps=4000, prgd_period=100, prgd_growth=1.5, seed=0, device="auto"):
+                       rate_steps=4000, prgd_period=100, prgd_growth=1.5,
+                       adam_horizons=None, adam_beta2s=(0.9, 0.99, 0.999),
+                       md_horizons=None, seed=0, device="auto"):
     r"""Chapter 14: the attention classifier with trained :math:`W` (cross-attention on
-    :func:`attnsvm.data.random_unit`, logistic loss, per-trial random start) trained for
+    :func:`attnsvm.data.random_unit`, logistic loss, from W_0 = 0) trained for
     ``steps`` steps by dual-normalized mirror descent for every ``p`` of ``ps`` (2 must be one:
     it is NGD), sign descent, Adam (:math:`\epsilon = 0`, :math:`\beta_2 = 0.99`, constant step
     and :math:`\eta_0 (t+1)^{-1/2}`) and spectral descent; each final iterate compared with the
     Att-SVMs of its norms on the tokens it selects (:func:`compare_att_svms`); NGD and PRGD for
     ``rate_steps`` steps recorded at every phase boundary, against the Frobenius Att-SVM of the
-    tokens each selects at the end.
+    tokens each selects at the end. Mirror descent's own-norm margin ratios are also recorded at
+    ``md_horizons`` (default ``steps // 5, steps // 2, steps``), on the tokens of the final
+    iterate; Adam (constant step ``lr_adam``, :math:`\epsilon = 0`) is run once for every
+    :math:`\beta_2` of ``adam_beta2s`` up to the last of ``adam_horizons`` (default ``steps``,
+    ``10 steps / 3``, ``10 steps``) and each record
+    compared with the :math:`\ell_\infty` and Frobenius Att-SVMs of the tokens it selects
+    (``adam_cmp``), so the trend of the ratios with the horizon is measured on one run.
 
     Returns
     -------
@@ -647,7 +735,18 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     rules.update({"sign": _sd("inf", lr_sign, 0.0), "adam": _adam(lr_adam, 0.99),
                   "adam_decay": _adam(lr_adam_decay, 0.99, decay=0.5),
                   "spectral": _sd("spectral", lr_spec, 0.0)})
-    runs = {k: _fit_margin(model, W0, batch, steps=steps, loss="logistic", **kw)
+    if adam_horizons is None:
+        adam_horizons = (steps, round(10 * steps / 3), 10 * steps)
+    adam_horizons = sorted({check_int("adam_horizons", t, minimum=1) for t in adam_horizons})
+    adam_beta2s = [float(b) for b in adam_beta2s]
+    md_horizons = (sorted({max(1, steps // 5), max(1, steps // 2), steps}) if md_horizons is None
+                   else sorted({check_int("md_horizons", t, minimum=1) for t in md_horizons}))
+    if md_horizons[-1] > steps:
+        raise ValueError(f"md_horizons must not exceed steps = {steps}, got {md_horizons}")
+    rec = np.unique(np.concatenate([np.round(np.logspace(0, np.log10(steps), 60)),
+                                    md_horizons]).astype(int))
+    runs = {k: _fit_margin(model, W0, batch, steps=steps, loss="logistic",
+                           record_steps=rec if k.startswith("md") else None, **kw)
             for k, kw in rules.items()}
     runs["ngd"] = runs["md2"]
     norms = {f"md{p:g}": ps for p in ps}
@@ -657,6 +756,16 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                            opt=data.opt)
     md_corr = {p: metrics.corr(runs[f"md{p:g}"]["iterates"], cmp.svms[f"md{p:g}", p][None],
                                elem_ndim=2) for p in ps}
+    md_ratio = {p: 1.0 - att_margin_gap(runs[f"md{p:g}"]["iterates"], data.X, data.Z,
+                                        cmp.sel[f"md{p:g}"], cmp.svms[f"md{p:g}", p], norm=p)
+                for p in ps}
+    adam_finals = {}
+    for b2 in adam_beta2s:
+        a = _fit_margin(model, W0, batch, steps=adam_horizons[-1], loss="logistic",
+                        record_steps=adam_horizons, **_adam(lr_adam, b2))
+        adam_finals.update({_adam_key(b2, t): W for t, W in zip(a["steps"], a["iterates"])})
+    adam_cmp = compare_att_svms(data.X, data.Z, adam_finals,
+                                {k: [np.inf, 2.0] for k in adam_finals}, opt=data.opt)
     rec = _rate_grid(rate_steps, prgd_period)
     rate_rules = {"ngd": _sd(2, lr_md, 0.0), "prgd": _prgd(lr_md, prgd_period, prgd_growth)}
     rate_runs = {k: _fit_margin(model, W0, batch, steps=rate_steps, loss="logistic",
@@ -670,6 +779,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     config = dict(n=n, T=T, d=d, trials=trials, steps=steps, lr_md=lr_md, ps=ps, lr_sign=lr_sign,
                   lr_adam=lr_adam, lr_adam_decay=lr_adam_decay, lr_spec=lr_spec,
                   rate_steps=rate_steps, prgd_period=prgd_period, prgd_growth=prgd_growth,
+                  adam_horizons=adam_horizons, adam_beta2s=adam_beta2s, md_horizons=md_horizons,
                   seed=seed)
     return AttentionGeometryRun(data, ps, runs, norms, cmp, md_corr, rate_runs, sel, W_ref,
-                                att_gap, rate_corr, config)
+                                att_gap, rate_corr, md_ratio, adam_cmp, config)

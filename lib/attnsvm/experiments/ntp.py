@@ -152,10 +152,11 @@ class NTPLinearRun:
                                           / np.linalg.norm(self.W_mm, axis=(-2, -1))))}
 
     def claims(self):
-        r"""Lemma 1's condition; :math:`W^{mm} \perp F`; GD reaches both limits (correlation at
-        least 0.97, relative error at most 0.05) with a decreasing loss and a norm growing
-        slower than linearly (factor below 10 over two decades); at the same step NGD aligns
-        faster and fits :math:`W^*` slower; Adam fits :math:`W^*` best and aligns worst."""
+        r"""Lemma 1's condition; :math:`W^{mm} \perp F`; GD approaches both limits (correlation at
+        least 0.95 at the end and larger than at ``steps_fast``, relative error at most 0.05)
+        with a decreasing loss and a norm growing slower than linearly (factor below 10 over two
+        decades); at the same step NGD aligns faster and fits :math:`W^*` slower; Adam fits
+        :math:`W^*` best and aligns worst."""
         s = self.summary()
         m, d = self.data.H.shape[-2:]
         fast = {k: (s[f"relerr_{k}"], s[f"corr_{k}"]) for k in ("ngd", "adam")}
@@ -166,7 +167,9 @@ class NTPLinearRun:
                         "in every trial"),
             "mm_orthogonal_to_F": (s["perp_leak"] < 1e-8, f"W_mm has a component in F: "
                                    f"{s['perp_leak']}"),
-            "ntp_mm_corr": (s["corr_ntp_mm"] >= 0.97, f"corr(P_perp W_T, W_mm) = {s['corr_ntp_mm']}"),
+            "ntp_mm_corr": (s["corr_ntp_mm"] >= 0.95 and s["corr_ntp_mm"] > s["corr_gd_fast"],
+                            f"corr(P_perp W_T, W_mm) = {s['corr_ntp_mm']} at the end, "
+                            f"{s['corr_gd_fast']} at steps_fast"),
             "ntp_finite_fit": (s["ntp_finite_relerr"] <= 0.05, "relative error of P_F W_T = "
                                f"{s['ntp_finite_relerr']}"),
             "gd_monotone": (rise <= 1e-13, "largest rise of the excess loss between recorded GD "
@@ -243,7 +246,9 @@ class ZenRun(NTPLinearRun):
             "zen_rank": (self._rank_ok(), f"d = {self.data.H.shape[-1]} > m = {s['zen_m']} and "
                          "rank(H) = m in every trial"),
             "zen_gd_finite": (fin["gd"][0] <= 0.05, f"GD relative error of P_F W_T = {fin['gd'][0]}"),
-            "zen_gd_corr": (fin["gd"][1] >= 0.97, f"GD corr(P_perp W_T, W_mm) = {fin['gd'][1]}"),
+            "zen_gd_corr": (fin["gd"][1] >= 0.95 and fin["gd"][1] > gd_fast[1],
+                            f"GD corr(P_perp W_T, W_mm) = {fin['gd'][1]} at the end, "
+                            f"{gd_fast[1]} at steps_fast"),
             "zen_gd_monotone": (rise <= 1e-13, "largest rise of the GD excess loss between "
                                 f"recorded steps: {rise:.2e}"),
             "zen_ngd_corr_faster": (fin["ngd"][1] > gd_fast[1],
