@@ -265,6 +265,29 @@ def test_polyak_star_unbounded_outside_region():
     assert np.all(rates.excess_loss(data, opt, hc.W) <= c["eps0"])
 
 
+def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
+    """The notebook's runs (rates.run with drop_nonfinite): on the diverging instance above the
+    failing trial is dropped, recorded in config, NaN in the history and in the metrics, and the
+    other trials are exactly the runs without it; a rule not named still raises."""
+    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
+    W_mm = rates.svm_batch(data, opt)
+    W0 = rates.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=4)
+    settings = {"polyak_star": dict(lr=1.0)}
+    with pytest.raises(A.train.NonFiniteError):
+        rates.run(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
+    h = rates.run(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
+                  drop_nonfinite=("polyak_star",))["polyak_star"]
+    dropped = h.config["dropped_trials"]
+    live = np.setdiff1d(np.arange(3), dropped)
+    assert 1 <= len(dropped) < 3
+    assert np.all(np.isnan(h.snapshots[:, dropped])) and np.all(np.isfinite(h.snapshots[:, live]))
+    ref = A.train.fit(data.take(live), model="W", optimizer="polyak_star", steps=150,
+                      init=W0[live], snapshots=True, n_records=10)
+    np.testing.assert_array_equal(h.snapshots[:, live], ref.snapshots)
+    m = rates.trajectory_metrics(data, opt, W_mm, h)
+    assert np.all(np.isnan(m["excess"][:, dropped])) and np.all(np.isfinite(m["excess"][:, live]))
+
+
 def test_polyak_star_arguments(inst):
     data, opt, W_mm, c, W0 = inst
     with pytest.raises(ValueError, match="L_star"):
@@ -650,7 +673,7 @@ def test_chapter_result_object():
     res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
                                  seed=0, device="cpu")
     s = res.summary()
-    assert len(s) == 57 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 59 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
     assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
     assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1

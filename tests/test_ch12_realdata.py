@@ -301,7 +301,9 @@ def test_four_optimizers_on_a_tiny_vit(digits):
         assert 0 <= h.test_acc <= 1
     # the chapter's numbers: one entry per (statistic, optimizer), the ViT's token count
     s = cmp.summary()
-    assert cmp.claims() == {} and s["n_tokens"] == 5 and s["uniform_mass"] == 0.2
+    assert set(cmp.claims()) == {"vit_loss_falls", "vit_norms_grow", "vit_sparser",
+                                 "vit_most_growth_most_sparse", "vit_adam_most_sngd_least"}
+    assert s["n_tokens"] == 5 and s["uniform_mass"] == 0.2
     assert len(s) == 11 * 4 + 2 and all(np.isfinite(v) for v in s.values())
     for name in settings:
         assert s[f"loss_{name}"] < s[f"loss0_{name}"] and 0 <= s[f"test_acc_{name}"] <= 1
@@ -319,6 +321,61 @@ def test_observed_adam_grows_norms_and_sparsifies(digits):
     assert np.median(h.head_norm[-1] / h.head_norm[0]) > 1.02
     assert h.max_mass[-1].mean() > h.max_mass[0].mean() + 0.02
     assert h.entropy[-1].mean() < h.entropy[0].mean()
+
+
+def _run_summary(loss0=0.7, loss=0.3, growth=1.1, growth_max=1.2, mass0=0.26, mass=0.4,
+                 entropy0=0.98, entropy=0.8):
+    return dict(loss0=loss0, loss=loss, norm_growth=growth, norm_growth_max=growth_max,
+                mass0=mass0, mass=mass, entropy0=entropy0, entropy=entropy)
+
+
+def test_vit_claims_hold_and_fail():
+    """Each ViT claim holds on a picture like the quick run's and fails when its sentence is false."""
+    names = ["sgd", "sngd", "sps", "adam"]
+    good = {"sgd": _run_summary(growth=1.03, mass=0.34, entropy=0.91),
+            "sngd": _run_summary(loss=0.5, growth=1.005, mass=0.31, entropy=0.96),
+            "sps": _run_summary(growth=1.02, mass=0.35, entropy=0.90),
+            "adam": _run_summary(growth=1.25, mass=0.41, entropy=0.85)}
+    claims = nets.OptimizerComparison._vit_claims(good, names)
+    assert all(h for h, _ in claims.values()), claims
+    broken = {
+        "vit_loss_falls": {"sps": _run_summary(loss=0.8, growth=1.02, mass=0.35, entropy=0.90)},
+        "vit_norms_grow": {"sngd": _run_summary(loss=0.5, growth=0.999, mass=0.31, entropy=0.96)},
+        "vit_sparser": {"sngd": _run_summary(loss=0.5, growth=1.005, mass=0.31, entropy=0.99)},
+        "vit_most_growth_most_sparse": {"sps": _run_summary(growth=1.02, mass=0.45, entropy=0.9)},
+        "vit_adam_most_sngd_least": {"sgd": _run_summary(loss=0.6, growth=1.03, mass=0.34,
+                                                         entropy=0.91)},
+    }
+    for name, change in broken.items():
+        assert not nets.OptimizerComparison._vit_claims({**good, **change}, names)[name][0], name
+
+
+def test_text_claims_hold_and_fail():
+    """Each text claim holds on a picture like the quick run's and fails when its sentence is false."""
+    names = ["sgd", "sngd", "sps", "adam"]
+    base = dict(mass0=0.366, entropy0=0.685)
+    good = {"sgd": _run_summary(loss=0.38, growth_max=1.0003, mass=0.354, entropy=0.691, **base),
+            "sngd": _run_summary(loss=0.59, growth_max=1.0001, mass=0.366, entropy=0.685, **base),
+            "sps": _run_summary(loss=0.15, growth_max=1.003, mass=0.320, entropy=0.712, **base),
+            "adam": _run_summary(loss=0.35, growth_max=1.002, mass=0.358, entropy=0.682, **base)}
+    claims = nets.OptimizerComparison._text_claims(good, names)
+    assert all(h for h, _ in claims.values()), claims
+    sps = dict(loss=0.15, growth_max=1.003, mass=0.320, entropy=0.712, **base)
+    broken = {
+        "text_loss_falls": {"sngd": _run_summary(loss=0.71, growth_max=1.0001, mass=0.366,
+                                                 entropy=0.685, **base)},
+        "text_norms_fixed": {"sps": _run_summary(**{**sps, "growth_max": 1.02})},
+        "text_no_sparsification": {"adam": _run_summary(loss=0.35, growth_max=1.002, mass=0.38,
+                                                        entropy=0.682, **base)},
+        "text_sps_denser": {"sps": _run_summary(**{**sps, "mass": 0.35})},
+    }
+    for name, change in broken.items():
+        assert not nets.OptimizerComparison._text_claims({**good, **change}, names)[name][0], name
+    # SPS must also be the rule with the lowest loss and the largest entropy rise
+    assert not nets.OptimizerComparison._text_claims(
+        {**good, "sps": _run_summary(**{**sps, "loss": 0.4})}, names)["text_sps_denser"][0]
+    assert not nets.OptimizerComparison._text_claims(
+        {**good, "sps": _run_summary(**{**sps, "entropy": 0.690})}, names)["text_sps_denser"][0]
 
 
 def test_bad_arguments(digits):

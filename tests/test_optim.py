@@ -70,6 +70,21 @@ def test_zero_gradient_gives_zero_step():
     assert torch.equal(out[0], z[0])
 
 
+def test_ngd_step_of_a_subnormal_gradient_is_finite():
+    """A gradient of norm ~1e-320 (the engine's log-scaled gradient when every sequence's factor
+    underflows but one) still gives a step of length lr: e^{-log||g||} alone overflows to inf
+    (ch07's horizon study at seed 1 put W at inf this way); a normal trial's step is unchanged."""
+    g = _rand(3, 2, 2, seed=6)
+    tiny = g.clone()
+    tiny[0] = torch.tensor([[3e-320, 0.0], [-1e-320, 5e-321]], dtype=torch.float64)
+    out = update("ngd", [tiny], lr=0.1, batch_ndim=1)[0]
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.flatten(1).norm(dim=1), torch.full((3,), 0.1, dtype=torch.float64))
+    torch.testing.assert_close(out[0] / out[0].abs().max(), -tiny[0] / tiny[0].abs().max(),
+                               rtol=0.05, atol=0)        # subnormals carry a few digits only
+    assert torch.equal(out[1:], update("ngd", [g], lr=0.1, batch_ndim=1)[0][1:])
+
+
 def test_unknown_rule():
     with pytest.raises(ValueError, match="optimizer"):
         update("lbfgs", [torch.ones(2)], lr=0.1)

@@ -212,11 +212,25 @@ def _dir_gradient(grads, ctx):
     return grads, list(ctx.log_scale)
 
 
+#: above this log-multiplier, e^m overflows float64 (e^709.8): the gradient is rescaled first
+_LOG_MULT_SAFE = 700.0
+
+
 def _dir_normalized(grads, ctx):
     lg = _log_norm_total(grads, ctx)
     zero = ~torch.isfinite(lg)                      # zero gradient: no step
-    return grads, [torch.where(zero, -math.inf, -lg if sc is None else sc - lg)
-                   for sc in ctx.log_scale]
+    out, mult = [], []
+    for g, sc in zip(grads, ctx.log_scale):
+        m = torch.where(zero, -math.inf, -lg if sc is None else sc - lg)
+        # a gradient whose norm is below ~1e-304 (subnormal entries): e^m would overflow
+        # although g e^m is part of a unit vector, so divide g by its largest entry there and
+        # move that factor into m; elsewhere the divisor is exactly 1 (the step is unchanged)
+        dims = _dims(g, ctx.batch_ndim)
+        mx = g.abs().amax(dim=dims) if dims else g.abs()
+        mx = torch.where((m > _LOG_MULT_SAFE) & (mx > 0), mx, torch.ones_like(mx))
+        out.append(g / _bc(mx, g))
+        mult.append(m + torch.log(mx))
+    return out, mult
 
 
 def _dir_normalized_param(grads, ctx):
