@@ -253,6 +253,32 @@ class KQComparison:
         out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
         return out
 
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``), from :meth:`summary`.
+
+        * ``kq_slower``: the smallest final correlation of :math:`KQ^\top` with
+          :math:`W^*_{mm}` is below that of :math:`W` with :math:`W_{mm}` (the factored iterate
+          converges more slowly);
+        * ``own_norm_closer``: each model's crossed median correlation (with the other
+          norm's SVM) is at least 0.05 below its matched one (each iterate is closer to the SVM
+          of its own norm);
+        * ``kq_balanced``: the final factors are nearly balanced (median relative imbalance
+          below 0.05) and pay the nuclear norm to within 1% (median cost ratio below 1.01).
+        """
+        s = self.summary()
+        gaps = (s["corr_w_fro"] - s["corr_w_nuc"], s["corr_kq_nuc"] - s["corr_kq_fro"])
+        return {
+            "kq_slower": (bool(s["min_corr_kq_nuc"] < s["min_corr_w_fro"]),
+                          f"smallest corr KQ vs W*_mm {s['min_corr_kq_nuc']:.4f}, "
+                          f"W vs W_mm {s['min_corr_w_fro']:.4f}"),
+            "own_norm_closer": (bool(min(gaps) >= 0.05),
+                                   f"matched minus crossed median corr: W {gaps[0]:.4f}, "
+                                   f"KQ {gaps[1]:.4f} (>= 0.05)"),
+            "kq_balanced": (bool(s["kq_imbalance"] < 0.05 and s["kq_cost_ratio"] < 1.01),
+                            f"imbalance {s['kq_imbalance']:.4f} (< 0.05), cost ratio "
+                            f"{s['kq_cost_ratio']:.5f} (< 1.01)"),
+        }
+
 
 def _svm_cache(X, Z, sels, norm):
     """Solve each distinct (trial, selection) once."""
