@@ -189,6 +189,7 @@ def test_driver_summary_holds_the_chapter_numbers():
     assert s2["slope_gd"] == s["slope_gd"]
 
 
+@pytest.mark.slow
 def test_driver_claims_hold_and_can_fail():
     """SeparableRun.claims(), the checked sentences of the chapter: all hold on the notebook's
     setting (n = 40, d = 10, eight trials, five optimizers), and each fails when the
