@@ -201,3 +201,34 @@ def test_study_summary_states_the_chapter_claims():
     empty = feasibility.SweepResult(st.ranks.per_point, {k: v[:0] for k, v in
                                                          st.ranks.per_instance.items()}, {})
     assert np.isnan(empty.summary()["left_nuc_max"]) and empty.summary()["total"] == 0
+
+
+def test_study_claims_hold_and_can_fail():
+    """FeasibilityStudy.claims() on a small study: all hold; each fails when its numbers are set
+    against it (a guaranteed point made infeasible, the first point made feasible, a singular
+    value left out near the cut, a rank above the bound, the nuclear ranks set to the Frobenius
+    ones, a Frobenius rank one below the bound)."""
+    st = feasibility.feasibility_study([2, 8], 4, 4, [2, 4], [2, 6], 6, n_rank=4, T_rank=6,
+                                       ds_rank=[3, 8], trials_rank=4, seed=0)
+    c = st.claims()
+    assert set(c) == {"sure_all_feasible", "feasibility_fades", "rank_bound_holds",
+                      "rank_cut_clean", "fro_on_bound", "nuc_lower"}
+    assert all(h for h, _ in c.values()), c
+    on, rk = st.over_n.per_point, st.ranks.per_point
+    frac = on["feasible_frac"].copy()
+    on["feasible_frac"][st.over_n.sure_points()] = 0.5
+    assert not st.claims()["sure_all_feasible"][0]
+    on["feasible_frac"][:] = 1.0
+    assert not st.claims()["feasibility_fades"][0]
+    on["feasible_frac"][:] = frac
+    pi = st.ranks.per_instance
+    f = np.flatnonzero(pi["feasible"])[0]
+    pi["left_nuc"][f] = 1e-7
+    assert not st.claims()["rank_cut_clean"][0]
+    pi["rank_fro"][f] = 99
+    assert not st.claims()["rank_bound_holds"][0]
+    big = st.ranks.rows(d=8)
+    rk["rank_nuc_mean"][big] = rk["rank_fro_mean"][big]
+    assert not st.claims()["nuc_lower"][0]
+    rk["rank_fro_mean"][big] -= 1
+    assert not st.claims()["fro_on_bound"][0]

@@ -318,3 +318,25 @@ def test_local_followups_summary():
     assert s["cone_n_nlo"] == int(fu.found.sum()) == len(fu.cone_nlo.kept)
     assert (fu.cone_lo is None) == np.isnan(s["cone_kept_lo"])
     assert 0 <= s["cone_nlo_to_opt"] <= 1
+
+
+def test_overparam_claims_hold_and_can_fail():
+    """OverparamSweep.claims() on a small sweep: all hold; each fails when its numbers are set
+    against it (the global fractions reversed, a trial at d >= n made infeasible, the global
+    fraction flat from the first fully feasible d)."""
+    sw = C.overparam_sweep(shapes=((6, 8),), ds=(2, 4, 30), trials=12, steps=1500, device="cpu")
+    c = sw.claims()
+    assert set(c) == {"global_grows", "feasible_from_n", "global_beyond_feasible"}
+    assert all(h for h, _ in c.values()), c
+    r = sw.rows
+    order = np.argsort(r["d"])
+    g = r["frac_global"].copy()
+    r["frac_global"][order] = g[order][::-1]
+    assert not sw.claims()["global_grows"][0]
+    r["frac_global"][:] = g
+    k = np.flatnonzero(sw.column("frac_feasible", 6, 8) == 1)[0]
+    r["frac_global"][order[k:]] = g[order[k]]
+    assert not sw.claims()["global_beyond_feasible"][0]
+    r["frac_global"][:] = g
+    r["frac_feasible"][r["d"] >= 6] = 11 / 12
+    assert not sw.claims()["feasible_from_n"][0]

@@ -136,3 +136,22 @@ def test_observed_w_fro_kq_nuc():
     s = res.summary()
     assert s["corr_w_fro"] == pytest.approx(np.median(cwf)) and s["corr_kq_nuc"] == pytest.approx(np.median(ckn))
     assert s["rank_fro_max"] <= 6 and 0 <= s["frac_rank_gap"] <= 1 and "corr_kq_nuc_nopen" not in s
+
+
+def test_claims_hold_and_can_fail():
+    """KQComparison.claims(): on seeded instances the (K,Q) iterate's smallest correlation is
+    below W's, each iterate is closer to its own norm's SVM, and the factors are balanced; each
+    claim fails when its numbers are set against it (KQ's final correlations set to 1, W's
+    crossed correlation set to its matched one, Q doubled)."""
+    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    res = S.compare_w_kq(data, steps=1500, lr=0.1, init_scale=0.1, penalty=2.2e-16, seed=0,
+                         device="cpu")
+    c = res.claims()
+    assert set(c) == {"kq_slower", "own_norm_closer", "kq_balanced"}
+    assert all(h for h, _ in c.values()), c
+    res.corr[("W", "nuc", "W")][-1] = res.corr[("W", "fro", "W")][-1]
+    assert not res.claims()["own_norm_closer"][0]
+    res.corr[("KQ", "nuc", "KQ")][-1] = 1.0
+    assert not res.claims()["kq_slower"][0]
+    res.history["KQ"].params["Q"] = 2 * res.history["KQ"].params["Q"]
+    assert not res.claims()["kq_balanced"][0]

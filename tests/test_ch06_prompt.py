@@ -144,4 +144,40 @@ def test_relaxed_and_strict_references_claims_hold_on_the_book_setting():
         r = S.prompt_joint(data, planted=planted, train_v=True, loss=loss, steps=2000, seed=0,
                            device="cpu")
         c = r.claims(data)
-        assert list(c) == [name] and c[name][0], c
+        assert c[name][0], c
+
+
+def test_direction_claims_hold_and_can_fail():
+    """PromptRun.claims(): with the head fixed p ends near p_mm; trained jointly, the
+    logistic head ends near v_mm and the correlation head near the centroid, and the selected
+    token is mostly the one optimal under v_T; each claim fails when its numbers are set
+    against it (p's correlation lowered, v's two correlations exchanged, selected tokens
+    shifted)."""
+    data, planted = S.prompt_instances(6, 5, 8, trials=3, gap=0.5, noise=0.1, seed=0)
+    fixed = S.prompt_joint(data, train_v=False, steps=1500, device="cpu")
+    c = fixed.claims(data)
+    assert list(c) == ["p_near_pmm"] and c["p_near_pmm"][0], c
+    fixed.corr_p[-1] = 0.98
+    assert not fixed.claims(data)["p_near_pmm"][0]
+    for loss, name in (("logistic", "v_near_vmm"), ("correlation", "v_near_centroid")):
+        r = S.prompt_joint(data, planted=planted, train_v=True, loss=loss, steps=1500, seed=0,
+                           device="cpu")
+        c = r.claims(data)
+        assert c[name][0] and c["selected_mostly_opt"][0], c
+        r.corr_v, r.corr_v_centroid = r.corr_v_centroid, r.corr_v
+        assert not r.claims(data)[name][0]
+        r.selected = (r.selected + 1) % data.X.shape[2]
+        assert not r.claims(data)["selected_mostly_opt"][0]
+
+
+def test_gap_sweep_claim_holds_and_can_fail():
+    """PromptGapSweep.claims(): the mass on opt grows with the score gap (small gaps select
+    late); with the runs assigned to the gaps in reverse order the claim fails."""
+    gaps = [0.05, 0.5, 1.0]
+    sw = S.prompt_gap_sweep(6, 5, 8, gaps=gaps, trials=3, train_v=False, optimizer="gd",
+                            lr=1.0, steps=500, device="cpu")
+    assert isinstance(sw, dict) and list(sw) == gaps
+    c = sw.claims()
+    assert c["small_gap_late"][0], c
+    rev = S.PromptGapSweep({g: sw[h] for g, h in zip(gaps, reversed(gaps))})
+    assert not rev.claims()["small_gap_late"][0]

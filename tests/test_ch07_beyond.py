@@ -149,3 +149,28 @@ def test_multi_token_horizons_summary_and_claims():
     assert not r.claims()["rate_rises"][0] and not r.claims()["rate_rises_each_d"][0]
     with pytest.raises(ValueError, match="horizons"):
         S.multi_token_horizons(3, 4, (4,), trials=1, horizons=(200, 40), **kw)
+
+
+def test_run_claims_hold_and_can_fail():
+    """MultiTokenRun.claims(): linear head, single-token sets; ReLU head, most instances keep a
+    larger set, the generalized SVM is mostly at least as close as the single-token one but
+    clears the threshold on fewer, and the norm grows slower than with the linear head. Each
+    fails when its numbers are set against it."""
+    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
+    mlp = S.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
+                                  device="cpu")
+    assert list(lin.claims()) == ["sets_single"] and lin.claims()["sets_single"][0]
+    c = mlp.claims(control=lin)
+    assert set(c) == {"most_multi", "gen_mostly_closer", "threshold_partial", "norm_grows_slower"}
+    assert all(h for h, _ in c.values()), c
+    assert "norm_grows_slower" not in mlp.claims()
+    assert not mlp.claims(control=mlp)["norm_grows_slower"][0]     # no slower than itself
+    lin.set_sizes[0, 0] = 2
+    assert not lin.claims()["sets_single"][0]
+    mlp.predicted[:] = True
+    assert not mlp.claims()["threshold_partial"][0]
+    mlp.corr_gen[-1] = mlp.corr_single[-1] - 0.1
+    assert not mlp.claims()["gen_mostly_closer"][0]
+    mlp.set_sizes[:] = 1
+    assert not mlp.claims()["most_multi"][0]

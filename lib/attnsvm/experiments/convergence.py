@@ -719,6 +719,38 @@ class OverparamSweep:
             out[f"frac_global_n{n_}_T{T_}_d{d_}"] = float(self.rows["frac_global"][row])
         return out
 
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``) on the first shape ``(n0, T0)``.
+
+        * ``global_grows``: the fraction converging to :math:`W_{mm}` is largest at the largest
+          ``d`` and exceeds that at the smallest ``d`` by at least 0.5 (between neighbouring
+          ``d`` it may dip by a trial or two);
+        * ``feasible_from_n``: :math:`W_{mm}` exists in every trial at every ``d >= n0``;
+        * ``global_beyond_feasible``: at the largest ``d`` the global fraction exceeds by at
+          least 0.2 its value at the first ``d`` where every trial is feasible (over-
+          parameterization acts beyond feasibility).
+        """
+        n0, T0 = self.config["shapes"][0]
+        ds = self.column("d", n0, T0)
+        g = self.column("frac_global", n0, T0)
+        f = self.column("frac_feasible", n0, T0)
+        full = np.flatnonzero(f == 1)
+        curve = ", ".join(f"{x:.3f} (d={int(d)})" for d, x in zip(ds, g))
+        out = {"global_grows": (bool(g[-1] == g.max() and g[-1] >= g[0] + 0.5),
+                                f"global fraction {curve}"),
+               "feasible_from_n": (bool(np.all(f[ds >= n0] == 1)),
+                                   "feasible fraction " + ", ".join(
+                                       f"{x:.3f} (d={int(d)})" for d, x in zip(ds, f)))}
+        if full.size:
+            k = full[0]
+            out["global_beyond_feasible"] = (
+                bool(g[-1] >= g[k] + 0.2),
+                f"global fraction {g[k]:.3f} at d={int(ds[k])} (first fully feasible), "
+                f"{g[-1]:.3f} at d={int(ds[-1])}")
+        else:
+            out["global_beyond_feasible"] = (False, "no d with every trial feasible")
+        return out
+
 
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
 def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,

@@ -199,6 +199,53 @@ class FeasibilityStudy:
             "full_d_nmax": on.first_full_d(nmax),
         }
 
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``), from :meth:`summary`.
+
+        * ``sure_all_feasible``: every instance is feasible at every grid point where
+          feasibility is guaranteed (:math:`n \le d`, :math:`T \le d+1`), and there is one;
+        * ``feasibility_fades``: at the largest ``n`` and smallest ``d`` of the sweep over
+          ``n`` at most half of the instances are feasible, and from some larger ``d`` on all
+          are (every ``d`` at or above ``full_d_nmax``);
+        * ``rank_bound_holds``: no feasible instance has rank above :math:`\min(n, d)`;
+        * ``rank_cut_clean``: around the rank threshold ``rtol`` the relative singular values
+          counted are at least ``100 rtol`` and those left out at most ``rtol / 100`` (both
+          SVMs);
+        * ``fro_on_bound``: at the largest ``d`` of the rank sweep the mean rank of
+          :math:`W_{mm}` equals :math:`\min(n, d)`;
+        * ``nuc_lower``: there the mean rank of :math:`W^\star_{mm}` is at least 1 lower.
+        """
+        s = self.summary()
+        on, rk = self.over_n, self.ranks
+        nmax, dmin = max(on.config["ns"]), min(on.config["ds"])
+        full = s["full_d_nmax"]
+        q = on.per_point
+        after = on.rows(n=nmax) & (q["d"] >= full)
+        fades = bool(s["feas_nmax_dmin"] <= 0.5 and full > dmin
+                     and np.all(q["feasible_frac"][after] == 1))
+        rtol = rk.config["rtol"]
+        kept = min(s["kept_fro_min"], s["kept_nuc_min"])
+        left = max(s["left_fro_max"], s["left_nuc_max"])
+        bound = float(rk.per_point["rank_bound"][rk.rows(d=max(rk.config["ds"]))][0])
+        return {
+            "sure_all_feasible": (bool(s["sure_points"] > 0
+                                       and s["sure_feasible"] == s["sure_points"]),
+                                  f"{s['sure_feasible']} of {s['sure_points']} guaranteed points "
+                                  "fully feasible"),
+            "feasibility_fades": (fades, f"feasible fraction {s['feas_nmax_dmin']:.3f} at n = {nmax}, "
+                                         f"d = {dmin} (<= 0.5); all feasible from d = {full} on"),
+            "rank_bound_holds": (bool(s["rank_violations"] == 0),
+                                 f"{s['rank_violations']} violations"),
+            "rank_cut_clean": (bool(kept >= 100 * rtol and left <= rtol / 100),
+                               f"smallest kept {kept:.2e}, largest left out {left:.2e} "
+                               f"(rtol {rtol:g})"),
+            "fro_on_bound": (bool(s["rank_fro_dmax"] == bound),
+                             f"mean rank of W_mm {s['rank_fro_dmax']:.3f}, bound {bound:g}"),
+            "nuc_lower": (bool(s["rank_nuc_dmax"] <= s["rank_fro_dmax"] - 1),
+                          f"mean rank of W*_mm {s['rank_nuc_dmax']:.3f}, of W_mm "
+                          f"{s['rank_fro_dmax']:.3f} (at least 1 lower)"),
+        }
+
 
 @renamed(instances="trials", instances_rank="trials_rank")
 def feasibility_study(ns, T_n, n_T, Ts, ds, trials, *, n_rank, T_rank, ds_rank,

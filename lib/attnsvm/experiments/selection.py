@@ -53,6 +53,7 @@ __all__ = [
     "KQComparison",
     "compare_w_kq",
     "PromptRun",
+    "PromptGapSweep",
     "LearnedReferences",
     "prompt_joint",
     "prompt_loss_sweep",
@@ -252,6 +253,32 @@ class KQComparison:
         out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
         return out
 
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``), from :meth:`summary`.
+
+        * ``kq_slower``: the smallest final correlation of :math:`KQ^\top` with
+          :math:`W^*_{mm}` is below that of :math:`W` with :math:`W_{mm}` (the factored iterate
+          converges more slowly);
+        * ``own_norm_closer``: each model's crossed median correlation (with the other
+          norm's SVM) is at least 0.05 below its matched one (each iterate is closer to the SVM
+          of its own norm);
+        * ``kq_balanced``: the final factors are nearly balanced (median relative imbalance
+          below 0.05) and pay the nuclear norm to within 1% (median cost ratio below 1.01).
+        """
+        s = self.summary()
+        gaps = (s["corr_w_fro"] - s["corr_w_nuc"], s["corr_kq_nuc"] - s["corr_kq_fro"])
+        return {
+            "kq_slower": (bool(s["min_corr_kq_nuc"] < s["min_corr_w_fro"]),
+                          f"smallest corr KQ vs W*_mm {s['min_corr_kq_nuc']:.4f}, "
+                          f"W vs W_mm {s['min_corr_w_fro']:.4f}"),
+            "own_norm_closer": (bool(min(gaps) >= 0.05),
+                                   f"matched minus crossed median corr: W {gaps[0]:.4f}, "
+                                   f"KQ {gaps[1]:.4f} (>= 0.05)"),
+            "kq_balanced": (bool(s["kq_imbalance"] < 0.05 and s["kq_cost_ratio"] < 1.01),
+                            f"imbalance {s['kq_imbalance']:.4f} (< 0.05), cost ratio "
+                            f"{s['kq_cost_ratio']:.5f} (< 1.01)"),
+        }
+
 
 def _svm_cache(X, Z, sels, norm):
     """Solve each distinct (trial, selection) once."""
@@ -450,17 +477,47 @@ class PromptRun:
         every run). With the correlation loss (no tail: every sequence keeps weight 1, so every
         sequence pushes :math:`p`): ``relaxed_never_closer``, the relaxed p-SVM is the closer
         reference in no trial and the strict one in at least one (in any other the two
-        correlations agree to ``1e-6``)."""
+        correlations agree to ``1e-6``).
+
+        The sentences on where the directions go (medians of the final correlations):
+
+        * head fixed: ``p_near_pmm``, :math:`\mathrm{corr}(p_T, p_{mm}) \ge 0.99`;
+        * head trained, logistic or exponential loss: ``v_near_vmm``, :math:`v_T` is closer to
+          :math:`v_{mm}` than to the centroid by at least 0.02;
+        * head trained, correlation loss: ``v_near_centroid``, the reverse, and
+          :math:`\mathrm{corr}(v_T, c) \ge 0.999`;
+        * head trained (``data`` given): ``selected_mostly_opt``, the selected token is the one
+          optimal under :math:`v_T` in at least 3/4 of the sequences."""
+        own = self._direction_claims(data)
         if not self.config.get("train_v"):
-            return {}
+            return own
         ref = self.learned_references(data)
         nr, ns = int(ref.relaxed_closer().sum()), int(ref.strict_closer().sum())
         both = int(np.sum(~np.isnan(ref.corr_p) & ~np.isnan(ref.corr_p_relaxed)))
         detail = (f"relaxed closer in {nr}, strict closer in {ns}, equal (to 1e-6) in "
                   f"{both - nr - ns} of {both} trials")
         if self.config.get("loss") == "correlation":
-            return {"relaxed_never_closer": (nr == 0 and ns > 0, detail)}
-        return {"relaxed_sometimes_closer": (nr > 0 and ns > 0, detail)}
+            return {"relaxed_never_closer": (nr == 0 and ns > 0, detail), **own}
+        return {"relaxed_sometimes_closer": (nr > 0 and ns > 0, detail), **own}
+
+    def _direction_claims(self, data):
+        """The direction claims of :meth:`claims` (from :meth:`summary`)."""
+        s = self.summary(data)
+        if not self.config.get("train_v"):
+            return {"p_near_pmm": (bool(s["corr_p"] >= 0.99),
+                                   f"median corr(p, p_mm) {s['corr_p']:.4f} (>= 0.99)")}
+        v, vc = s["corr_v"], s["corr_vc"]
+        detail = f"median corr(v, v_mm) {v:.4f}, corr(v, centroid) {vc:.4f}"
+        if self.config.get("loss") == "correlation":
+            out = {"v_near_centroid": (bool(vc >= v + 0.02 and vc >= 0.999),
+                                       detail + " (centroid >= v_mm + 0.02, centroid >= 0.999)")}
+        else:
+            out = {"v_near_vmm": (bool(v >= vc + 0.02), detail + " (v_mm >= centroid + 0.02)")}
+        if data is not None:
+            f = s["frac_selected_is_opt"]
+            out["selected_mostly_opt"] = (bool(f >= 0.75),
+                                          f"selected token optimal under v_T in {f:.3f} (>= 0.75)")
+        return out
 
 
 def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer="ngd_param",
@@ -528,12 +585,29 @@ def prompt_loss_sweep(data, *, losses=("logistic", "exponential", "correlation")
 
 def prompt_gap_sweep(n, T, d, *, gaps, trials=8, noise=0.1, seed=0, **kw):
     r""":func:`prompt_joint` on :func:`prompt_instances` for each score gap in ``gaps``
-    (same seed, so the same noise draws); returns ``{gap: PromptRun}``."""
-    out = {}
+    (same seed, so the same noise draws); returns a :class:`PromptGapSweep`
+    (``{gap: PromptRun}``)."""
+    out = PromptGapSweep()
     for g in gaps:
         data, planted = prompt_instances(n, T, d, trials=trials, gap=g, noise=noise, seed=seed)
         out[float(g)] = prompt_joint(data, planted=planted, seed=seed, **kw)
     return out
+
+
+class PromptGapSweep(dict):
+    """Result of :func:`prompt_gap_sweep`: ``{gap: PromptRun}`` in increasing gap, with
+    :meth:`claims`."""
+
+    def claims(self):
+        r"""Checked claim ``small_gap_late``: the final median softmax mass on the optimal token
+        does not fall by more than 0.005 from one gap to the next larger one (at large gaps it
+        saturates near 1), and at the smallest gap it is at least 0.2 below that at the largest
+        (small gaps select late)."""
+        gaps = sorted(self)
+        mass = [self[g].summary()["opt_mass"] for g in gaps]
+        ok = all(b >= a - 0.005 for a, b in zip(mass, mass[1:])) and mass[0] <= mass[-1] - 0.2
+        return {"small_gap_late": (bool(ok), "mass on opt " + ", ".join(
+            f"{m:.4f} (gap {g:g})" for g, m in zip(gaps, mass)))}
 
 
 # ----------------------------------------------------------------------------- chapter: beyond
@@ -601,6 +675,34 @@ class MultiTokenRun:
             "norm_growth": float(np.median(h.norm[-1] / h.norm[np.searchsorted(self.steps, T // 2)])),
             "loss_final": float(np.median(h.final("loss"))),
         }
+
+    def claims(self, control=None):
+        r"""Checked claims (``name -> (holds, detail)``), from :meth:`summary`.
+
+        Linear head: ``sets_single``, every set is a single token. Nonlinear head:
+        ``most_multi``, more than half of the instances keep a set of several tokens in some
+        sequence; ``gen_mostly_closer``, the generalized SVM is at least as close to
+        :math:`W_T` as the single-token one on more than half of the instances;
+        ``threshold_partial``, it clears the threshold on fewer instances than that. Given the
+        linear-head run ``control`` on the same instances: ``norm_grows_slower``, the median
+        growth of :math:`\|W_t\|` over the second half is smaller by at least 0.3 than the
+        control's."""
+        s = self.summary()
+        if self.config.get("head") == "linear":
+            return {"sets_single": (bool(s["mean_set_size"] == 1.0 and s["frac_multi"] == 0.0),
+                                    f"mean set size {s['mean_set_size']:.3f}, "
+                                    f"fraction with a larger set {s['frac_multi']:.3f}")}
+        fm, fb, fp = s["frac_multi"], s["frac_gen_better"], s["frac_pred"]
+        out = {"most_multi": (bool(fm > 0.5), f"fraction with a set of size > 1: {fm:.3f} (> 0.5)"),
+               "gen_mostly_closer": (bool(fb > 0.5),
+                                     f"generalized at least as close in {fb:.3f} (> 0.5)"),
+               "threshold_partial": (bool(fp < fb),
+                                     f"predicted {fp:.3f} < at least as close {fb:.3f}")}
+        if control is not None:
+            g, gc = s["norm_growth"], control.summary()["norm_growth"]
+            out["norm_grows_slower"] = (bool(g <= gc - 0.3),
+                                        f"norm growth {g:.3f} vs control {gc:.3f} (<= control - 0.3)")
+        return out
 
 
 def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="logistic",
