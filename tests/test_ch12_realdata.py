@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm.experiments import nets, realdata
+from attnsvm import datasets as realdata
+from attnsvm.experiments import nets
 
 
 # ----------------------------------------------------------------------------- Proposition

@@ -17,13 +17,14 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
+``datasets`` offline loaders of real data sets (images, labelled text, the MiniLM files)
 
 The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_book build``, the
 ``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
 module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
-``rates``, ``joint``, ``nets``, ``realdata``.
+``rates``, ``joint``, ``nets``, ``geometry``, ``ntp``, ``ntpattn``.
 
 Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
 ``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
                "bounds", "claims", "experiments",
-               "graphs")   # Part IV
+               "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

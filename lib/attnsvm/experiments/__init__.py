@@ -15,7 +15,6 @@ module             chapters  what
 ``rates``          8-10      finite-time rates, global convergence, sparsification
 ``joint``          11        joint training of W and the head
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
-``realdata``       12        offline loaders of image and text data sets
 ``geometry``       13-14     optimizer geometry: margins in other norms, Att-SVMs, their rates
 ``ntp``            15        linear NTP limits per step rule; the logit geometry of the NTP UFM
 ``ntpattn``        16        next-token prediction with self-attention: priority graph, graph SVM
@@ -24,7 +23,7 @@ module             chapters  what
 import importlib
 
 _MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
-            "realdata", "geometry", "ntp", "ntpattn")
+            "geometry", "ntp", "ntpattn")
 
 __all__ = list(_MODULES)
 

@@ -59,7 +59,7 @@ import torch
 from torch import nn
 
 from .. import optim as _optim
-from .realdata import minilm_dir, set_offline
+from ..datasets import minilm_dir, set_offline
 from ..train import resolve_device
 
 __all__ = [
