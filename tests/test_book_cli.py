@@ -158,7 +158,7 @@ def test_sweep_plot_draws_one_line_per_group_and_counts_failures(tmp_path):
             for s in (100, 200, 400) for lr in (0.1, 1.0)]
     rows.append({"steps": 800, "lr": 0.1, "err": None, "status": "failed"})
     book.write_table(rows, tmp_path / "t.csv", log=lambda m: None)
-    for table in (rows, tmp_path / "t.csv"):
+    for table in (rows, book.read_table(tmp_path / "t.csv")):
         fig, ax = sweep_plot(table, "steps", "err", by="lr", logx=True)
         lines = ax.get_lines()
         assert len(lines) == 2
@@ -166,6 +166,8 @@ def test_sweep_plot_draws_one_line_per_group_and_counts_failures(tmp_path):
         assert list(xs) == [100, 200, 400]
         assert ys == pytest.approx([1 / 100 + 0.1, 1 / 200 + 0.1, 1 / 400 + 0.1])
         assert "1 failed" in ax.get_title() and ax.get_xscale() == "log"
+    with pytest.raises(TypeError, match="read_table"):          # the library never imports the build
+        sweep_plot(tmp_path / "t.csv", "steps", "err", by="lr")
     with pytest.raises(ValueError, match="pass by="):
         sweep_plot(rows, "steps", "err")
     with pytest.raises(ValueError, match="y='nope' is not a column"):

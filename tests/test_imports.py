@@ -28,9 +28,7 @@ EXCLUDE: tuple = ()
 #: third-party packages that a function may import late (heavy or optional)
 DEFERRABLE = {"torch", "cvxpy", "matplotlib", "myst_nb", "IPython", "pandas", "pyarrow",
               "transformers", "huggingface_hub", "dask", "distributed", "tqdm", "sklearn",
-              "datasets", "PIL", "threadpoolctl",
-              # the build (sibling package): plot.sweep_plot reads a sweep table with its reader
-              "attnsvm_book"}
+              "datasets", "PIL", "threadpoolctl"}
 
 
 def _modules(src=SRC, pkg=PKG):

@@ -273,12 +273,12 @@ def save_or_glue(fig, key: str):
 
 
 def _sweep_rows(table):
-    """The rows of a sweep table given as a list of dicts, a CSV/Parquet path, a dict of
-    columns or a pandas DataFrame."""
+    """The rows of a sweep table given as a list of dicts, a dict of columns or a pandas
+    DataFrame (the library never imports the build: a table file is read by
+    ``attnsvm_book.read_table``)."""
     if isinstance(table, (str, os.PathLike)):
-        from attnsvm_book.sweep import read_table  # deferred: the build's table reader
-
-        return read_table(table)
+        raise TypeError(f"table must be the rows of a sweep, not a path ({table!s}): read the file "
+                        "with attnsvm_book.read_table(path) and pass its rows")
     if hasattr(table, "to_dict") and not isinstance(table, dict):  # a pandas DataFrame
         return table.to_dict("records")
     if isinstance(table, dict):
@@ -294,9 +294,9 @@ def sweep_plot(table, x: str, y: str, *, by: str | None = None, ax=None, logx: b
 
     Parameters
     ----------
-    table : list of dict, path, dict of columns or pandas DataFrame
-        The table of ``python -m attnsvm_book sweep`` (:func:`attnsvm_book.sweep`), or its CSV
-        or Parquet file.
+    table : list of dict, dict of columns or pandas DataFrame
+        The table of ``python -m attnsvm_book sweep`` (what :func:`attnsvm_book.sweep` returns,
+        or its CSV/Parquet file read by ``attnsvm_book.read_table``).
     x, y : str
         Column names: a swept parameter and a glued value.
     by : str, optional
