@@ -887,7 +887,7 @@ class Trajectories2D:
         """
         s = self.summary()
         steps, early = int(self.steps[-1]), s["steps_early"]
-        fin = self._gaps(-1)
+        fin = {k: 1 - s[f"corr_{k}"] for k in ("w", "kq", "p")}
         own = (min(s["corr_w"], s["corr_kq"], s["corr_p"]) >= 0.999
                and s["corr_w"] > s["corr_w_nuc"] and s["corr_kq"] > s["corr_kq_fro"])
         return {
