@@ -257,8 +257,8 @@ class KQComparison:
         r"""Checked claims (``name -> (holds, detail)``), from :meth:`summary`.
 
         * ``kq_slower``: the smallest final correlation of :math:`KQ^\top` with
-          :math:`W^*_{mm}` is below that of :math:`W` with :math:`W_{mm}` (the factored iterate
-          converges more slowly);
+          :math:`W^*_{mm}` is below that of :math:`W` with :math:`W_{mm}` (after the same number
+          of steps the factored iterate is the farther from its SVM; one horizon, not a rate);
         * ``own_norm_closer``: each model's crossed median correlation (with the other
           norm's SVM) is at least 0.05 below its matched one (each iterate is closer to the SVM
           of its own norm);
