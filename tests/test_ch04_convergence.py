@@ -340,3 +340,54 @@ def test_overparam_claims_hold_and_can_fail():
     r["frac_global"][:] = g
     r["frac_feasible"][r["d"] >= 6] = 11 / 12
     assert not sw.claims()["feasible_from_n"][0]
+
+
+def _against(result, **numbers):
+    """``result.claims()`` with some of its summary numbers replaced (set against a claim)."""
+    s = result.summary()
+    assert set(numbers) <= set(s), set(numbers) - set(s)
+    result.summary = lambda: {**s, **numbers}
+    try:
+        return result.claims()
+    finally:
+        del result.summary
+
+
+def test_local_claims_hold_and_can_fail():
+    """The checked claims of ch04b (LocalRun, LocalFollowups) hold at small size, and each turns
+    false when its numbers are set against it."""
+    run = C.local_experiment(6, 8, 10, trials=12, steps=1000, seed=0, device="cpu")
+    fu = C.local_followups(run, more_steps=1000, cone_R0=20.0, cone_steps=2000, seed=0,
+                           device="cpu")
+    c, cf = run.claims(), fu.claims()
+    assert set(c) == {"local_exists", "local_floor", "converged_lo"}
+    assert set(cf) == {"lo_persists", "cone_lo_stable", "cone_nlo_unstable"}
+    assert all(h for h, _ in {**c, **cf}.values()), (c, cf)
+    assert "1000 steps" in c["local_exists"][1] and "2000 steps" in cf["cone_lo_stable"][1]
+    s = run.summary()
+    assert not _against(run, frac_local=0.0)["local_exists"][0]
+    assert not _against(run, corr_local_opt_median=s["corr_local_sel_median"] - 0.05)["local_exists"][0]
+    assert not _against(run, excess_local_median=0.4 * s["floor_gap_local_median"])["local_floor"][0]
+    assert not _against(run, floor_gap_local_median=0.0)["local_floor"][0]
+    assert not _against(run, frac_conv_lo=0.85)["converged_lo"][0]
+    sf = fu.summary()
+    assert not _against(fu, more_kept_lo=0.8)["lo_persists"][0]
+    assert not _against(fu, cone_kept_lo=0.8)["cone_lo_stable"][0]
+    assert not _against(fu, cone_corr_lo_median=sf["cone_corr_lo_init"])["cone_lo_stable"][0]
+    assert not _against(fu, cone_kept_nlo=0.2)["cone_nlo_unstable"][0]
+    assert not _against(fu, cone_kept_nlo_lambda_pos=0.2)["cone_nlo_unstable"][0]
+    assert not _against(fu, cone_nlo_lambda_neg=1.0)["cone_nlo_unstable"][0]
+
+
+def test_trajectories_claims_hold_and_can_fail():
+    """The checked claims of ch04a (Trajectories2D) hold on the 2-D instance, and each turns
+    false when its numbers are set against it."""
+    data, _ = C.toy_2d(seed=0)
+    tr = C.trajectories_2d(data, steps=1500, device="cpu")
+    c = tr.claims()
+    assert set(c) == {"own_svm", "approach"} and all(h for h, _ in c.values()), c
+    s = tr.summary()
+    assert not _against(tr, corr_p=0.998)["own_svm"][0]
+    assert not _against(tr, corr_w_nuc=s["corr_w"] + 1e-9)["own_svm"][0]
+    assert not _against(tr, corr_kq_fro=s["corr_kq"] + 1e-9)["own_svm"][0]
+    assert not _against(tr, gap_kq_early=1.5 * (1 - s["corr_kq"]))["approach"][0]

@@ -483,6 +483,38 @@ class LocalRun:
             "mass_sel_median": float(np.median(self.mass_sel[-1, conv])) if conv.any() else nan,
             "excess_local_median": (float(np.median(self.loss[-1, loc] - self.loss_floor_opt[loc]))
                                     if loc.any() else nan),
+            "floor_gap_local_median": (float(np.median(self.loss_floor_sel[loc]
+                                                       - self.loss_floor_opt[loc]))
+                                       if loc.any() else nan),
+        }
+
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``) after the run's ``steps`` steps.
+
+        * ``local_exists``: some trials (``frac_local > 0``) converge in direction to
+          :math:`W^\alpha_{mm}` of a final selection :math:`\alpha \ne` opt, and their median
+          correlation with :math:`W_{mm}` is below that with :math:`W^\alpha_{mm}` by at least 0.1;
+        * ``local_floor``: their median excess loss over :math:`L^\star` is at least half the
+          median gap :math:`L^\star_\alpha - L^\star` of their floors (they stall above
+          :math:`L^\star`, near :math:`L^\star_\alpha`);
+        * ``converged_lo``: at least 0.9 of the converging trials (global or local) end on a
+          locally optimal selection (``frac_conv_lo >= 0.9``).
+        """
+        s = self.summary()
+        steps = self.config.get("steps")
+        sel, opt_ = s["corr_local_sel_median"], s["corr_local_opt_median"]
+        ex, gap = s["excess_local_median"], s["floor_gap_local_median"]
+        return {
+            "local_exists": (bool(s["frac_local"] > 0 and opt_ <= sel - 0.1),
+                             f"after {steps} steps: local fraction {s['frac_local']:.3f} (> 0), "
+                             f"median corr with W_mm {opt_:.4f} vs with W^alpha_mm {sel:.4f} "
+                             f"(at least 0.1 lower)"),
+            "local_floor": (bool(ex >= 0.5 * gap > 0),
+                            f"after {steps} steps: median excess loss {ex:.3e}, at least half the "
+                            f"median floor gap L*_alpha - L* = {gap:.3e}"),
+            "converged_lo": (bool(s["frac_conv_lo"] >= 0.9),
+                             f"after {steps} steps: locally optimal fraction of the converging "
+                             f"trials {s['frac_conv_lo']:.3f} (>= 0.9)"),
         }
 
 
@@ -821,12 +853,53 @@ class Trajectories2D:
 
     def summary(self):
         """The final correlations (``corr_w``, ``corr_kq``, ``corr_w_nuc``, ``corr_kq_fro``,
-        ``corr_p``) and the correlation of the two SVMs (``corr_fro_nuc``)."""
+        ``corr_p``), the correlation of the two SVMs (``corr_fro_nuc``), and the early horizon
+        ``steps_early`` (the record nearest ``steps / 10``) with ``gap_{w,kq,p}_early``, the
+        ``1 - corr`` of each parameterization with its own SVM there."""
         c = self.corr
         return {"corr_w": c["W_vs_W_mm"], "corr_kq": c["KQ_vs_W_mm_nuc"],
                 "corr_w_nuc": c["W_vs_W_mm_nuc"], "corr_kq_fro": c["KQ_vs_W_mm"],
                 "corr_p": c["p_vs_p_mm"],
-                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc))}
+                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc)),
+                "steps_early": int(self.steps[self._early]),
+                **{f"gap_{k}_early": v for k, v in self._gaps(self._early).items()}}
+
+    @property
+    def _early(self):
+        """The record nearest a tenth of the run's steps (the early horizon of ``approach``)."""
+        return int(np.argmin(np.abs(self.steps - self.steps[-1] / 10)))
+
+    def _gaps(self, k):
+        """``1 - corr`` of each parameterization with its own SVM at record ``k``."""
+        return {"w": float(1 - _metrics.corr(self.W[k], self.W_mm)),
+                "kq": float(1 - _metrics.corr(self.W_kq[k], self.W_mm_nuc)),
+                "p": float(1 - _metrics.corr(self.p[k], self.p_mm))}
+
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``).
+
+        * ``own_svm``: after ``steps`` steps, W, :math:`KQ^\top` and p each have correlation at
+          least 0.999 with their own SVM (:math:`W_{mm}`, :math:`W^*_{mm}`, :math:`p_{mm}`), and W
+          and :math:`KQ^\top` are closer to their own SVM than to the other one;
+        * ``approach``: each ``1 - corr`` with the own SVM is at least 2 times smaller at the
+          last record (``steps``) than at the record ``steps_early`` nearest ``steps / 10``: a
+          trend, at two horizons.
+        """
+        s = self.summary()
+        steps, early = int(self.steps[-1]), s["steps_early"]
+        fin = {k: 1 - s[f"corr_{k}"] for k in ("w", "kq", "p")}
+        own = (min(s["corr_w"], s["corr_kq"], s["corr_p"]) >= 0.999
+               and s["corr_w"] > s["corr_w_nuc"] and s["corr_kq"] > s["corr_kq_fro"])
+        return {
+            "own_svm": (bool(own),
+                        f"after {steps} steps: corr W {s['corr_w']:.5f} (vs W*_mm "
+                        f"{s['corr_w_nuc']:.5f}), KQ {s['corr_kq']:.5f} (vs W_mm "
+                        f"{s['corr_kq_fro']:.5f}), p {s['corr_p']:.5f} (>= 0.999)"),
+            "approach": (bool(all(2 * fin[k] <= s[f"gap_{k}_early"] for k in fin)),
+                         f"1 - corr at step {early} -> {steps} (at least 2 times smaller): "
+                         + ", ".join(f"{k} {s[f'gap_{k}_early']:.2e} -> {fin[k]:.2e}"
+                                     for k in fin)),
+        }
 
 
 def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, seed=0,
@@ -892,7 +965,10 @@ class LocalFollowups:
         trials, with a locally optimal final selection or not, and the fraction keeping it);
         ``cone_n_lo``, ``cone_n_nlo``, ``cone_corr_init``, ``cone_kept_lo``,
         ``cone_corr_lo_median``, ``cone_kept_nlo``, ``cone_nlo_to_opt``,
-        ``cone_nlo_corr_opt_median``, ``cone_nlo_lambda_neg`` (NaN where the set is empty)."""
+        ``cone_corr_lo_init`` (median initial correlation of the locally optimal cone runs),
+        ``cone_nlo_corr_opt_median``, ``cone_nlo_lambda_neg``, ``cone_kept_nlo_lambda_pos`` (the
+        fraction keeping alpha among the runs with :math:`\\Lambda_\\alpha > 0`) (NaN where the set
+        is empty)."""
         nan = float("nan")
         lo = self.locally_optimal
         out = {"more_n_lo": int(lo.sum()), "more_n_nlo": int((~lo).sum())}
@@ -907,11 +983,49 @@ class LocalFollowups:
             "cone_corr_init": float(np.median(cn.corr_init)),
             "cone_kept_lo": float(cl.kept.mean()) if cl is not None else nan,
             "cone_corr_lo_median": float(np.median(cl.corr_alpha[-1])) if cl is not None else nan,
+            "cone_corr_lo_init": float(np.median(cl.corr_init)) if cl is not None else nan,
             "cone_kept_nlo": float(cn.kept.mean()),
             "cone_nlo_to_opt": float(np.mean(np.all(cn.selected == self.opt_nlo, axis=-1))),
             "cone_nlo_corr_opt_median": float(np.nanmedian(cn.corr_opt[-1])),
             "cone_nlo_lambda_neg": float(np.mean(cn.lambda_alpha < 0)),
+            "cone_kept_nlo_lambda_pos": (float(cn.kept[cn.lambda_alpha > 0].mean())
+                                         if np.any(cn.lambda_alpha > 0) else nan),
         })
+        return out
+
+    def claims(self):
+        r"""Checked claims (``name -> (holds, detail)``), each at the horizons of its runs.
+
+        * ``lo_persists``: the local trials whose final selection is locally optimal still select
+          it after ``more_steps`` more steps (fraction at least 0.9; two horizons: the run's
+          steps and that plus ``more_steps``); vacuous with no such trial;
+        * ``cone_lo_stable``: started in the cone of a locally optimal :math:`\alpha \ne` opt,
+          at least 0.9 of the runs keep :math:`\alpha` after ``cone_steps`` steps and their
+          median correlation with :math:`W^\alpha_{mm}` exceeds the initial one;
+        * ``cone_nlo_unstable``: started in the cone of a non-locally-optimal :math:`\alpha`, at
+          most 0.1 of the runs keep it, also among those with :math:`\Lambda_\alpha > 0` (and
+          there are such runs).
+        """
+        s = self.summary()
+        nan = float("nan")
+        more_steps = self.more.config.get("steps") if self.more is not None else None
+        cone_steps = self.cone_nlo.config.get("steps")
+        n_lo, kept_lo = s["more_n_lo"], s["more_kept_lo"]
+        out = {"lo_persists": (
+            bool(n_lo == 0 or kept_lo >= 0.9),
+            f"{n_lo} locally optimal local trials; after {more_steps} more steps a fraction "
+            f"{kept_lo:.3f} still selects alpha (>= 0.9)")}
+        k, c, c0 = (s["cone_kept_lo"], s["cone_corr_lo_median"], s["cone_corr_lo_init"])
+        out["cone_lo_stable"] = (
+            bool(s["cone_n_lo"] > 0 and k >= 0.9 and c > c0),
+            f"{s['cone_n_lo']} runs, after {cone_steps} steps: kept {k:.3f} (>= 0.9), median corr "
+            f"{c:.4f} vs initial {c0:.4f}")
+        kn, kp = s["cone_kept_nlo"], s["cone_kept_nlo_lambda_pos"]
+        n_pos = round((1 - s["cone_nlo_lambda_neg"]) * s["cone_n_nlo"])
+        out["cone_nlo_unstable"] = (
+            bool(s["cone_n_nlo"] > 0 and n_pos > 0 and kn <= 0.1 and kp <= 0.1),
+            f"{s['cone_n_nlo']} runs ({n_pos} with Lambda_alpha > 0), after {cone_steps} steps: "
+            f"kept {kn:.3f}, among Lambda_alpha > 0 {kp if n_pos else nan:.3f} (<= 0.1)")
         return out
 
 
