@@ -551,7 +551,7 @@ class AttentionGeometryRun:
         return {(p, q): self.cmp.median("corr", f"md{p:g}", q) for p in self.ps for q in self.ps}
 
     def ratio_cross(self):
-        """``(p, q) -> `` median own-norm margin ratio of MD-p's final iterate in the l_q norm."""
+        """``(p, q) ->`` median own-norm margin ratio of MD-p's final iterate in the l_q norm."""
         return {(p, q): self.cmp.median("ratio", f"md{p:g}", q) for p in self.ps for q in self.ps}
 
     def md_trend(self):
