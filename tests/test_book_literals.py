@@ -59,3 +59,32 @@ def test_a_wrong_literal_is_caught(tmp_path):
         except (ImportError, AttributeError):
             continue
         raise AssertionError(f"{lit} resolved")
+
+
+#: a cross-document glue role ``{glue:text}`path::key:format` ``; myst-nb splits the target at
+#: its LAST colon, so without a format spec ``path::key`` is read as path ``path:`` and key
+#: ``key``, and the page fails the build with a "No key" warning.
+GLUE_ROLE = re.compile(r"\{glue(?::text)?\}`([^`]*\.ipynb::[^`]*)`")
+
+
+def glue_roles_without_format(book=BOOK):
+    bad = []
+    for md in sorted(Path(book).glob("*.md")):
+        for lineno, line in enumerate(md.read_text().splitlines(), 1):
+            for target in GLUE_ROLE.findall(line):
+                key_and_format = target.split("::", 1)[1]
+                if ":" not in key_and_format:
+                    bad.append(f"{md.name}:{lineno}: {target}")
+    return bad
+
+
+def test_every_cross_document_glue_role_has_a_format_spec():
+    """Caught in seconds here rather than by the full build's render."""
+    bad = glue_roles_without_format()
+    assert not bad, "glue roles without a format spec (add :s, :d, :.3f, ...):\n" + "\n".join(bad)
+
+
+def test_a_glue_role_without_format_is_caught(tmp_path):
+    (tmp_path / "x.md").write_text("ok {glue:text}`../notebooks/a.ipynb::n:d` and "
+                                   "bad {glue:text}`../notebooks/a.ipynb::claim_x`\n")
+    assert glue_roles_without_format(tmp_path) == ["x.md:1: ../notebooks/a.ipynb::claim_x"]
