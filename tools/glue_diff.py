@@ -18,26 +18,19 @@ Exit status 0 when nothing changed, 1 otherwise (so it can gate a refactoring).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
-from attnsvm_book import glued_scalars
+from attnsvm_book import glue_records, glued_scalars
 
 
 def glue_texts(path) -> dict:
     """``{name: text/plain}`` of every glue record of an executed notebook (figures included)."""
-    nb = json.loads(Path(path).read_text())
     out = {}
-    for cell in nb.get("cells", []):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            meta = (output.get("metadata") or {}).get("scrapbook")
-            if not meta or "name" not in meta:
-                continue
-            prefix = meta.get("mime_prefix", "")
-            text = (output.get("data") or {}).get(prefix + "text/plain", "")
-            out[meta["name"]] = "".join(text) if isinstance(text, list) else text
+    for name, data in glue_records(path).items():
+        text = data.get("text/plain", "")
+        out[name] = "".join(text) if isinstance(text, list) else text
     return out
 
 

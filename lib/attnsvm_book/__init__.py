@@ -20,11 +20,11 @@ from .cli import main
 from .params import (ParameterError, parameter_grid, resolve_profile, split_values,
                      validate_overrides)
 from .run import run_notebook
-from .sweep import glued_scalars, read_table, sweep, write_table
+from .sweep import glue_records, glued_scalars, read_table, sweep, write_table
 
 __all__ = ["REPORT_MARKER", "BuildError", "BuildLock", "NotebookFailed", "NotebookResult", "build",
            "cache_key", "cache_miss_reason", "execute_notebooks", "find_root", "library_hash",
            "load_profiles", "main", "notebook_parameters", "resolve_device", "resolve_profile",
            "stage", "strip_outputs", "toc_files", "toc_notebooks", "ParameterError",
            "parameter_grid", "split_values", "validate_overrides", "run_notebook",
-           "glued_scalars", "read_table", "sweep", "write_table"]
+           "glue_records", "glued_scalars", "read_table", "sweep", "write_table"]

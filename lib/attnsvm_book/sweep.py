@@ -39,7 +39,7 @@ from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per
 from .params import parameter_grid, resolve_profile, validate_overrides
 from .run import relative_notebook
 
-__all__ = ["RESULT_COLUMNS", "glued_scalars", "sweep", "write_table", "read_table",
+__all__ = ["RESULT_COLUMNS", "glue_records", "glued_scalars", "sweep", "write_table", "read_table",
            "point_paths"]
 
 #: the columns after the parameters and the glued values
@@ -65,13 +65,10 @@ def _scalar(text: str):
     return value if isinstance(value, (bool, int, float, str)) else None
 
 
-def glued_scalars(path: str | os.PathLike) -> dict:
-    """``{name: value}`` of every scalar glued (``myst_nb.glue``) in an executed notebook.
-
-    A glue record is an output whose metadata holds ``scrapbook.name``; it is a scalar when its
-    only representation is ``text/plain`` and that parses as a number, a boolean or a string
-    (``np.float64(0.5)`` included). Figures, arrays and other objects are left out.
-    """
+def glue_records(path: str | os.PathLike) -> dict:
+    """``{name: {mime type: content}}`` of every glue record (``myst_nb.glue``) of an executed
+    notebook, figures included: an output whose metadata holds ``scrapbook.name``, with the
+    record's mime prefix removed from its keys."""
     nb = json.loads(Path(path).read_text())
     out = {}
     for cell in nb.get("cells", []):
@@ -80,14 +77,26 @@ def glued_scalars(path: str | os.PathLike) -> dict:
             if not meta or "name" not in meta:
                 continue
             prefix = meta.get("mime_prefix", "")
-            data = {k[len(prefix):]: v for k, v in (output.get("data") or {}).items()
-                    if k.startswith(prefix)}
-            if set(data) != {"text/plain"}:
-                continue
-            text = data["text/plain"]
-            value = _scalar("".join(text) if isinstance(text, list) else text)
-            if value is not None:
-                out[meta["name"]] = value
+            out[meta["name"]] = {k[len(prefix):]: v for k, v in (output.get("data") or {}).items()
+                                 if k.startswith(prefix)}
+    return out
+
+
+def glued_scalars(path: str | os.PathLike) -> dict:
+    """``{name: value}`` of every scalar glued (``myst_nb.glue``) in an executed notebook.
+
+    A glue record (:func:`glue_records`) is a scalar when its only representation is
+    ``text/plain`` and that parses as a number, a boolean or a string (``np.float64(0.5)``
+    included). Figures, arrays and other objects are left out.
+    """
+    out = {}
+    for name, data in glue_records(path).items():
+        if set(data) != {"text/plain"}:
+            continue
+        text = data["text/plain"]
+        value = _scalar("".join(text) if isinstance(text, list) else text)
+        if value is not None:
+            out[name] = value
     return out
 
 
