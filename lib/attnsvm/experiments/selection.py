@@ -54,6 +54,8 @@ __all__ = [
     "compare_w_kq",
     "PromptRun",
     "PromptGapSweep",
+    "PromptLossComparison",
+    "prompt_loss_comparison",
     "LearnedReferences",
     "prompt_joint",
     "prompt_loss_sweep",
@@ -581,6 +583,52 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
 def prompt_loss_sweep(data, *, losses=("logistic", "exponential", "correlation"), **kw):
     """:func:`prompt_joint` for each loss; returns ``{loss: PromptRun}``."""
     return {loss: prompt_joint(data, loss=loss, **kw) for loss in losses}
+
+
+@dataclass
+class PromptLossComparison:
+    """The ch06 loss comparison: the same instances trained with the head fixed and jointly,
+    one :class:`PromptRun` per loss in each (:func:`prompt_loss_sweep`).
+
+    :meth:`summary` collects each loss's numbers under a ``_<loss>`` suffix: ``corr_p_fixed``,
+    ``corr_p_joint``, ``corr_v``, ``corr_vc``, ``frac_planted_joint`` and the learned-head
+    references of :meth:`PromptRun.summary` (``corr_p_learned``, ``corr_p_relaxed``,
+    ``n_relaxed_closer``, ``n_strict_closer``, ``corr_v_learned``, ``frac_selected_is_opt``),
+    plus ``frac_planted_fixed`` (logistic, head fixed) and ``n_infeasible`` (all runs).
+    :meth:`claims` prefixes each run's claims with ``<loss>_`` (joint) or ``fixed_<loss>_``.
+    """
+
+    fixed: dict
+    joint: dict
+    data: object
+
+    def summary(self):
+        out, n_infeasible = {}, 0
+        for loss in self.fixed:
+            sf, sj = self.fixed[loss].summary(), self.joint[loss].summary(self.data)
+            out.update({f"corr_p_fixed_{loss}": sf["corr_p"], f"corr_p_joint_{loss}": sj["corr_p"],
+                        f"frac_planted_joint_{loss}": sj["frac_planted"]})
+            for key in ("corr_v", "corr_vc", "corr_p_learned", "corr_p_relaxed", "n_relaxed_closer",
+                        "n_strict_closer", "corr_v_learned", "frac_selected_is_opt"):
+                out[f"{key}_{loss}"] = sj[key]
+            n_infeasible += sf["n_infeasible"] + sj["n_infeasible"]
+        out["frac_planted_fixed"] = self.fixed["logistic"].summary()["frac_planted"]
+        out["n_infeasible"] = n_infeasible
+        return out
+
+    def claims(self):
+        out = {}
+        for loss in self.fixed:
+            out.update({f"{loss}_{k}": v for k, v in self.joint[loss].claims(self.data).items()})
+            out.update({f"fixed_{loss}_{k}": v for k, v in self.fixed[loss].claims(self.data).items()})
+        return out
+
+
+def prompt_loss_comparison(data, *, losses=("logistic", "exponential", "correlation"), **kw):
+    """:func:`prompt_loss_sweep` with the head fixed and trained jointly, on the same data;
+    returns a :class:`PromptLossComparison`."""
+    return PromptLossComparison(prompt_loss_sweep(data, losses=losses, train_v=False, **kw),
+                                prompt_loss_sweep(data, losses=losses, train_v=True, **kw), data)
 
 
 def prompt_gap_sweep(n, T, d, *, gaps, trials=8, noise=0.1, seed=0, **kw):
