@@ -90,27 +90,40 @@ def _sqnorm(g, batch_ndim):
     dims = _dims(g, batch_ndim)
     if not dims:
         return g * g
-    return (g * g).sum(dim=dims)
+    return torch.linalg.vector_norm(g, dim=dims).square()
 
 
 def _log(x):
     return torch.log(x) if torch.is_tensor(x) else math.log(x)
 
 
+#: where the sum of squares is trusted as it is: no square overflowed, and the squares that
+#: underflowed (entries below ~1.5e-154) weigh less than 1e-26 of it
+_SQ_SAFE = (1e-280, 1e300)
+
+
 def log_norm(grads, batch_ndim=0):
     r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
 
-    Computed with a max-rescaling so that it is finite for norms down to the smallest
-    subnormal (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`).
+    :math:`\tfrac12\log\sum_j\|g_j\|^2` where that sum lies in ``[1e-280, 1e300]``; elsewhere
+    (and for every trial off the CPU, where checking would synchronize the device) with a
+    max-rescaling, so that it is finite for norms down to the smallest subnormal
+    (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`) and up to the largest
+    double.
     """
+    sq = sum(_sqnorm(g, batch_ndim) for g in grads)
+    lo, hi = _SQ_SAFE
+    safe = (sq > lo) & (sq < hi)
+    if sq.device.type == "cpu" and bool(safe.all()):
+        return 0.5 * torch.log(sq)
     mx = None
     for g in grads:
         dims = _dims(g, batch_ndim)
         a = g.abs().amax(dim=dims) if dims else g.abs()
         mx = a if mx is None else torch.maximum(mx, a)
     mx = torch.where(mx > 0, mx, torch.ones_like(mx))
-    sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
-    return torch.log(mx) + 0.5 * torch.log(sq)
+    sqs = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
+    return torch.where(safe, 0.5 * torch.log(sq), torch.log(mx) + 0.5 * torch.log(sqs))
 
 
 def parse_norm(norm):
@@ -225,9 +238,14 @@ def _dir_normalized(grads, ctx):
         # a gradient whose norm is below ~1e-304 (subnormal entries): e^m would overflow
         # although g e^m is part of a unit vector, so divide g by its largest entry there and
         # move that factor into m; elsewhere the divisor is exactly 1 (the step is unchanged)
+        big = m > _LOG_MULT_SAFE
+        if m.device.type == "cpu" and not bool(big.any()):
+            out.append(g)                           # the divisor would be exactly 1 everywhere
+            mult.append(m)
+            continue
         dims = _dims(g, ctx.batch_ndim)
         mx = g.abs().amax(dim=dims) if dims else g.abs()
-        mx = torch.where((m > _LOG_MULT_SAFE) & (mx > 0), mx, torch.ones_like(mx))
+        mx = torch.where(big & (mx > 0), mx, torch.ones_like(mx))
         out.append(g / _bc(mx, g))
         mult.append(m + torch.log(mx))
     return out, mult

@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from .. import compiled
 from .._checks import check_choice, check_int
 from ..losses import grad_coefficients
 from ._init import _broadcast_init, _stack
@@ -15,6 +16,47 @@ from .heads import HEADS
 from .parameterizations import PARAMETERIZATIONS, token_products, token_sums
 
 __all__ = ["AttentionClassifier", "softmax_jacobian"]
+
+
+#: exponents below this are flushed to 0 by :func:`_exp_small` (e^-700 ~ 1e-304)
+EXP_FLUSH = -700.0
+_E_FLUSH = math.exp(EXP_FLUSH)
+
+
+def _exp_small(x):
+    r""":math:`e^x`, with 0 for :math:`x \le` :data:`EXP_FLUSH` (to rounding). torch's ``exp`` takes a slow path
+    for results that underflow (10-25 times slower per element), which at saturation is most of
+    them; every term computed with this is added to, or weighed against, a term of order one
+    (``1 + e^{gap}\sum\hat s``; :math:`s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum \hat s g`;
+    the sequence weights :math:`e^{lw - \sigma}`, the largest being 1), where a term below
+    1e-304 is below rounding."""
+    return torch.nn.functional.threshold_(torch.exp(x.clamp(min=EXP_FLUSH)), _E_FLUSH, 0.0)
+
+
+def _top_two(a, G):
+    r"""The token loop of :func:`softmax_jacobian`: the top token, :math:`\hat s` and its sums
+    (each (..., 1) but ``sh`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` and :math:`g_{t^\star}`.
+    :func:`attnsvm.compiled.jacobian_terms` is its compiled twin."""
+    a_top, top = a.max(-1, keepdim=True)
+    am = a.scatter(-1, top, -math.inf)                      # the scores without the top one
+    a2 = am.amax(-1, keepdim=True)
+    sh = torch.exp(am.sub_(a2))                              # s_t / s_(2); 0 at the top
+    Ssh = sh.sum(-1, keepdim=True)
+    shG = (sh * G).sum(-1, keepdim=True)
+    G_top = G.gather(-1, top)
+    return sh, top, Ssh, shG, a2 - a_top, G_top, a_top
+
+
+def jacobian_scalars(gap, Ssh, shG, G_top):
+    r"""The per-sequence log-space scalars of :func:`softmax_jacobian` (elementwise):
+    :math:`\log s_{t^\star} = -\log(1 + e^{\mathrm{gap}}\sum_t\hat s_t)`,
+    :math:`\lambda_2 = \mathrm{gap} + \log s_{t^\star}`, :math:`s_{t^\star}` and
+    :math:`f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t`."""
+    log_s_top = -torch.log1p(_exp_small(gap) * Ssh)
+    lam2 = gap + log_s_top
+    s_top = torch.exp(log_s_top)                   # >= 1/T
+    f = s_top * G_top + _exp_small(lam2) * shG
+    return log_s_top, lam2, s_top, f
 
 
 def softmax_jacobian(a, G):
@@ -52,18 +94,8 @@ def softmax_jacobian(a, G):
     a_top : (..., 1)
         :math:`a_{t^\star}`.
     """
-    a_top, top = a.max(-1, keepdim=True)
-    am = a.scatter(-1, top, -math.inf)                      # the scores without the top one
-    a2 = am.amax(-1, keepdim=True)
-    sh = torch.exp(am.sub_(a2))                              # s_t / s_(2); 0 at the top
-    Ssh = sh.sum(-1, keepdim=True)
-    shG = (sh * G).sum(-1, keepdim=True)
-    G_top = G.gather(-1, top)
-    gap = a2 - a_top                                         # <= 0
-    log_s_top = -torch.log1p(torch.exp(gap) * Ssh)
-    lam2 = gap + log_s_top
-    s_top = torch.exp(log_s_top)
-    f = s_top * G_top + torch.exp(lam2) * shG
+    sh, top, Ssh, shG, gap, G_top, a_top = _top_two(a, G)
+    log_s_top, lam2, s_top, f = jacobian_scalars(gap, Ssh, shG, G_top)
     rho = sh.mul_(G - f)                                     # non-top tokens (sh is 0 at the top)
     rho.scatter_(-1, top, s_top * (G_top * Ssh - shG))
     return rho, f.squeeze(-1), lam2.squeeze(-1), log_s_top.squeeze(-1), top, a_top
@@ -109,6 +141,7 @@ class AttentionClassifier:
         if width is not None and head != "mlp":
             raise ValueError("width applies only to head='mlp'")
         self.train_v = bool(train_v)
+        self._work = {}                                    # compiled path: (B, n, T) -> buffers
         self.scoring = PARAMETERIZATIONS[param]          # the score parameterization
         self.psi = HEADS[head]                             # the head
         base, headp = self.scoring.names, self.psi.names
@@ -248,24 +281,39 @@ class AttentionClassifier:
         """
         X, y = batch["X"], batch["y"]
         W = self.matrix(params) if self.scoring.query else None
-        a = self.scores(params, batch, W)
         Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
         h = None
-        if self.head == "linear":
-            G = batch.get("G")
-            if G is None or self.train_v:
-                G = self.head_values(params, X)
-        else:                                # the head linearized at h_i (models.heads)
-            s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
-            h = token_sums(X, s, Xt)                               # (B,n,d)
-            psi, w = self.psi.linearize(params, h)
-            G = token_products(X, w)                               # g~_it = w_i^T x_it
-        rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
+        fast = self._compiled(batch, W)
+        if fast:                             # the compiled twin of the token loop
+            B, n, T = batch["G"].shape
+            ws = self._work.get((B, n, T))
+            if ws is None:                   # this model's workspace for the token loop
+                ws = self._work[(B, n, T)] = compiled.workspace(B, n, T)
+            sh, top, Ssh, shG, gap, G_top = compiled.jacobian_terms(Xt, batch["Z"], W,
+                                                                   batch["G"], out=ws)
+            log_s_top, lam2, s_top, f = jacobian_scalars(gap, Ssh, shG, G_top)
+        else:
+            a = self.scores(params, batch, W)
+            if self.head == "linear":
+                G = batch.get("G")
+                if G is None or self.train_v:
+                    G = self.head_values(params, X)
+            else:                            # the head linearized at h_i (models.heads)
+                s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
+                h = token_sums(X, s, Xt)                               # (B,n,d)
+                psi, w = self.psi.linearize(params, h)
+                G = token_products(X, w)                               # g~_it = w_i^T x_it
+            rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
         u = y * (f if h is None else psi)
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
         lw = logc + lam2
         sig = lw.amax(-1)
-        rho.mul_((torch.exp(lw - sig.unsqueeze(-1)) * -y).unsqueeze(-1))   # q, in place
+        coef = _exp_small(lw - sig.unsqueeze(-1)) * -y
+        if fast:
+            gW = compiled.weighted_grad(X, batch["Z"], batch["G"], sh, top, Ssh, shG, G_top, f,
+                                        s_top, coef)
+            return u, *self.scoring.grads_from_gW(params, gW, sig)
+        rho.mul_(coef.unsqueeze(-1))                            # q, in place
         xbar = token_sums(X, rho, Xt)                           # (B,n,d)
         grads, scales = self.scoring.grads(params, xbar, batch, sig)
         if self.train_v:
@@ -278,6 +326,17 @@ class AttentionClassifier:
                 grads[name] = g
                 scales[name] = sv
         return u, grads, scales
+
+    def _compiled(self, batch, W):
+        """Whether :mod:`attnsvm.compiled` serves this gradient: a bilinear score, the fixed
+        linear head with its token values ``G`` and the transposed tokens ``Xt`` in the batch,
+        float64 CPU tensors (see :func:`attnsvm.compiled.applicable`)."""
+        if (W is None or self.head != "linear" or self.train_v or batch.get("G") is None
+                or batch.get("Xt") is None):
+            return False
+        X = batch["X"]
+        return compiled.applicable(X, batch["Xt"], batch["Z"], W, batch["G"],
+                                   T=X.shape[-2], d=X.shape[-1])
 
     def autograd_grad(self, params, batch, loss):
         r"""Autograd version of :meth:`grad`, the reference the tests compare with away from

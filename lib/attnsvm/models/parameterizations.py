@@ -63,9 +63,12 @@ class WScores:
     def scores(self, params, batch, W=None):
         return _bilinear_scores(batch["X"], batch["Z"], self.matrix(params) if W is None else W)
 
+    def grads(self, params, xbar, batch, sig):
+        return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
+
     @staticmethod
-    def grads(params, xbar, batch, sig):
-        gW = torch.bmm(xbar.transpose(-1, -2), batch["Z"])    # (B,d,d)
+    def grads_from_gW(params, gW, sig):
+        r"""The gradients from :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top` (B,d,d)."""
         return {"W": gW}, {"W": sig}
 
 
@@ -87,9 +90,12 @@ class KQScores:
     def scores(self, params, batch, W=None):
         return _bilinear_scores(batch["X"], batch["Z"], self.matrix(params) if W is None else W)
 
+    def grads(self, params, xbar, batch, sig):
+        return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
+
     @staticmethod
-    def grads(params, xbar, batch, sig):
-        gW = torch.bmm(xbar.transpose(-1, -2), batch["Z"])    # (B,d,d)
+    def grads_from_gW(params, gW, sig):
+        r""":math:`\nabla_K = \tilde\nabla_W Q`, :math:`\nabla_Q = \tilde\nabla_W^\top K`."""
         return ({"K": gW @ params["Q"], "Q": gW.transpose(-1, -2) @ params["K"]},
                 {"K": sig, "Q": sig})
 
