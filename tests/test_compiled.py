@@ -130,8 +130,7 @@ def test_weighted_grad_matches_eager(cache, scale):
     f = torch.randn(Ssh.shape, dtype=torch.float64, generator=g)
     s_top = torch.rand(Ssh.shape, dtype=torch.float64, generator=g)
     c = torch.randn(Ssh.shape, dtype=torch.float64, generator=g)
-    gW = compiled.weighted_grad(batch["X"], batch["Z"], batch["G"], sh, top, Ssh, shG, G_top,
-                                f, s_top, c)
+    gW = compiled.weighted_grad(batch["X"], batch["Z"], batch["G"], terms, f, s_top, c)
     rho = sh * (batch["G"] - f.unsqueeze(-1))
     rho.scatter_(-1, top.unsqueeze(-1), (s_top * (G_top * Ssh - shG)).unsqueeze(-1))
     q = rho * c.unsqueeze(-1)
@@ -142,21 +141,22 @@ def test_weighted_grad_matches_eager(cache, scale):
 
 # --------------------------------------------------------------------------- the gradient
 @needs_cc
-@pytest.mark.parametrize("param", ["W", "KQ"])
+@pytest.mark.parametrize("param", ["W", "KQ", "KQ-m3"])
 @pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
 @pytest.mark.parametrize("scale", [0.3, 1e3])
 def test_grad_matches_eager(cache, monkeypatch, param, loss, scale):
     """``AttentionClassifier.grad``: compiled and eager give the same margins, log-scales and
-    log-scaled gradients to rounding, unsaturated and saturated."""
+    log-scaled gradients to rounding, unsaturated and saturated; (K, Q) square and of inner
+    dimension 3 < d (the compiled (K, Q) passes never form W)."""
     batch, W, v = _problem(scale=scale, seed=3)
-    net = AttentionClassifier(param)
+    net = AttentionClassifier("KQ", m=3) if param == "KQ-m3" else AttentionClassifier(param)
     rngs = [np.random.default_rng(b) for b in range(W.shape[0])]
     params = net.init_params(W.shape[-1], v, rngs, init="random", init_scale=scale)
     lossobj = get_loss(loss)
-    assert net._compiled(batch, net.matrix(params))
+    assert net._compiled(params, batch)
     u, grads, sig = net.grad(params, batch, lossobj)
     _eager(monkeypatch)
-    assert not net._compiled(batch, net.matrix(params))
+    assert not net._compiled(params, batch)
     u0, grads0, sig0 = net.grad(params, batch, lossobj)
     torch.testing.assert_close(u, u0, rtol=1e-12, atol=1e-14)
     for k in grads0:
@@ -166,12 +166,18 @@ def test_grad_matches_eager(cache, monkeypatch, param, loss, scale):
 
 
 @needs_cc
-@pytest.mark.parametrize("optimizer", ["gd", "ngd", "polyak"])
-def test_fit_matches_eager(cache, monkeypatch, optimizer):
-    """A whole run of ``fit`` (400 steps, the records): compiled and eager agree to 1e-10."""
+@pytest.mark.parametrize("model,optimizer", [("W", "gd"), ("W", "ngd"), ("W", "polyak"),
+                                             ("KQ", "ngd")])
+def test_fit_matches_eager(cache, monkeypatch, model, optimizer):
+    """A whole run of ``fit`` (400 steps, the records): compiled and eager agree to 1e-10.
+
+    (K, Q) runs at lr 0.05: at lr 0.1-0.2 this instance's (K, Q) NGD passes near-ties of the
+    selected token, where rounding decides the path (the eager path itself moves by ~0.5%
+    when the initialization's scale changes by 1e-13), so no path agrees with another there."""
     data = random_unit(4, 5, 6, trials=6, seed=4)
-    kw = dict(model="W", optimizer=optimizer, lr=0.2 if optimizer != "polyak" else 1.0,
-              eta_max=10.0 if optimizer == "polyak" else None,
+    lr = {"polyak": 1.0, "ngd": 0.05 if model == "KQ" else 0.2}.get(optimizer, 0.2)
+    kw = dict(model=model, optimizer=optimizer, init="random" if model == "KQ" else "zeros",
+              lr=lr, eta_max=10.0 if optimizer == "polyak" else None,
               steps=400, n_records=9, seed=0, progress=False)
     h = fit(data, **kw)
     _eager(monkeypatch)

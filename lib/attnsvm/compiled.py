@@ -47,7 +47,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["ENV", "CACHE_ENV", "SOURCE", "CompiledUnavailable", "library", "status",
-           "applicable", "jacobian_terms", "weighted_grad", "workspace", "reset"]
+           "applicable", "jacobian_terms", "weighted_grad", "jacobian_terms_kq",
+           "weighted_grad_kq", "workspace", "reset"]
 
 #: set to "0" to turn the compiled path off
 ENV = "ATTNSVM_COMPILED"
@@ -149,10 +150,14 @@ def _load(so: Path):
     lib.jacobian_terms.restype = ctypes.c_int
     lib.weighted_grad.argtypes = [i64] * 5 + [p] * 12
     lib.weighted_grad.restype = ctypes.c_int
+    lib.jacobian_terms_kq.argtypes = [i64] * 6 + [p] * 12
+    lib.jacobian_terms_kq.restype = ctypes.c_int
+    lib.weighted_grad_kq.argtypes = [i64] * 6 + [p] * 15
+    lib.weighted_grad_kq.restype = ctypes.c_int
     return lib
 
 
-def _build_or_load(T, d, log=None):
+def _build_or_load(T, d, m, log=None):
     src = SOURCE.read_bytes()
     cc = os.environ.get("CC") or "cc"
     if shutil.which(cc) is None:
@@ -165,11 +170,11 @@ def _build_or_load(T, d, log=None):
         raise CompiledUnavailable(f"cannot create the cache directory {where}: {exc}") from None
     errors = []
     for flags in _FLAGS:
-        flags = flags + (f"-DFIX_T={int(T)}", f"-DFIX_D={int(d)}")
+        flags = flags + (f"-DFIX_T={int(T)}", f"-DFIX_D={int(d)}", f"-DFIX_M={int(m)}")
         key = hashlib.sha256(b"\0".join([src, version.encode(), " ".join(flags + _BASE).encode(),
                                          platform.machine().encode(),
                                          _cpu_flags().encode()])).hexdigest()[:20]
-        so = where / f"margin_step-T{T}-d{d}-{key}.so"
+        so = where / f"margin_step-T{T}-d{d}-m{m}-{key}.so"
         why = _valid(so)
         if why is not None and why != "not built yet" and log:
             log(f"compiled step {so.name}: {why}, rebuilding")
@@ -178,7 +183,7 @@ def _build_or_load(T, d, log=None):
                 if _valid(so) is not None:
                     _compile(cc, flags, so)
                 lib = _load(so)
-                _state["paths"][(T, d)] = so
+                _state["paths"][(T, d, m)] = so
                 return lib
             except OSError as exc:        # a library that does not load: rebuild it once
                 errors.append(f"{so}: {exc}")
@@ -195,12 +200,12 @@ def _disabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
 
 
-def library(T, d):
-    """The loaded library for ``T`` tokens of dimension ``d``, or None (then :func:`status`
-    says why; warns once per shape)."""
+def library(T, d, m=0):
+    """The loaded library for ``T`` tokens of dimension ``d`` (and inner dimension ``m`` of
+    ``K``, ``Q``; 0 for ``W``), or None (then :func:`status` says why; warns once per shape)."""
     if _disabled():
         return None
-    key = (int(T), int(d))
+    key = (int(T), int(d), int(m))
     libs = _state["libs"]
     if key in libs:
         return libs[key]
@@ -211,7 +216,7 @@ def library(T, d):
             except CompiledUnavailable as exc:
                 libs[key] = None
                 _state["why"][key] = str(exc)
-                warnings.warn(f"attnsvm: the compiled step is unavailable for T={T}, d={d}, "
+                warnings.warn(f"attnsvm: the compiled step is unavailable for T={T}, d={d}, m={m}, "
                               f"using the eager torch path ({exc})", RuntimeWarning, stacklevel=4)
     return libs[key]
 
@@ -224,27 +229,27 @@ def reset() -> None:
         _state["paths"].clear()
 
 
-def status(T=8, d=10) -> dict:
-    """For the shape ``(T, d)``: ``{"enabled": bool, "path": library file or None, "why":
+def status(T=8, d=10, m=0) -> dict:
+    """For the shape ``(T, d, m)``: ``{"enabled": bool, "path": library file or None, "why":
     the reason it is off, or None}`` (building the library if needed)."""
     if _disabled():
         return {"enabled": False, "path": None, "why": f"${ENV}={os.environ[ENV]}"}
-    lib = library(T, d)
-    key = (int(T), int(d))
+    lib = library(T, d, m)
+    key = (int(T), int(d), int(m))
     return {"enabled": lib is not None,
             "path": None if lib is None else str(_state["paths"].get(key)),
             "why": _state["why"].get(key)}
 
 
-def applicable(*tensors, T: int, d: int) -> bool:
+def applicable(*tensors, T: int, d: int, m: int = 0) -> bool:
     """Whether the compiled step can serve these tensors: float64, on the CPU, contiguous,
-    ``2 <= T <= 65536``, ``d <= 256``, and the library loads."""
-    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D):
+    ``2 <= T <= 65536``, ``d, m <= 256``, and the library loads."""
+    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D and 0 <= m <= MAX_D):
         return False
     for t in tensors:
         if t.dtype != torch.float64 or t.device.type != "cpu" or not t.is_contiguous():
             return False
-    return library(T, d) is not None
+    return library(T, d, m) is not None
 
 
 def _ptr(t):
@@ -314,14 +319,48 @@ def workspace(B, n, T):
             *(torch.empty((B, n), **kw) for _ in range(4)))
 
 
-def weighted_grad(X, Z, G, sh, top, Ssh, shG, G_top, f, s_top, c):
+def weighted_grad(X, Z, G, terms, f, s_top, c):
     r""":math:`\tilde\nabla_W = \sum_i (X_i^\top q_i) z_i^\top` (B, d, d), compiled, with
     :math:`q_{it} = c_i \hat s_t (g_t - f_i)` (:math:`t \ne t^\star`) and
     :math:`q_{it^\star} = c_i s_{t^\star}(g_{t^\star}\sum_\tau \hat s_\tau - \sum_\tau \hat s_\tau g_\tau)`;
-    the inputs are those of :func:`jacobian_terms` and ``f``, ``s_top``, ``c`` (B, n)."""
+    ``terms`` are the six tensors :func:`jacobian_terms` returns; ``f``, ``s_top``, ``c`` (B, n)."""
+    sh, top, Ssh, shG, _, G_top = terms
     B, n, T, d = X.shape
     lib = library(T, d)
     gW = torch.empty((B, d, d), dtype=torch.float64)
     _split(lib.weighted_grad, B, n, T, d, _ptr(X), _ptr(Z), _ptr(G), _ptr(sh), _ptr(top),
            _ptr(Ssh), _ptr(shG), _ptr(G_top), _ptr(f), _ptr(s_top), _ptr(c), _ptr(gW))
     return gW
+
+
+def jacobian_terms_kq(Xt, Z, K, Q, G, out=None):
+    r""":func:`jacobian_terms` for :math:`W = K Q^\top` (``K``, ``Q`` (B, d, m)), without
+    forming ``W``: :math:`W z_i = K (Q^\top z_i)`. Returns the same six tensors and
+    :math:`Q^\top z_i` (B, n, m), which :func:`weighted_grad_kq` reuses."""
+    B, n, d, T = Xt.shape
+    m = K.shape[-1]
+    lib = library(T, d, m)
+    if out is None:
+        out = workspace(B, n, T)
+    Qz = torch.empty((B, n, m), dtype=torch.float64)
+    sh, top, Ssh, shG, gap, G_top = out
+    _split(lib.jacobian_terms_kq, B, n, T, d, m, _ptr(Xt), _ptr(Z), _ptr(K), _ptr(Q), _ptr(G),
+           _ptr(sh), _ptr(top), _ptr(Ssh), _ptr(shG), _ptr(gap), _ptr(G_top), _ptr(Qz))
+    return sh, top, Ssh, shG, gap, G_top, Qz
+
+
+def weighted_grad_kq(X, Z, G, terms, f, s_top, c, Qz, K):
+    r"""The (K, Q) gradients without forming :math:`\tilde\nabla_W`:
+    :math:`\tilde\nabla_K = \sum_i \bar x_i (Q^\top z_i)^\top`,
+    :math:`\tilde\nabla_Q = \sum_i z_i (K^\top \bar x_i)^\top` (each (B, d, m)), with
+    :math:`\bar x_i = X_i^\top q_i` as in :func:`weighted_grad`."""
+    sh, top, Ssh, shG, _, G_top = terms
+    B, n, T, d = X.shape
+    m = K.shape[-1]
+    lib = library(T, d, m)
+    gK = torch.empty((B, d, m), dtype=torch.float64)
+    gQ = torch.empty((B, d, m), dtype=torch.float64)
+    _split(lib.weighted_grad_kq, B, n, T, d, m, _ptr(X), _ptr(Z), _ptr(G), _ptr(sh), _ptr(top),
+           _ptr(Ssh), _ptr(shG), _ptr(G_top), _ptr(f), _ptr(s_top), _ptr(c), _ptr(Qz), _ptr(K),
+           _ptr(gK), _ptr(gQ))
+    return gK, gQ

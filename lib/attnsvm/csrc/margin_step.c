@@ -15,15 +15,31 @@
  * Pass 2, weighted_grad: given the coefficient c_bi and f_bi, s_top_bi (computed by the caller)
  *     q_t = c sh_t (g_t - f) (t != top),  q_top = c s_top (g_top Ssh - shG),
  *     xbar = sum_t q_t x_bit,  G_W[b] = sum_i xbar z_bi^T.
+ * The (K, Q) parameterization (W = K Q^T, K and Q of shape (d, m)) has its own two passes,
+ * which never form W or its gradient: Wz = K (Q^T z) (Q^T z kept for pass 2), and
+ *     grad_K = sum_i xbar_i (Q^T z_i)^T,   grad_Q = sum_i z_i (K^T xbar_i)^T.
+ *
  * Trials [b0, b1) only, so that a caller may split the trials between threads. Compiled with
- * -DFIX_T=T -DFIX_D=d, a library serves only that shape (and returns 2 for any other), with
- * every token and feature loop of known length.
+ * -DFIX_T=T -DFIX_D=d -DFIX_M=m, a library serves only that shape (and returns 2 for any
+ * other), with every token and feature loop of known length; m = 0 for the W functions.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #define MAXD 256          /* W^T (d x d) and the scores live on the stack */
+
+#if defined(FIX_T) && defined(FIX_D)
+/* compile-time sizes: unrolled loops, no remainder loops */
+#define FIX_SHAPE() do { if (T != FIX_T || d != FIX_D) return 2; T = FIX_T; d = FIX_D; } while (0)
+#else
+#define FIX_SHAPE() do { } while (0)
+#endif
+#if defined(FIX_M)
+#define FIX_RANK() do { if (m != FIX_M) return 2; m = FIX_M; } while (0)
+#else
+#define FIX_RANK() do { } while (0)
+#endif
 
 static inline double exp_nonpos(double x)
 {
@@ -58,6 +74,68 @@ static inline double exp_nonpos(double x)
     return x < -745.2 ? 0.0 : e;
 }
 
+/* The scores a_t = x_t^T Wz of one sequence (tokens transposed: xt is d x T), its top token
+ * (first largest), a_(2) and the rescaled probabilities s (0 at the top); returns the top. */
+static inline int64_t top_two(int64_t T, int64_t d, const double *xt, const double *Wz,
+                              double *a, double *s)
+{
+    for (int64_t t = 0; t < T; t++)
+        a[t] = 0.0;
+    for (int64_t k = 0; k < d; k++) {
+        double wk = Wz[k];
+        for (int64_t t = 0; t < T; t++)
+            a[t] += xt[k * T + t] * wk;
+    }
+    int64_t tp = 0;
+    double at = a[0];
+    for (int64_t t = 1; t < T; t++)
+        if (a[t] > at) { at = a[t]; tp = t; }
+    double a2 = -INFINITY;
+    for (int64_t t = 0; t < T; t++)
+        if (t != tp && a[t] > a2) a2 = a[t];
+    for (int64_t t = 0; t < T; t++)
+        s[t] = exp_nonpos(a[t] - a2);
+    s[tp] = 0.0;
+    a[0] = at;                       /* hand back a_top and a_(2) in a[0], a[1] */
+    a[1] = a2;
+    return tp;
+}
+
+static inline void finish(int64_t bi, int64_t tp, int64_t T, const double *a, const double *s,
+                          const double *g, int64_t *top, double *Ssh, double *shG, double *gap,
+                          double *Gtop)
+{
+    double S = 0.0, SG = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        S += s[t];
+        SG += s[t] * g[t];
+    }
+    top[bi] = tp;
+    Ssh[bi] = S;
+    shG[bi] = SG;
+    gap[bi] = a[1] - a[0];
+    Gtop[bi] = g[tp];
+}
+
+/* xbar = X^T q for one sequence, q from the terms of pass 1 and the coefficient c */
+static inline void token_sum(int64_t bi, int64_t T, int64_t d, const double *x, const double *g,
+                             const double *s, const int64_t *top, const double *Ssh,
+                             const double *shG, const double *Gtop, const double *f,
+                             const double *s_top, const double *c, double *q, double *xbar)
+{
+    double ci = c[bi], fi = f[bi];
+    for (int64_t t = 0; t < T; t++)
+        q[t] = (s[t] * (g[t] - fi)) * ci;
+    q[top[bi]] = (s_top[bi] * (Gtop[bi] * Ssh[bi] - shG[bi])) * ci;
+    for (int64_t k = 0; k < d; k++)
+        xbar[k] = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        double qt = q[t];
+        for (int64_t k = 0; k < d; k++)
+            xbar[k] += x[t * d + k] * qt;
+    }
+}
+
 int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                    const double *Xt,      /* (B,n,d,T): the tokens transposed */
                    const double *Z,       /* (B,n,d) */
@@ -67,12 +145,7 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                    int64_t *top,          /* out (B,n) */
                    double *Ssh, double *shG, double *gap, double *Gtop)   /* out (B,n) */
 {
-#if defined(FIX_T) && defined(FIX_D)
-    if (T != FIX_T || d != FIX_D)
-        return 2;
-    T = FIX_T;                           /* compile-time sizes: unrolled, no remainder loops */
-    d = FIX_D;
-#endif
+    FIX_SHAPE();
     if (d > MAXD || T > 65536 || T < 2)
         return 1;
     double Wt[d * d], Wz[d], a[T];
@@ -94,33 +167,8 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                 for (int64_t k = 0; k < d; k++)
                     Wz[k] += Wt[j * d + k] * zj;
             }
-            for (int64_t t = 0; t < T; t++)
-                a[t] = 0.0;
-            for (int64_t k = 0; k < d; k++) {
-                double wk = Wz[k];
-                for (int64_t t = 0; t < T; t++)
-                    a[t] += xt[k * T + t] * wk;
-            }
-            int64_t tp = 0;
-            double at = a[0];
-            for (int64_t t = 1; t < T; t++)
-                if (a[t] > at) { at = a[t]; tp = t; }
-            double a2 = -INFINITY;
-            for (int64_t t = 0; t < T; t++)
-                if (t != tp && a[t] > a2) a2 = a[t];
-            for (int64_t t = 0; t < T; t++)
-                s[t] = exp_nonpos(a[t] - a2);
-            s[tp] = 0.0;
-            double S = 0.0, SG = 0.0;
-            for (int64_t t = 0; t < T; t++) {
-                S += s[t];
-                SG += s[t] * g[t];
-            }
-            top[bi] = tp;
-            Ssh[bi] = S;
-            shG[bi] = SG;
-            gap[bi] = a2 - at;
-            Gtop[bi] = g[tp];
+            int64_t tp = top_two(T, d, xt, Wz, a, s);
+            finish(bi, tp, T, a, s, g, top, Ssh, shG, gap, Gtop);
         }
     }
     return 0;
@@ -135,12 +183,7 @@ int weighted_grad(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                   const double *f, const double *s_top, const double *c,   /* (B,n) */
                   double *gW)             /* out (B,d,d) */
 {
-#if defined(FIX_T) && defined(FIX_D)
-    if (T != FIX_T || d != FIX_D)
-        return 2;
-    T = FIX_T;                           /* compile-time sizes: unrolled, no remainder loops */
-    d = FIX_D;
-#endif
+    FIX_SHAPE();
     if (d > MAXD || T > 65536)
         return 1;
     double xbar[d], q[T];
@@ -153,21 +196,97 @@ int weighted_grad(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
             const double *z = Z + bi * d;
             const double *g = G + bi * T;
             const double *s = sh + bi * T;
-            double ci = c[bi], fi = f[bi];
-            for (int64_t t = 0; t < T; t++)
-                q[t] = (s[t] * (g[t] - fi)) * ci;
-            q[top[bi]] = (s_top[bi] * (Gtop[bi] * Ssh[bi] - shG[bi])) * ci;
-            for (int64_t k = 0; k < d; k++)
-                xbar[k] = 0.0;
-            for (int64_t t = 0; t < T; t++) {
-                double qt = q[t];
-                for (int64_t k = 0; k < d; k++)
-                    xbar[k] += x[t * d + k] * qt;
-            }
+            token_sum(bi, T, d, x, g, s, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
             for (int64_t j = 0; j < d; j++) {
                 double xj = xbar[j];
                 for (int64_t k = 0; k < d; k++)
                     gb[j * d + k] += xj * z[k];
+            }
+        }
+    }
+    return 0;
+}
+
+int jacobian_terms_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, int64_t m,
+                      const double *Xt, const double *Z,
+                      const double *K, const double *Q,    /* (B,d,m) each */
+                      const double *G, double *sh, int64_t *top,
+                      double *Ssh, double *shG, double *gap, double *Gtop,
+                      double *Qz)                          /* out (B,n,m): Q^T z_i */
+{
+    FIX_SHAPE();
+    FIX_RANK();
+    if (d > MAXD || m > MAXD || T > 65536 || T < 2)
+        return 1;
+    double Kt[m * d], Wz[d], a[T];
+    for (int64_t b = b0; b < b1; b++) {
+        const double *Kb = K + b * d * m, *Qb = Q + b * d * m;
+        for (int64_t k = 0; k < d; k++)
+            for (int64_t r = 0; r < m; r++)
+                Kt[r * d + k] = Kb[k * m + r];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t bi = b * n + i;
+            const double *z = Z + bi * d;
+            double *qz = Qz + bi * m;
+            for (int64_t r = 0; r < m; r++)
+                qz[r] = 0.0;
+            for (int64_t j = 0; j < d; j++) {
+                double zj = z[j];
+                for (int64_t r = 0; r < m; r++)
+                    qz[r] += Qb[j * m + r] * zj;
+            }
+            for (int64_t k = 0; k < d; k++)
+                Wz[k] = 0.0;
+            for (int64_t r = 0; r < m; r++) {
+                double qr = qz[r];
+                for (int64_t k = 0; k < d; k++)
+                    Wz[k] += Kt[r * d + k] * qr;
+            }
+            const double *g = G + bi * T;
+            double *s = sh + bi * T;
+            int64_t tp = top_two(T, d, Xt + bi * d * T, Wz, a, s);
+            finish(bi, tp, T, a, s, g, top, Ssh, shG, gap, Gtop);
+        }
+    }
+    return 0;
+}
+
+int weighted_grad_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, int64_t m,
+                     const double *X, const double *Z, const double *G,
+                     const double *sh, const int64_t *top,
+                     const double *Ssh, const double *shG, const double *Gtop,
+                     const double *f, const double *s_top, const double *c,
+                     const double *Qz, const double *K,
+                     double *gK, double *gQ)               /* out (B,d,m) each */
+{
+    FIX_SHAPE();
+    FIX_RANK();
+    if (d > MAXD || m > MAXD || T > 65536)
+        return 1;
+    double xbar[d], q[T], ktx[m];
+    for (int64_t b = b0; b < b1; b++) {
+        const double *Kb = K + b * d * m;
+        double *gKb = gK + b * d * m, *gQb = gQ + b * d * m;
+        memset(gKb, 0, sizeof(double) * d * m);
+        memset(gQb, 0, sizeof(double) * d * m);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t bi = b * n + i;
+            const double *z = Z + bi * d, *qz = Qz + bi * m;
+            token_sum(bi, T, d, X + bi * T * d, G + bi * T, sh + bi * T, top, Ssh, shG, Gtop,
+                      f, s_top, c, q, xbar);
+            for (int64_t r = 0; r < m; r++)
+                ktx[r] = 0.0;
+            for (int64_t k = 0; k < d; k++) {
+                double xk = xbar[k];
+                for (int64_t r = 0; r < m; r++) {
+                    gKb[k * m + r] += xk * qz[r];      /* xbar (Q^T z)^T */
+                    ktx[r] += Kb[k * m + r] * xk;      /* K^T xbar */
+                }
+            }
+            for (int64_t j = 0; j < d; j++) {
+                double zj = z[j];
+                for (int64_t r = 0; r < m; r++)
+                    gQb[j * m + r] += zj * ktx[r];     /* z (K^T xbar)^T */
             }
         }
     }

@@ -280,19 +280,19 @@ class AttentionClassifier:
         ``param_grads`` with the same log-scale as ``v``.
         """
         X, y = batch["X"], batch["y"]
-        W = self.matrix(params) if self.scoring.query else None
         Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
         h = None
-        fast = self._compiled(batch, W)
+        fast = self._compiled(params, batch)
         if fast:                             # the compiled twin of the token loop
             B, n, T = batch["G"].shape
             ws = self._work.get((B, n, T))
             if ws is None:                   # this model's workspace for the token loop
                 ws = self._work[(B, n, T)] = compiled.workspace(B, n, T)
-            sh, top, Ssh, shG, gap, G_top = compiled.jacobian_terms(Xt, batch["Z"], W,
-                                                                   batch["G"], out=ws)
+            terms, extra = self.scoring.compiled_terms(params, batch, ws)
+            sh, top, Ssh, shG, gap, G_top = terms
             log_s_top, lam2, s_top, f = jacobian_scalars(gap, Ssh, shG, G_top)
         else:
+            W = self.matrix(params) if self.scoring.query else None
             a = self.scores(params, batch, W)
             if self.head == "linear":
                 G = batch.get("G")
@@ -310,9 +310,8 @@ class AttentionClassifier:
         sig = lw.amax(-1)
         coef = _exp_small(lw - sig.unsqueeze(-1)) * -y
         if fast:
-            gW = compiled.weighted_grad(X, batch["Z"], batch["G"], sh, top, Ssh, shG, G_top, f,
-                                        s_top, coef)
-            return u, *self.scoring.grads_from_gW(params, gW, sig)
+            return u, *self.scoring.compiled_grads(params, batch, terms, extra, f, s_top, coef,
+                                                   sig)
         rho.mul_(coef.unsqueeze(-1))                            # q, in place
         xbar = token_sums(X, rho, Xt)                           # (B,n,d)
         grads, scales = self.scoring.grads(params, xbar, batch, sig)
@@ -327,16 +326,18 @@ class AttentionClassifier:
                 scales[name] = sv
         return u, grads, scales
 
-    def _compiled(self, batch, W):
-        """Whether :mod:`attnsvm.compiled` serves this gradient: a bilinear score, the fixed
-        linear head with its token values ``G`` and the transposed tokens ``Xt`` in the batch,
-        float64 CPU tensors (see :func:`attnsvm.compiled.applicable`)."""
-        if (W is None or self.head != "linear" or self.train_v or batch.get("G") is None
-                or batch.get("Xt") is None):
+    def _compiled(self, params, batch):
+        """Whether :mod:`attnsvm.compiled` serves this gradient: a bilinear score (``W`` or
+        ``K``, ``Q``), the fixed linear head with its token values ``G`` and the transposed
+        tokens ``Xt`` in the batch, float64 CPU tensors (see
+        :func:`attnsvm.compiled.applicable`)."""
+        if (not self.scoring.query or self.head != "linear" or self.train_v
+                or batch.get("G") is None or batch.get("Xt") is None):
             return False
         X = batch["X"]
-        return compiled.applicable(X, batch["Xt"], batch["Z"], W, batch["G"],
-                                   T=X.shape[-2], d=X.shape[-1])
+        tensors, m = self.scoring.compiled_inputs(params)
+        return compiled.applicable(X, batch["Xt"], batch["Z"], batch["G"], *tensors,
+                                   T=X.shape[-2], d=X.shape[-1], m=m)
 
     def autograd_grad(self, params, batch, loss):
         r"""Autograd version of :meth:`grad`, the reference the tests compare with away from
