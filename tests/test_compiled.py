@@ -3,7 +3,7 @@ path to rounding (saturated scores included), a clean fallback, and a cache of c
 libraries that never loads a broken file (tested with real faults: a truncated library, a forged
 checksum, a compiler process killed mid-build).
 
-A machine without a C compiler skips the comparisons (the eager path is then the only one);
+The fault tests start fresh Python processes (slow tier). A machine without a C compiler skips the comparisons (the eager path is then the only one);
 ``ATTNSVM_REQUIRE_COMPILED=1`` (set in CI) turns that skip into a failure.
 """
 from __future__ import annotations
@@ -237,6 +237,7 @@ _PROBE = """
 """
 
 
+@pytest.mark.slow
 def test_no_compiler_falls_back_with_one_warning(tmp_path):
     """``CC`` names no compiler: a warning says so, the eager path runs, results are finite."""
     out = _run(_PROBE, {"CC": str(tmp_path / "no-such-cc"), compiled.CACHE_ENV: str(tmp_path)})
@@ -247,6 +248,7 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path):
     assert out.stdout.count("WARNING attnsvm: the compiled step is unavailable") == 1
 
 
+@pytest.mark.slow
 def test_disabled_by_environment(tmp_path):
     out = _run(_PROBE, {compiled.ENV: "0", compiled.CACHE_ENV: str(tmp_path)})
     assert out.returncode == 0, out.stderr
@@ -254,6 +256,7 @@ def test_disabled_by_environment(tmp_path):
     assert not (tmp_path / "compiled").exists()              # nothing was built
 
 
+@pytest.mark.slow
 def test_unwritable_cache_falls_back(tmp_path):
     """The cache directory cannot be created (a regular file is in the way): the warning names
     it and the eager path runs."""
@@ -265,6 +268,7 @@ def test_unwritable_cache_falls_back(tmp_path):
 
 
 @needs_cc
+@pytest.mark.slow
 def test_truncated_library_is_rebuilt(tmp_path):
     """A cached library cut short (a full disk, a killed copy) is detected by its checksum,
     rebuilt with a warning that says why, and the run is right."""
@@ -283,6 +287,7 @@ def test_truncated_library_is_rebuilt(tmp_path):
 
 
 @needs_cc
+@pytest.mark.slow
 def test_garbage_library_with_matching_checksum_is_rebuilt(tmp_path):
     """A file whose checksum was rewritten to match but which is no library: loading fails,
     it is rebuilt once, and the run is right."""
@@ -299,6 +304,7 @@ def test_garbage_library_with_matching_checksum_is_rebuilt(tmp_path):
 
 
 @needs_cc
+@pytest.mark.slow
 def test_killed_build_leaves_no_library(tmp_path):
     """The process building the library is SIGKILLed while the compiler is writing its output:
     nothing is left under a library's name (only a temporary), and the next process builds a
@@ -323,3 +329,20 @@ def test_killed_build_leaves_no_library(tmp_path):
     after = _run(_PROBE, env)
     assert "ENABLED True" in after.stdout, after.stdout + after.stderr
     assert "FINITE True" in after.stdout
+
+
+@needs_cc
+@pytest.mark.slow
+def test_two_processes_build_one_shape_at_once(tmp_path):
+    """Two processes start with an empty cache and build the same library at the same time:
+    both load a working one and neither warns (no partial file is ever seen)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"), **{compiled.CACHE_ENV: str(tmp_path)})
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_PROBE)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert "ENABLED True" in out and "FINITE True" in out
+        assert "WARNING" not in out, out
+    assert len(list((tmp_path / "compiled").glob("margin_step-T5-d6-*.so"))) == 1

@@ -119,9 +119,10 @@ def _compile(cc: str, flags, out: Path) -> None:
         if res.returncode != 0:
             raise CompiledUnavailable(f"{cc} {' '.join(flags)} failed on {SOURCE}: "
                                       f"{res.stderr.strip()[-500:]}")
-        digest = _sha(Path(tmp))
+        # the checksum first, then the library: a reader never finds a library without its
+        # checksum (concurrent builders of one shape write the same bytes)
+        _atomic_text(out.with_suffix(".sha256"), _sha(Path(tmp)) + "\n")
         os.replace(tmp, out)
-        _atomic_text(out.with_suffix(".sha256"), digest + "\n")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
