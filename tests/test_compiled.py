@@ -3,8 +3,9 @@ path to rounding (saturated scores included), a clean fallback, and a cache of c
 libraries that never loads a broken file (tested with real faults: a truncated library, a forged
 checksum, a compiler process killed mid-build).
 
-The fault tests start fresh Python processes (slow tier). A machine without a C compiler skips the comparisons (the eager path is then the only one);
-``ATTNSVM_REQUIRE_COMPILED=1`` (set in CI) turns that skip into a failure.
+The fault tests start fresh Python processes (slow tier). A machine without a C compiler
+skips the comparisons (the eager path is then the only one); ``ATTNSVM_REQUIRE_COMPILED=1``
+(set in CI) turns that skip into a failure.
 """
 from __future__ import annotations
 
