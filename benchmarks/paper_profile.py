@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,15 @@ def _kill_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
+def _headline(source: str) -> str:
+    """The line of a cell that says what it runs: its first assignment from a call (such as
+    ``res = rates.rates_experiment(...``), else its first line of code."""
+    lines = [ln.strip() for ln in source.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    calls = [ln for ln in lines if re.match(r"^[\w, ]+=\s*[\w.]+\(", ln)]
+    return (calls or lines or [""])[0]
+
+
 def _progress(path: Path) -> dict:
     """How far the (possibly partial) executed copy at ``path`` got."""
     try:
@@ -79,8 +89,7 @@ def _progress(path: Path) -> dict:
             done += 1
             done_s += float(meta.get("duration") or 0.0)
         elif meta.get("status") == "running" and running is None:
-            running = next((ln for ln in c.source.splitlines()
-                            if ln.strip() and not ln.lstrip().startswith("#")), "")
+            running = _headline(c.source)
         for out in c.get("outputs", []):
             if out.get("output_type") == "error" and error is None:
                 error = (out.get("ename"), out.get("evalue"))
