@@ -65,11 +65,12 @@ def _kill_tree(pid: int) -> None:
 
 
 def _headline(source: str) -> str:
-    """The line of a cell that says what it runs: its first assignment from a call (such as
-    ``res = rates.rates_experiment(...``), else its first line of code."""
+    """The line of a cell that says what it runs: its first assignment from a call that is not
+    a container or numpy (such as ``res = rates.rates_experiment(...``), else its first line."""
     lines = [ln.strip() for ln in source.splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
-    calls = [ln for ln in lines if re.match(r"^[\w, ]+=\s*[\w.]+\(", ln)]
+    calls = [ln for ln in lines if (m := re.match(r"^[\w, ]+=\s*([\w.]+)\(", ln))
+             and not m.group(1).startswith(("dict", "list", "tuple", "np.", "A.plot"))]
     return (calls or lines or [""])[0]
 
 
