@@ -70,8 +70,8 @@ def test_jacobian_terms_match_eager(cache, scale):
     underflows). The scores are sums in another order, so they agree to a few ulp of their
     size ``amax``; ``e^(a_t - a_(2))`` inherits that as a relative error ~ ``amax * eps``."""
     batch, W, _ = _problem(scale=scale)
-    sh, top, Ssh, shG, gap, G_top = compiled.jacobian_terms(batch["Xt"], batch["Z"], W,
-                                                            batch["G"])
+    sh, top, Ssh, shG, gap, G_top, eg = compiled.jacobian_terms(batch["Xt"], batch["Z"], W,
+                                                                batch["G"])
     a = torch.einsum("bntd,bde,bne->bnt", batch["X"], W, batch["Z"])
     e_sh, e_top, e_Ssh, e_shG, e_gap, e_Gtop, _ = _top_two(a, batch["G"])
     assert torch.equal(top, e_top.squeeze(-1))
@@ -82,6 +82,7 @@ def test_jacobian_terms_match_eager(cache, scale):
     torch.testing.assert_close(shG, e_shG.squeeze(-1), rtol=rtol, atol=rtol)
     torch.testing.assert_close(gap, e_gap.squeeze(-1), rtol=0, atol=rtol)
     torch.testing.assert_close(G_top, e_Gtop.squeeze(-1), rtol=0, atol=0)
+    torch.testing.assert_close(eg, torch.exp(gap), rtol=4 * np.finfo(float).eps, atol=1e-300)
     assert (sh.gather(-1, top.unsqueeze(-1)) == 0).all()
 
 
@@ -126,7 +127,7 @@ def test_weighted_grad_matches_eager(cache, scale):
     """``sum_i (X_i^T q_i) z_i^T`` compiled, against the eager products."""
     batch, W, _ = _problem(scale=scale, seed=1)
     terms = compiled.jacobian_terms(batch["Xt"], batch["Z"], W, batch["G"])
-    sh, top, Ssh, shG, gap, G_top = terms
+    sh, top, Ssh, shG, gap, G_top, _ = terms
     g = torch.Generator().manual_seed(2)
     f = torch.randn(Ssh.shape, dtype=torch.float64, generator=g)
     s_top = torch.rand(Ssh.shape, dtype=torch.float64, generator=g)
@@ -205,13 +206,16 @@ def test_threads_split_the_trials(cache):
 
 
 def test_shapes_and_dtypes_not_served_fall_back(cache):
-    """float32, T = 1, d > 256 and non-contiguous tensors go the eager way."""
+    """float32, T = 1, d > 256, too many sequences per trial and non-contiguous tensors go the
+    eager way."""
     batch, W, _ = _problem(B=2, n=2, T=3, d=4)
     X = batch["X"]
     assert not compiled.applicable(X.float(), T=3, d=4)
     assert not compiled.applicable(X, T=1, d=4)
     assert not compiled.applicable(X, T=3, d=257)
     assert not compiled.applicable(X.transpose(-1, -2), T=3, d=4)
+    assert not compiled.applicable(X, T=3, d=4, n=20000)          # one trial's scratch too big
+    assert compiled.applicable(X, T=3, d=4, n=2)
 
 
 # --------------------------------------------------------------------------- fallback and cache

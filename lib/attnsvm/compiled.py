@@ -58,6 +58,7 @@ CACHE_ENV = "ATTNSVM_CACHE"
 SOURCE = Path(__file__).with_name("csrc") / "margin_step.c"
 MAX_D = 256          # W^T and the scores of one sequence live on the C stack
 MAX_T = 65536
+MAX_WORK = 65536     # doubles of one trial's scratch on the C stack: n * (T + d + m + 1)
 
 _FLAGS = (("-O3", "-march=native"), ("-O3",))
 _BASE = ("-fPIC", "-shared", "-fno-math-errno", "-std=c99")
@@ -147,11 +148,11 @@ def _valid(so: Path) -> str | None:
 def _load(so: Path):
     lib = ctypes.CDLL(str(so))
     i64, p = ctypes.c_int64, ctypes.c_void_p
-    lib.jacobian_terms.argtypes = [i64] * 5 + [p] * 10
+    lib.jacobian_terms.argtypes = [i64] * 5 + [p] * 11
     lib.jacobian_terms.restype = ctypes.c_int
     lib.weighted_grad.argtypes = [i64] * 5 + [p] * 12
     lib.weighted_grad.restype = ctypes.c_int
-    lib.jacobian_terms_kq.argtypes = [i64] * 6 + [p] * 12
+    lib.jacobian_terms_kq.argtypes = [i64] * 6 + [p] * 13
     lib.jacobian_terms_kq.restype = ctypes.c_int
     lib.weighted_grad_kq.argtypes = [i64] * 6 + [p] * 15
     lib.weighted_grad_kq.restype = ctypes.c_int
@@ -242,10 +243,12 @@ def status(T=8, d=10, m=0) -> dict:
             "why": _state["why"].get(key)}
 
 
-def applicable(*tensors, T: int, d: int, m: int = 0) -> bool:
+def applicable(*tensors, T: int, d: int, m: int = 0, n: int = 1) -> bool:
     """Whether the compiled step can serve these tensors: float64, on the CPU, contiguous,
-    ``2 <= T <= 65536``, ``d, m <= 256``, and the library loads."""
-    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D and 0 <= m <= MAX_D):
+    ``2 <= T <= 65536``, ``d, m <= 256``, ``n (T + d + m + 1) <= 65536`` (one trial's scratch),
+    and the library loads."""
+    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D and 0 <= m <= MAX_D
+            and n * (T + d + m + 1) <= MAX_WORK):
         return False
     for t in tensors:
         if t.dtype != torch.float64 or t.device.type != "cpu" or not t.is_contiguous():
@@ -298,34 +301,34 @@ def jacobian_terms(Xt, Z, W, G, out=None):
         :math:`\hat s_t = e^{a_t - a_{(2)}}`, 0 at the top token.
     top : (B, n) int64
         The top token (first largest score).
-    Ssh, shG, gap, G_top : (B, n)
+    Ssh, shG, gap, G_top, e_gap : (B, n)
         :math:`\sum_t \hat s_t`, :math:`\sum_t \hat s_t g_t`, :math:`a_{(2)} - a_{t^\star}`,
-        :math:`g_{t^\star}`.
+        :math:`g_{t^\star}`, :math:`e^{a_{(2)} - a_{t^\star}}`.
     """
     B, n, d, T = Xt.shape
     lib = library(T, d)
     if out is None:
         out = workspace(B, n, T)
-    sh, top, Ssh, shG, gap, G_top = out
+    sh, top, Ssh, shG, gap, G_top, e_gap = out
     _split(lib.jacobian_terms, B, n, T, d, _ptr(Xt), _ptr(Z), _ptr(W), _ptr(G), _ptr(sh),
-           _ptr(top), _ptr(Ssh), _ptr(shG), _ptr(gap), _ptr(G_top))
-    return sh, top, Ssh, shG, gap, G_top
+           _ptr(top), _ptr(Ssh), _ptr(shG), _ptr(gap), _ptr(G_top), _ptr(e_gap))
+    return out
 
 
 def workspace(B, n, T):
     """New output tensors for :func:`jacobian_terms`: ``sh`` (B,n,T), ``top`` (B,n) int64 and
-    four (B,n)."""
+    five (B,n)."""
     kw = dict(dtype=torch.float64)
     return (torch.empty((B, n, T), **kw), torch.empty((B, n), dtype=torch.int64),
-            *(torch.empty((B, n), **kw) for _ in range(4)))
+            *(torch.empty((B, n), **kw) for _ in range(5)))
 
 
 def weighted_grad(X, Z, G, terms, f, s_top, c):
     r""":math:`\tilde\nabla_W = \sum_i (X_i^\top q_i) z_i^\top` (B, d, d), compiled, with
     :math:`q_{it} = c_i \hat s_t (g_t - f_i)` (:math:`t \ne t^\star`) and
     :math:`q_{it^\star} = c_i s_{t^\star}(g_{t^\star}\sum_\tau \hat s_\tau - \sum_\tau \hat s_\tau g_\tau)`;
-    ``terms`` are the six tensors :func:`jacobian_terms` returns; ``f``, ``s_top``, ``c`` (B, n)."""
-    sh, top, Ssh, shG, _, G_top = terms
+    ``terms`` are the tensors :func:`jacobian_terms` returns; ``f``, ``s_top``, ``c`` (B, n)."""
+    sh, top, Ssh, shG, _, G_top, _ = terms
     B, n, T, d = X.shape
     lib = library(T, d)
     gW = torch.empty((B, d, d), dtype=torch.float64)
@@ -336,7 +339,7 @@ def weighted_grad(X, Z, G, terms, f, s_top, c):
 
 def jacobian_terms_kq(Xt, Z, K, Q, G, out=None):
     r""":func:`jacobian_terms` for :math:`W = K Q^\top` (``K``, ``Q`` (B, d, m)), without
-    forming ``W``: :math:`W z_i = K (Q^\top z_i)`. Returns the same six tensors and
+    forming ``W``: :math:`W z_i = K (Q^\top z_i)`. Returns the same seven tensors and
     :math:`Q^\top z_i` (B, n, m), which :func:`weighted_grad_kq` reuses."""
     B, n, d, T = Xt.shape
     m = K.shape[-1]
@@ -344,10 +347,11 @@ def jacobian_terms_kq(Xt, Z, K, Q, G, out=None):
     if out is None:
         out = workspace(B, n, T)
     Qz = torch.empty((B, n, m), dtype=torch.float64)
-    sh, top, Ssh, shG, gap, G_top = out
+    sh, top, Ssh, shG, gap, G_top, e_gap = out
     _split(lib.jacobian_terms_kq, B, n, T, d, m, _ptr(Xt), _ptr(Z), _ptr(K), _ptr(Q), _ptr(G),
-           _ptr(sh), _ptr(top), _ptr(Ssh), _ptr(shG), _ptr(gap), _ptr(G_top), _ptr(Qz))
-    return sh, top, Ssh, shG, gap, G_top, Qz
+           _ptr(sh), _ptr(top), _ptr(Ssh), _ptr(shG), _ptr(gap), _ptr(G_top), _ptr(e_gap),
+           _ptr(Qz))
+    return (*out, Qz)
 
 
 def weighted_grad_kq(X, Z, G, terms, f, s_top, c, Qz, K):
@@ -355,7 +359,7 @@ def weighted_grad_kq(X, Z, G, terms, f, s_top, c, Qz, K):
     :math:`\tilde\nabla_K = \sum_i \bar x_i (Q^\top z_i)^\top`,
     :math:`\tilde\nabla_Q = \sum_i z_i (K^\top \bar x_i)^\top` (each (B, d, m)), with
     :math:`\bar x_i = X_i^\top q_i` as in :func:`weighted_grad`."""
-    sh, top, Ssh, shG, _, G_top = terms
+    sh, top, Ssh, shG, _, G_top, _ = terms
     B, n, T, d = X.shape
     m = K.shape[-1]
     lib = library(T, d, m)

@@ -97,25 +97,28 @@ def _log(x):
     return torch.log(x) if torch.is_tensor(x) else math.log(x)
 
 
-#: where the sum of squares is trusted as it is: no square overflowed, and the squares that
-#: underflowed (entries below ~1.5e-154) weigh less than 1e-26 of it
-_SQ_SAFE = (1e-280, 1e300)
+#: where the plain norm is trusted as it is: :math:`|\log\|g\|| < 300` (no square overflowed,
+#: and the squares that underflowed, of entries below ~1.5e-154, weigh less than 1e-40 of it)
+_LOG_NORM_SAFE = 300.0
 
 
 def log_norm(grads, batch_ndim=0):
     r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
 
-    :math:`\tfrac12\log\sum_j\|g_j\|^2` where that sum lies in ``[1e-280, 1e300]``; elsewhere
-    (and for every trial off the CPU, where checking would synchronize the device) with a
+    :math:`\tfrac12\log\sum_j\|g_j\|^2` where :math:`|\log\|g\|| < 300`; elsewhere (and for
+    every trial off the CPU, where checking would synchronize the device) with a
     max-rescaling, so that it is finite for norms down to the smallest subnormal
     (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`) and up to the largest
     double.
     """
-    sq = sum(_sqnorm(g, batch_ndim) for g in grads)
-    lo, hi = _SQ_SAFE
-    safe = (sq > lo) & (sq < hi)
-    if sq.device.type == "cpu" and bool(safe.all()):
-        return 0.5 * torch.log(sq)
+    if len(grads) == 1:
+        dims = _dims(grads[0], batch_ndim)
+        plain = torch.log(torch.linalg.vector_norm(grads[0], dim=dims) if dims else grads[0].abs())
+    else:
+        plain = 0.5 * torch.log(sum(_sqnorm(g, batch_ndim) for g in grads))
+    safe = plain.abs() < _LOG_NORM_SAFE
+    if plain.device.type == "cpu" and bool(safe.all()):
+        return plain
     mx = None
     for g in grads:
         dims = _dims(g, batch_ndim)
@@ -123,7 +126,7 @@ def log_norm(grads, batch_ndim=0):
         mx = a if mx is None else torch.maximum(mx, a)
     mx = torch.where(mx > 0, mx, torch.ones_like(mx))
     sqs = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
-    return torch.where(safe, 0.5 * torch.log(sq), torch.log(mx) + 0.5 * torch.log(sqs))
+    return torch.where(safe, plain, torch.log(mx) + 0.5 * torch.log(sqs))
 
 
 def parse_norm(norm):

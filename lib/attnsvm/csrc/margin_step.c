@@ -11,10 +11,12 @@
  *
  * Pass 1, jacobian_terms: for every trial b and sequence i
  *     Wz = W_b z_bi, a_t = x_bit^T Wz, top, a_(2), sh_t, Ssh = sum sh, shG = sum sh g,
- *     gap = a_(2) - a_top, g_top.
+ *     gap = a_(2) - a_top, g_top, e^gap
+ * (the exponentials of a trial's sequences in one loop, so that they overlap).
  * Pass 2, weighted_grad: given the coefficient c_bi and f_bi, s_top_bi (computed by the caller)
  *     q_t = c sh_t (g_t - f) (t != top),  q_top = c s_top (g_top Ssh - shG),
- *     xbar = sum_t q_t x_bit,  G_W[b] = sum_i xbar z_bi^T.
+ *     xbar = sum_t q_t x_bit,  G_W[b] = sum_i xbar z_bi^T (a trial's xbar first, then the sum
+ *     row by row in registers).
  * The (K, Q) parameterization (W = K Q^T, K and Q of shape (d, m)) has its own two passes,
  * which never form W or its gradient: Wz = K (Q^T z) (Q^T z kept for pass 2), and
  *     grad_K = sum_i xbar_i (Q^T z_i)^T,   grad_Q = sum_i z_i (K^T xbar_i)^T.
@@ -27,7 +29,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAXD 256          /* W^T (d x d) and the scores live on the stack */
+#define MAXD 256          /* W^T (d x d) and one trial's scratch live on the stack */
+#define MAXWORK 65536     /* doubles of one trial's scratch (n * (T + d + m + 1)) */
 
 #if defined(FIX_T) && defined(FIX_D)
 /* compile-time sizes: unrolled loops, no remainder loops */
@@ -48,7 +51,8 @@ static inline double exp_nonpos(double x)
     const double ln2_hi = 6.93147180369123816490e-01;
     const double ln2_lo = 1.90821492927058770002e-10;
     double xc = x < -745.2 ? -745.2 : x;               /* keeps n and the scaling finite */
-    double n = nearbyint(xc * log2e);
+    /* round to nearest (even) by the 1.5 * 2^52 shift: exact for |x| < 2^51, no libm call */
+    double n = (xc * log2e + 6755399441055744.0) - 6755399441055744.0;
     double r = (xc - n * ln2_hi) - n * ln2_lo;          /* |r| <= ln2/2 */
     double p = 1.0 / 6227020800.0;                      /* 1/13! */
     p = p * r + 1.0 / 479001600.0;
@@ -74,65 +78,107 @@ static inline double exp_nonpos(double x)
     return x < -745.2 ? 0.0 : e;
 }
 
-/* The scores a_t = x_t^T Wz of one sequence (tokens transposed: xt is d x T), its top token
- * (first largest), a_(2) and the rescaled probabilities s (0 at the top); returns the top. */
-static inline int64_t top_two(int64_t T, int64_t d, const double *xt, const double *Wz,
-                              double *a, double *s)
+/* One trial's token loop: from W z_i (rows of Wz, n x d) the scores a_it = x_it^T W z_i (tokens
+ * transposed: Xt is n x d x T), the top token of each sequence (first largest), a_(2), the gap
+ * a_(2) - a_top and g_top; then the rescaled probabilities sh_it = exp(a_it - a_(2),i) of all
+ * the trial's sequences in one loop (independent exponentials, so the polynomial chains
+ * overlap), 0 at the top, their sums, and e^gap. a is scratch of n*(T+1), a2 of n. */
+static inline void trial_terms(int64_t b, int64_t n, int64_t T, int64_t d, const double *Xt,
+                               const double *Wz, const double *G, double *sh, int64_t *top,
+                               double *Ssh, double *shG, double *gap, double *Gtop, double *eg,
+                               double *a, double *a2v)
 {
-    for (int64_t t = 0; t < T; t++)
-        a[t] = 0.0;
-    for (int64_t k = 0; k < d; k++) {
-        double wk = Wz[k];
+    for (int64_t i = 0; i < n; i++) {
+        const double *xt = Xt + (b * n + i) * d * T;
+        const double *w = Wz + i * d;
+        double *ai = a + i * T;
         for (int64_t t = 0; t < T; t++)
-            a[t] += xt[k * T + t] * wk;
+            ai[t] = 0.0;
+        for (int64_t k = 0; k < d; k++) {
+            double wk = w[k];
+            for (int64_t t = 0; t < T; t++)
+                ai[t] += xt[k * T + t] * wk;
+        }
+        int64_t tp = 0;
+        double at = ai[0];
+        for (int64_t t = 1; t < T; t++)
+            if (ai[t] > at) { at = ai[t]; tp = t; }
+        double a2 = -INFINITY;
+        for (int64_t t = 0; t < T; t++)
+            if (t != tp && ai[t] > a2) a2 = ai[t];
+        int64_t bi = b * n + i;
+        top[bi] = tp;
+        gap[bi] = a2 - at;
+        Gtop[bi] = G[bi * T + tp];
+        a2v[i] = a2;
     }
-    int64_t tp = 0;
-    double at = a[0];
-    for (int64_t t = 1; t < T; t++)
-        if (a[t] > at) { at = a[t]; tp = t; }
-    double a2 = -INFINITY;
-    for (int64_t t = 0; t < T; t++)
-        if (t != tp && a[t] > a2) a2 = a[t];
-    for (int64_t t = 0; t < T; t++)
-        s[t] = exp_nonpos(a[t] - a2);
-    s[tp] = 0.0;
-    a[0] = at;                       /* hand back a_top and a_(2) in a[0], a[1] */
-    a[1] = a2;
-    return tp;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t t = 0; t < T; t++)
+            a[i * T + t] -= a2v[i];
+    for (int64_t i = 0; i < n; i++)                      /* the gaps, after the scores */
+        a[n * T + i] = gap[b * n + i];
+    for (int64_t k = 0; k < n * (T + 1); k++)            /* e^(a - a_(2)) and e^gap */
+        a[k] = exp_nonpos(a[k]);
+    double *s = sh + b * n * T;
+    for (int64_t k = 0; k < n * T; k++)
+        s[k] = a[k];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t bi = b * n + i;
+        const double *si = s + i * T, *g = G + bi * T;
+        s[i * T + top[bi]] = 0.0;
+        double S = 0.0, SG = 0.0;
+        for (int64_t t = 0; t < T; t++) {
+            S += si[t];
+            SG += si[t] * g[t];
+        }
+        Ssh[bi] = S;
+        shG[bi] = SG;
+    }
+    for (int64_t i = 0; i < n; i++)
+        eg[b * n + i] = a[n * T + i];
 }
 
-static inline void finish(int64_t bi, int64_t tp, int64_t T, const double *a, const double *s,
-                          const double *g, int64_t *top, double *Ssh, double *shG, double *gap,
-                          double *Gtop)
+/* xbar_i = X_i^T q_i for every sequence of trial b (rows of xbar, n x d), q from the terms of
+ * pass 1 and the coefficient c */
+static inline void trial_token_sums(int64_t b, int64_t n, int64_t T, int64_t d,
+                                    const double *X, const double *G, const double *sh,
+                                    const int64_t *top, const double *Ssh, const double *shG,
+                                    const double *Gtop, const double *f, const double *s_top,
+                                    const double *c, double *q, double *xbar)
 {
-    double S = 0.0, SG = 0.0;
-    for (int64_t t = 0; t < T; t++) {
-        S += s[t];
-        SG += s[t] * g[t];
-    }
-    top[bi] = tp;
-    Ssh[bi] = S;
-    shG[bi] = SG;
-    gap[bi] = a[1] - a[0];
-    Gtop[bi] = g[tp];
-}
-
-/* xbar = X^T q for one sequence, q from the terms of pass 1 and the coefficient c */
-static inline void token_sum(int64_t bi, int64_t T, int64_t d, const double *x, const double *g,
-                             const double *s, const int64_t *top, const double *Ssh,
-                             const double *shG, const double *Gtop, const double *f,
-                             const double *s_top, const double *c, double *q, double *xbar)
-{
-    double ci = c[bi], fi = f[bi];
-    for (int64_t t = 0; t < T; t++)
-        q[t] = (s[t] * (g[t] - fi)) * ci;
-    q[top[bi]] = (s_top[bi] * (Gtop[bi] * Ssh[bi] - shG[bi])) * ci;
-    for (int64_t k = 0; k < d; k++)
-        xbar[k] = 0.0;
-    for (int64_t t = 0; t < T; t++) {
-        double qt = q[t];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t bi = b * n + i;
+        const double *x = X + bi * T * d, *g = G + bi * T, *s = sh + bi * T;
+        double ci = c[bi], fi = f[bi];
+        for (int64_t t = 0; t < T; t++)
+            q[t] = (s[t] * (g[t] - fi)) * ci;
+        q[top[bi]] = (s_top[bi] * (Gtop[bi] * Ssh[bi] - shG[bi])) * ci;
+        double *xb = xbar + i * d;
         for (int64_t k = 0; k < d; k++)
-            xbar[k] += x[t * d + k] * qt;
+            xb[k] = 0.0;
+        for (int64_t t = 0; t < T; t++) {
+            double qt = q[t];
+            for (int64_t k = 0; k < d; k++)
+                xb[k] += x[t * d + k] * qt;
+        }
+    }
+}
+
+/* out (rows x cols) = A^T B for A (n x rows), B (n x cols), row by row in registers */
+static inline void gram(int64_t n, int64_t rows, int64_t cols, const double *A, const double *Bm,
+                        double *out)
+{
+    for (int64_t j = 0; j < rows; j++) {
+        double row[cols];
+        for (int64_t k = 0; k < cols; k++)
+            row[k] = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double aij = A[i * rows + j];
+            for (int64_t k = 0; k < cols; k++)
+                row[k] += aij * Bm[i * cols + k];
+        }
+        for (int64_t k = 0; k < cols; k++)
+            out[j * cols + k] = row[k];
     }
 }
 
@@ -143,33 +189,29 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                    const double *G,       /* (B,n,T) token values */
                    double *sh,            /* out (B,n,T) */
                    int64_t *top,          /* out (B,n) */
-                   double *Ssh, double *shG, double *gap, double *Gtop)   /* out (B,n) */
+                   double *Ssh, double *shG, double *gap, double *Gtop,   /* out (B,n) */
+                   double *eg)            /* out (B,n): e^gap */
 {
     FIX_SHAPE();
-    if (d > MAXD || T > 65536 || T < 2)
+    if (d > MAXD || T > 65536 || T < 2 || n * (T + d + 1) > MAXWORK)
         return 1;
-    double Wt[d * d], Wz[d], a[T];
+    double Wt[d * d], Wz[n * d], a[n * (T + 1)], a2v[n];
     for (int64_t b = b0; b < b1; b++) {
         const double *Wb = W + b * d * d;
         for (int64_t j = 0; j < d; j++)
             for (int64_t k = 0; k < d; k++)
                 Wt[j * d + k] = Wb[k * d + j];
-        for (int64_t i = 0; i < n; i++) {
-            int64_t bi = b * n + i;
-            const double *z = Z + bi * d;
-            const double *xt = Xt + bi * d * T;
-            const double *g = G + bi * T;
-            double *s = sh + bi * T;
-            for (int64_t k = 0; k < d; k++)
-                Wz[k] = 0.0;
+        for (int64_t i = 0; i < n * d; i++)
+            Wz[i] = 0.0;
+        for (int64_t i = 0; i < n; i++) {           /* Wz_i = W z_i */
+            const double *z = Z + (b * n + i) * d;
             for (int64_t j = 0; j < d; j++) {
                 double zj = z[j];
                 for (int64_t k = 0; k < d; k++)
-                    Wz[k] += Wt[j * d + k] * zj;
+                    Wz[i * d + k] += Wt[j * d + k] * zj;
             }
-            int64_t tp = top_two(T, d, xt, Wz, a, s);
-            finish(bi, tp, T, a, s, g, top, Ssh, shG, gap, Gtop);
         }
+        trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
     return 0;
 }
@@ -184,25 +226,12 @@ int weighted_grad(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                   double *gW)             /* out (B,d,d) */
 {
     FIX_SHAPE();
-    if (d > MAXD || T > 65536)
+    if (d > MAXD || T > 65536 || n * (T + d + 1) > MAXWORK)
         return 1;
-    double xbar[d], q[T];
+    double xbar[n * d], q[T];
     for (int64_t b = b0; b < b1; b++) {
-        double *gb = gW + b * d * d;
-        memset(gb, 0, sizeof(double) * d * d);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t bi = b * n + i;
-            const double *x = X + bi * T * d;
-            const double *z = Z + bi * d;
-            const double *g = G + bi * T;
-            const double *s = sh + bi * T;
-            token_sum(bi, T, d, x, g, s, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
-            for (int64_t j = 0; j < d; j++) {
-                double xj = xbar[j];
-                for (int64_t k = 0; k < d; k++)
-                    gb[j * d + k] += xj * z[k];
-            }
-        }
+        trial_token_sums(b, n, T, d, X, G, sh, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
+        gram(n, d, d, xbar, Z + b * n * d, gW + b * d * d);     /* sum_i xbar_i z_i^T */
     }
     return 0;
 }
@@ -211,42 +240,39 @@ int jacobian_terms_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, i
                       const double *Xt, const double *Z,
                       const double *K, const double *Q,    /* (B,d,m) each */
                       const double *G, double *sh, int64_t *top,
-                      double *Ssh, double *shG, double *gap, double *Gtop,
+                      double *Ssh, double *shG, double *gap, double *Gtop, double *eg,
                       double *Qz)                          /* out (B,n,m): Q^T z_i */
 {
     FIX_SHAPE();
     FIX_RANK();
-    if (d > MAXD || m > MAXD || T > 65536 || T < 2)
+    if (d > MAXD || m > MAXD || T > 65536 || T < 2 || n * (T + d + m + 1) > MAXWORK)
         return 1;
-    double Kt[m * d], Wz[d], a[T];
+    double Kt[m * d], Wz[n * d], a[n * (T + 1)], a2v[n];
     for (int64_t b = b0; b < b1; b++) {
         const double *Kb = K + b * d * m, *Qb = Q + b * d * m;
         for (int64_t k = 0; k < d; k++)
             for (int64_t r = 0; r < m; r++)
                 Kt[r * d + k] = Kb[k * m + r];
         for (int64_t i = 0; i < n; i++) {
-            int64_t bi = b * n + i;
-            const double *z = Z + bi * d;
-            double *qz = Qz + bi * m;
+            const double *z = Z + (b * n + i) * d;
+            double *qz = Qz + (b * n + i) * m;
             for (int64_t r = 0; r < m; r++)
                 qz[r] = 0.0;
-            for (int64_t j = 0; j < d; j++) {
+            for (int64_t j = 0; j < d; j++) {           /* Q^T z_i */
                 double zj = z[j];
                 for (int64_t r = 0; r < m; r++)
                     qz[r] += Qb[j * m + r] * zj;
             }
+            double *w = Wz + i * d;
             for (int64_t k = 0; k < d; k++)
-                Wz[k] = 0.0;
-            for (int64_t r = 0; r < m; r++) {
+                w[k] = 0.0;
+            for (int64_t r = 0; r < m; r++) {           /* K (Q^T z_i) */
                 double qr = qz[r];
                 for (int64_t k = 0; k < d; k++)
-                    Wz[k] += Kt[r * d + k] * qr;
+                    w[k] += Kt[r * d + k] * qr;
             }
-            const double *g = G + bi * T;
-            double *s = sh + bi * T;
-            int64_t tp = top_two(T, d, Xt + bi * d * T, Wz, a, s);
-            finish(bi, tp, T, a, s, g, top, Ssh, shG, gap, Gtop);
         }
+        trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
     return 0;
 }
@@ -261,34 +287,24 @@ int weighted_grad_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, in
 {
     FIX_SHAPE();
     FIX_RANK();
-    if (d > MAXD || m > MAXD || T > 65536)
+    if (d > MAXD || m > MAXD || T > 65536 || n * (T + d + m + 1) > MAXWORK)
         return 1;
-    double xbar[d], q[T], ktx[m];
+    double xbar[n * d], q[T], ktx[n * m];
     for (int64_t b = b0; b < b1; b++) {
         const double *Kb = K + b * d * m;
-        double *gKb = gK + b * d * m, *gQb = gQ + b * d * m;
-        memset(gKb, 0, sizeof(double) * d * m);
-        memset(gQb, 0, sizeof(double) * d * m);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t bi = b * n + i;
-            const double *z = Z + bi * d, *qz = Qz + bi * m;
-            token_sum(bi, T, d, X + bi * T * d, G + bi * T, sh + bi * T, top, Ssh, shG, Gtop,
-                      f, s_top, c, q, xbar);
+        trial_token_sums(b, n, T, d, X, G, sh, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
+        for (int64_t i = 0; i < n; i++) {               /* K^T xbar_i */
+            double *kx = ktx + i * m;
             for (int64_t r = 0; r < m; r++)
-                ktx[r] = 0.0;
+                kx[r] = 0.0;
             for (int64_t k = 0; k < d; k++) {
-                double xk = xbar[k];
-                for (int64_t r = 0; r < m; r++) {
-                    gKb[k * m + r] += xk * qz[r];      /* xbar (Q^T z)^T */
-                    ktx[r] += Kb[k * m + r] * xk;      /* K^T xbar */
-                }
-            }
-            for (int64_t j = 0; j < d; j++) {
-                double zj = z[j];
+                double xk = xbar[i * d + k];
                 for (int64_t r = 0; r < m; r++)
-                    gQb[j * m + r] += zj * ktx[r];     /* z (K^T xbar)^T */
+                    kx[r] += Kb[k * m + r] * xk;
             }
         }
+        gram(n, d, m, xbar, Qz + b * n * m, gK + b * d * m);   /* sum_i xbar_i (Q^T z_i)^T */
+        gram(n, d, m, Z + b * n * d, ktx, gQ + b * d * m);      /* sum_i z_i (K^T xbar_i)^T */
     }
     return 0;
 }

@@ -27,7 +27,7 @@ def _exp_small(x):
     r""":math:`e^x`, with 0 for :math:`x \le` :data:`EXP_FLUSH` (to rounding). torch's ``exp`` takes a slow path
     for results that underflow (10-25 times slower per element), which at saturation is most of
     them; every term computed with this is added to, or weighed against, a term of order one
-    (``1 + e^{gap}\sum\hat s``; :math:`s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum \hat s g`;
+    (``1 + e^{gap}\sum\hat s``; :math:`g_{t^\star} + e^{\mathrm{gap}}\sum \hat s g`;
     the sequence weights :math:`e^{lw - \sigma}`, the largest being 1), where a term below
     1e-304 is below rounding."""
     return torch.nn.functional.threshold_(torch.exp(x.clamp(min=EXP_FLUSH)), _E_FLUSH, 0.0)
@@ -47,15 +47,17 @@ def _top_two(a, G):
     return sh, top, Ssh, shG, a2 - a_top, G_top, a_top
 
 
-def jacobian_scalars(gap, Ssh, shG, G_top):
-    r"""The per-sequence log-space scalars of :func:`softmax_jacobian` (elementwise):
+def jacobian_scalars(gap, e_gap, Ssh, shG, G_top):
+    r"""The per-sequence log-space scalars of :func:`softmax_jacobian` (elementwise), from the
+    gap :math:`a_{(2)} - a_{t^\star} \le 0` and :math:`e^{\mathrm{gap}}`:
     :math:`\log s_{t^\star} = -\log(1 + e^{\mathrm{gap}}\sum_t\hat s_t)`,
     :math:`\lambda_2 = \mathrm{gap} + \log s_{t^\star}`, :math:`s_{t^\star}` and
-    :math:`f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t`."""
-    log_s_top = -torch.log1p(_exp_small(gap) * Ssh)
+    :math:`f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t
+    = s_{t^\star}(g_{t^\star} + e^{\mathrm{gap}}\sum_t \hat s_t g_t)`."""
+    log_s_top = -torch.log1p(e_gap * Ssh)
     lam2 = gap + log_s_top
     s_top = torch.exp(log_s_top)                   # >= 1/T
-    f = s_top * G_top + _exp_small(lam2) * shG
+    f = s_top * (G_top + e_gap * shG)
     return log_s_top, lam2, s_top, f
 
 
@@ -95,7 +97,7 @@ def softmax_jacobian(a, G):
         :math:`a_{t^\star}`.
     """
     sh, top, Ssh, shG, gap, G_top, a_top = _top_two(a, G)
-    log_s_top, lam2, s_top, f = jacobian_scalars(gap, Ssh, shG, G_top)
+    log_s_top, lam2, s_top, f = jacobian_scalars(gap, _exp_small(gap), Ssh, shG, G_top)
     rho = sh.mul_(G - f)                                     # non-top tokens (sh is 0 at the top)
     rho.scatter_(-1, top, s_top * (G_top * Ssh - shG))
     return rho, f.squeeze(-1), lam2.squeeze(-1), log_s_top.squeeze(-1), top, a_top
@@ -289,8 +291,8 @@ class AttentionClassifier:
             if ws is None:                   # this model's workspace for the token loop
                 ws = self._work[(B, n, T)] = compiled.workspace(B, n, T)
             terms, extra = self.scoring.compiled_terms(params, batch, ws)
-            sh, top, Ssh, shG, gap, G_top = terms
-            log_s_top, lam2, s_top, f = jacobian_scalars(gap, Ssh, shG, G_top)
+            sh, top, Ssh, shG, gap, G_top, e_gap = terms
+            log_s_top, lam2, s_top, f = jacobian_scalars(gap, e_gap, Ssh, shG, G_top)
         else:
             W = self.matrix(params) if self.scoring.query else None
             a = self.scores(params, batch, W)
@@ -337,7 +339,7 @@ class AttentionClassifier:
         X = batch["X"]
         tensors, m = self.scoring.compiled_inputs(params)
         return compiled.applicable(X, batch["Xt"], batch["Z"], batch["G"], *tensors,
-                                   T=X.shape[-2], d=X.shape[-1], m=m)
+                                   T=X.shape[-2], d=X.shape[-1], m=m, n=X.shape[-3])
 
     def autograd_grad(self, params, batch, loss):
         r"""Autograd version of :meth:`grad`, the reference the tests compare with away from

@@ -76,7 +76,7 @@ class WScores:
 
     @staticmethod
     def compiled_terms(params, batch, out):
-        """Pass 1: the six token-loop terms of :func:`attnsvm.compiled.jacobian_terms`, and what
+        """Pass 1: the seven token-loop terms of :func:`attnsvm.compiled.jacobian_terms`, and what
         pass 2 needs besides (nothing here)."""
         return compiled.jacobian_terms(batch["Xt"], batch["Z"], params["W"], batch["G"],
                                        out=out), None
