@@ -5,10 +5,11 @@ import pytest
 from attnsvm import tokens
 from attnsvm import svm
 from attnsvm.experiments import feasibility
+import attnsvm.data as A_data
 
 
 def _inst(n, T, d, seed, cross=False):
-    data = feasibility.draw_instance(n, T, d, seed=seed, cross=cross)
+    data = A_data.keyed_instance(n, T, d, seed=seed, cross=cross)
     return data, tokens.optimal_tokens(data.X, data.y, data.v)
 
 

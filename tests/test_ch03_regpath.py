@@ -5,14 +5,15 @@ import pytest
 import attnsvm as A
 from attnsvm import tokens
 from attnsvm import losses, metrics, svm
-from attnsvm.experiments import feasibility, regpath
+from attnsvm.experiments import regpath
+import attnsvm.data as A_data
 
 
 def _inst(n, T, d, seed, B=None):
     if B is None:
-        data = feasibility.draw_instance(n, T, d, seed=seed)
+        data = A_data.keyed_instance(n, T, d, seed=seed)
     else:
-        data = feasibility.draw_instances(n, T, d, B, seed=seed)
+        data = A_data.keyed_trials(n, T, d, B, seed=seed)
     return data, tokens.optimal_tokens(data.X, data.y, data.v)
 
 

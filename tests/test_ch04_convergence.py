@@ -11,12 +11,13 @@ import attnsvm.experiments.convergence as C
 from attnsvm import tokens
 from attnsvm import metrics, svm
 from attnsvm.data import AttnData
+import attnsvm.data as A_data
 
 
 @pytest.fixture(scope="module")
 def inst():
     """A batch of small over-parameterized instances with their optimal tokens and W_mm."""
-    data = C.draw_instances(4, 5, 6, trials=6, seed=3)
+    data = A_data.sized_trials(4, 5, 6, trials=6, seed=3)
     opt = tokens.optimal_tokens(data.X, data.y, data.v)
     W, feas = svm.att_svm_batch(data.X, data.Z, opt)
     assert feas.all()
@@ -159,7 +160,7 @@ def test_ray_theorem_limit_and_sign(inst, choices):
 def test_ray_theorem_negative_constant_means_increase():
     """thm-ray, other direction: a (not locally optimal) alpha with Lambda_alpha < 0 has
     <-grad L, W_a> < 0 far along its ray: the loss increases along it."""
-    data = C.draw_instances(4, 5, 6, trials=12, seed=3)
+    data = A_data.sized_trials(4, 5, 6, trials=12, seed=3)
     alpha, found = C.find_choices(data, locally_optimal=False, seed=0)
     neg = 0
     for b in np.flatnonzero(found):
@@ -203,7 +204,7 @@ def test_every_choice_feasible_when_overparameterized():
     independent (generic when d >= max(n, T-1)) => every alpha has an Att-SVM."""
     n, T = 3, 3
     d = max(n, T - 1)
-    data = C.draw_instances(n, T, d, trials=2, seed=0)
+    data = A_data.sized_trials(n, T, d, trials=2, seed=0)
     for b in range(2):
         x = data.trial(b)
         assert np.linalg.matrix_rank(x.Z) == n
@@ -212,14 +213,14 @@ def test_every_choice_feasible_when_overparameterized():
             assert C.selection_margins(W, x.X, x.Z, np.array(alpha)).min() >= 1 - 1e-7
     # case 2: normalized (equal-norm, distinct) tokens need only d >= n, even with T - 1 > d
     n, T, d = 2, 5, 2
-    data = C.draw_instances(n, T, d, trials=3, seed=1)
+    data = A_data.sized_trials(n, T, d, trials=3, seed=1)
     for b in range(3):
         x = data.trial(b)
         for alpha in itertools.product(range(T), repeat=n):
             W = svm.att_svm(x.X, x.Z, np.array(alpha))
             assert C.selection_margins(W, x.X, x.Z, np.array(alpha)).min() >= 1 - 1e-7
     # without the condition the conclusion fails: rank-deficient queries, d < n
-    data = C.draw_instances(6, 8, 2, trials=4, seed=0)
+    data = A_data.sized_trials(6, 8, 2, trials=4, seed=0)
     opt = tokens.optimal_tokens(data.X, data.y, data.v)
     _, feas = svm.att_svm_batch(data.X, data.Z, opt)
     assert not feas.all()
@@ -294,7 +295,7 @@ def test_input_validation(inst):
     with pytest.raises(ValueError):
         C.classify(data, Wmm, opt, threshold=1.5)
     with pytest.raises(ValueError):
-        C.draw_instances(2, 1, 3)
+        A_data.sized_trials(2, 1, 3)
 
 
 def test_run_summaries_are_the_glued_numbers():

@@ -203,12 +203,30 @@ def _arrays(out, shared=()):
 
 def test_every_public_generator_is_registered():
     from attnsvm import data
+    # keyed_*/sized_trials: random_unit under the entropy-key seedings of Parts I's sweeps and
+    # of Chapter 4 (their own contract: test_keyed_and_sized_trials_do_not_depend_on_trials)
     helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "zen_of_python", "tokenize",
-               "keyed_instances"}
+               "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials"}
     public = {n for n in data.__all__ if callable(getattr(data, n)) and n not in helpers
               and not isinstance(getattr(data, n), type)}
     assert public == set(data.GENERATORS)
     assert set(CONTRACT_ARGS) == set(data.GENERATORS), "add the new generator to CONTRACT_ARGS"
+
+
+def test_keyed_and_sized_trials_do_not_depend_on_trials():
+    """Trial j of keyed_trials is keyed_instance at key (*seed, j); trial b of sized_trials does
+    not depend on trials, and instances of other sizes are other draws."""
+    from attnsvm import data
+    four = data.keyed_trials(3, 4, 5, 4, seed=(7, 3))
+    for j in range(4):
+        alone = data.keyed_instance(3, 4, 5, seed=(7, 3, j))
+        np.testing.assert_array_equal(four.X[j], alone.X)
+        np.testing.assert_array_equal(four.y[j], alone.y)
+    assert not np.array_equal(four.X[0], four.X[1])
+    one, three = data.sized_trials(3, 4, 5, trials=1, seed=2), data.sized_trials(3, 4, 5, trials=3, seed=2)
+    np.testing.assert_array_equal(one.X[0], three.X[0])
+    other = data.sized_trials(3, 4, 6, trials=1, seed=2)
+    assert not np.allclose(one.X[0][..., :5], other.X[0][..., :5])
 
 
 @pytest.mark.parametrize("seed", [7, _data_module.Stream(7, "scores")], ids=["int", "stream"])

@@ -65,12 +65,12 @@ def test_renamed_names_the_new_keyword():
     (lambda: attnsvm.svm.att_svm_batch(np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 2)),
                                        opt=np.zeros((1, 1), int)), "alpha="),
     (lambda: attnsvm.svm.p_svm(np.zeros((1, 2, 2)), opt=np.zeros(1, int)), "alpha="),
-    (lambda: attnsvm.experiments.feasibility.draw_instance(2, 3, 4, seed=0, query="cross"), "cross="),
-    (lambda: attnsvm.experiments.feasibility.draw_instances(2, 3, 4, 2, seed=0, query="self"), "cross="),
+    (lambda: attnsvm.data.keyed_instance(2, 3, 4, seed=0, query="cross"), "cross="),
+    (lambda: attnsvm.data.keyed_trials(2, 3, 4, 2, seed=0, query="self"), "cross="),
     (lambda: attnsvm.experiments.feasibility.feasibility_sweep([2], [3], [4], instances=2), "trials="),
     (lambda: attnsvm.experiments.feasibility.feasibility_study([2], 3, 2, [3], [4], instances=2, n_rank=2,
                                                                T_rank=3, ds_rank=[4], trials_rank=1), "trials="),
-    (lambda: attnsvm.experiments.convergence.draw_instances(2, 3, 4, query="cross"), "cross="),
+    (lambda: attnsvm.data.sized_trials(2, 3, 4, query="cross"), "cross="),
     (lambda: attnsvm.experiments.convergence.local_experiment(query="cross"), "cross="),
     (lambda: attnsvm.experiments.convergence.overparam_sweep(query="cross"), "cross="),
     (lambda: attnsvm.experiments.regpath.regpath_study(2, 3, 4, R=[1.0], instances=2), "trials="),
@@ -83,7 +83,7 @@ def test_an_old_keyword_raises_a_type_error_naming_the_new_one(call, new):
 
 def test_cross_must_be_a_bool():
     with pytest.raises(ValueError, match="cross"):
-        attnsvm.experiments.feasibility.draw_instance(2, 3, 4, seed=0, cross="cross")
-    a = attnsvm.experiments.feasibility.draw_instance(2, 3, 4, seed=(1, 2), cross=True)
+        attnsvm.data.keyed_instance(2, 3, 4, seed=0, cross="cross")
+    a = attnsvm.data.keyed_instance(2, 3, 4, seed=(1, 2), cross=True)
     b = attnsvm.data.random_unit(2, 3, 4, cross=True, seed=np.random.SeedSequence([1, 2]))
     np.testing.assert_array_equal(a.Z, b.Z)

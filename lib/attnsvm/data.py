@@ -57,13 +57,14 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import linprog
 
-from ._checks import as_float_array, check_int, check_positive
+from ._checks import as_float_array, check_bool, check_int, check_positive, renamed
 from .tokens import optimal_tokens, token_scores
 
 __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Stream", "stream", "stream_seed",
            "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
            "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt",
-           "ntp_sequences", "keyed_instances", "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
+           "ntp_sequences", "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
+           "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
            "support_patterns", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
 
 
@@ -493,6 +494,62 @@ def keyed_instances(n, T, d, keys, *, cross=False):
     return AttnData.stack([random_unit(n, T, d, cross=cross,
                                        seed=np.random.SeedSequence([int(k) for k in np.atleast_1d(key)]))
                            for key in keys])
+
+
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def keyed_instance(n, T, d, *, seed, cross=False):
+    r"""One :func:`random_unit` instance from an entropy key: tokens, queries and head drawn
+    :math:`N(0, I)` and normalized to unit length, labels :math:`y_i = \pm 1` with probability
+    1/2 each (the seeding of Part I's feasibility sweeps, whose instances are named by tuples
+    such as ``(seed, n, T, d, j)``).
+
+    Parameters
+    ----------
+    n, T, d : int
+        Sequences, tokens per sequence (>= 2), dimension.
+    seed : int or sequence of int
+        Entropy of the ``numpy.random.SeedSequence`` passed to :func:`random_unit`.
+    cross : bool
+        ``False``: :math:`z_i = x_{i1}` (the first token, index 0); ``True``: :math:`z_i`
+        drawn independently (unit length).
+
+    Returns
+    -------
+    AttnData (unbatched)
+    """
+    key = [int(k) for k in np.atleast_1d(seed)]
+    return random_unit(n, T, d, cross=check_bool("cross", cross), seed=np.random.SeedSequence(key))
+
+
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def keyed_trials(n, T, d, trials, *, seed, cross=False):
+    """``trials`` instances of :func:`keyed_instance`, trial ``j`` from the key ``(*seed, j)``,
+    stacked as a batched ``AttnData`` (trial ``j`` does not depend on ``trials``)."""
+    trials = check_int("trials", trials, minimum=1)
+    key = tuple(np.atleast_1d(seed).tolist())
+    return keyed_instances(n, T, d, [key + (j,) for j in range(trials)],
+                           cross=check_bool("cross", cross))
+
+
+@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
+def sized_trials(n, T, d, *, trials=1, seed=0, cross=True):
+    r""":func:`random_unit` instances (the setting of "Transformers as SVMs") whose seed also
+    names their size: the data seed is ``numpy.random.SeedSequence([seed, n, T, d])``, so
+    instances of different sizes are independent, and trial ``b`` does not depend on
+    ``trials`` (the seeding of Chapter 4). ``cross=True`` draws the queries separately,
+    ``cross=False`` sets :math:`z_i = x_{i1}` (token 0).
+
+    Returns
+    -------
+    AttnData, batched (``trials`` trials).
+    """
+    n = check_int("n", n, minimum=1)
+    T = check_int("T", T, minimum=2)
+    d = check_int("d", d, minimum=1)
+    trials = check_int("trials", trials, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    return random_unit(n, T, d, cross=check_bool("cross", cross), trials=trials,
+                       seed=np.random.SeedSequence([seed, n, T, d]))
 
 
 @_generator

@@ -26,7 +26,7 @@ Theory helpers (numpy, one instance)
 
 Experiments (batched: one ``attnsvm.train.fit`` call per setting)
 -----------------------------------------------------------------
-* :func:`draw_instances`, :func:`toy_2d`: seeded data.
+* :func:`toy_2d`: a seeded two-dimensional instance (the data: :func:`attnsvm.data.sized_trials`).
 * :func:`classify`: the outcome of each trial (global / local / other), see :data:`GLOBAL_CORR`.
 * :func:`local_experiment`: random initializations, correlations with :math:`W_{mm}` (for
   ``opt``) and with :math:`W^\alpha_{mm}` (for the tokens selected at the end).
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._checks import as_float_array, check_bool as _check_bool, check_choice, check_int, check_positive, renamed
+from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
 from ..data import AttnData
 from .. import data as _data
 from .. import metrics as _metrics
@@ -62,7 +62,6 @@ __all__ = [
     "ray_alignment",
     "ray_alignment_limit",
     "loss_floor",
-    "draw_instances",
     "toy_2d",
     "Outcomes",
     "classify",
@@ -265,33 +264,10 @@ def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6)
 
 
 # ----------------------------------------------------------------------------- data
-@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def draw_instances(n, T, d, *, trials=1, seed=0, cross=True):
-    r"""Random instances in the setting of "Transformers as SVMs" (``attnsvm.data.random_unit``):
-    tokens :math:`x_{it}`, queries :math:`z_i` and head :math:`v` drawn :math:`N(0, I_d)` and
-    normalized to unit length, labels random signs; ``cross=True`` draws the queries
-    separately, ``cross=False`` sets :math:`z_i = x_{i1}` (token 0).
-
-    The data seed is ``numpy.random.SeedSequence([seed, n, T, d])``, so instances of different
-    sizes are independent, and trial ``b`` does not depend on ``trials``.
-
-    Returns
-    -------
-    AttnData, batched (``trials`` trials).
-    """
-    n = check_int("n", n, minimum=1)
-    T = check_int("T", T, minimum=2)
-    d = check_int("d", d, minimum=1)
-    trials = check_int("trials", trials, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
-    return _data.random_unit(n, T, d, cross=_check_bool("cross", cross), trials=trials,
-                             seed=np.random.SeedSequence([seed, n, T, d]))
-
-
 def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
     r"""A two-dimensional instance (``d = 2``) for pictures: the first seed-derived draw of
-    :func:`draw_instances` (``trials=1``) whose Frobenius and nuclear-norm Att-SVMs and whose
-    prompt SVM all exist, and whose :math:`W_{mm}` and :math:`W^*_{mm}` differ
+    :func:`attnsvm.data.sized_trials` (``trials=1``) whose Frobenius and nuclear-norm
+    Att-SVMs and whose prompt SVM all exist, and whose :math:`W_{mm}` and :math:`W^*_{mm}` differ
     (:math:`\mathrm{corr} \le 1 -` ``min_corr_gap``), so that the two parameterizations can be
     told apart.
 
@@ -299,13 +275,13 @@ def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
     -------
     data : AttnData (unbatched)
     key : int
-        The seed of :func:`draw_instances` that produced it.
+        The seed of :func:`attnsvm.data.sized_trials` that produced it.
     """
     n = check_int("n", n, minimum=1)
     T = check_int("T", T, minimum=2)
     for k in range(max_tries):
         key = seed * max_tries + k
-        data = draw_instances(n, T, 2, trials=1, seed=key).trial(0)
+        data = _data.sized_trials(n, T, 2, trials=1, seed=key).trial(0)
         try:
             opt = _tokens.optimal_tokens(data.X, data.y, data.v)
             Wf = _svm.att_svm(data.X, data.Z, opt)
@@ -538,7 +514,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     -------
     LocalRun
     """
-    data = draw_instances(n, T, d, trials=trials, seed=seed, cross=cross)
+    data = _data.sized_trials(n, T, d, trials=trials, seed=seed, cross=cross)
     opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
     with _train.cpu_threads(device):
@@ -800,7 +776,7 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
                             "frac_feasible", "frac_opt", "median_corr_global")}
     for (n, T) in shapes:
         for d in ds:
-            data = draw_instances(n, T, d, trials=trials, seed=seed, cross=cross)
+            data = _data.sized_trials(n, T, d, trials=trials, seed=seed, cross=cross)
             with _train.cpu_threads(device):
                 h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
                                init="random", init_scale=init_scale, loss=loss,

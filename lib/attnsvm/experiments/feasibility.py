@@ -1,7 +1,7 @@
 r"""Sweeps over instance sizes: feasibility and rank of the Att-SVM as functions of (n, T, d).
 
 For every grid point :math:`(n, T, d)` of a Cartesian grid, :func:`feasibility_sweep` draws
-``instances`` seeded attention instances (:func:`draw_instances`), computes the optimal tokens,
+``instances`` seeded attention instances (:func:`attnsvm.data.keyed_trials`), computes the optimal tokens,
 and solves the Frobenius Att-SVM (:math:`W_{mm}`, ``attnsvm.svm.att_svm``) and optionally the
 nuclear-norm one (:math:`W^*_{mm}`). An infeasible instance (``InfeasibleError``) is *counted as
 infeasible* and never enters the rank statistics: ranks are summarized over the feasible
@@ -21,46 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_bool as _check_bool, check_int, renamed
-from ..data import keyed_instances, random_unit
+from .._checks import check_int, renamed
+from ..data import keyed_instance
 from ..svm import InfeasibleError, att_svm, rank
 from ..tokens import optimal_tokens
 
-__all__ = ["draw_instance", "draw_instances", "SweepResult", "feasibility_sweep", "FeasibilityStudy",
+__all__ = ["SweepResult", "feasibility_sweep", "FeasibilityStudy",
            "feasibility_study", "singular_gap"]
-
-
-@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def draw_instance(n, T, d, *, seed, cross=False):
-    r"""One seeded attention instance of ``attnsvm.data.random_unit``: tokens, queries and head
-    drawn :math:`N(0, I)` and normalized to unit length, labels :math:`y_i = \pm 1` with
-    probability 1/2 each.
-
-    Parameters
-    ----------
-    n, T, d : int
-        Sequences, tokens per sequence (>= 2), dimension.
-    seed : int or sequence of int
-        Entropy of the ``numpy.random.SeedSequence`` passed to the generator.
-    cross : bool
-        ``False``: :math:`z_i = x_{i1}` (the first token, index 0); ``True``: :math:`z_i`
-        drawn independently (unit length).
-
-    Returns
-    -------
-    AttnData (unbatched)
-    """
-    key = [int(k) for k in np.atleast_1d(seed)]
-    return random_unit(n, T, d, cross=_check_bool("cross", cross), seed=np.random.SeedSequence(key))
-
-
-@renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def draw_instances(n, T, d, trials, *, seed, cross=False):
-    """``trials`` instances of :func:`draw_instance` (trial ``j`` from key ``(*seed, j)``),
-    stacked as a batched ``AttnData``."""
-    trials = check_int("trials", trials, minimum=1)
-    key = tuple(np.atleast_1d(seed).tolist())
-    return keyed_instances(n, T, d, [key + (j,) for j in range(trials)], cross=_check_bool("cross", cross))
 
 
 def singular_gap(W, r):
@@ -283,7 +250,7 @@ def feasibility_sweep(ns, Ts, ds, trials, *, seed=0, cross=False, nuclear=False,
     seed : int
         Instance ``j`` of ``(n, T, d)`` uses the key ``(seed, n, T, d, j)``.
     cross : bool
-        Query model of :func:`draw_instance`.
+        Query model of :func:`attnsvm.data.keyed_instance`.
     nuclear : bool
         Also solve the nuclear-norm SVM :math:`W^*_{mm}` (a cone program; slower) on the
         feasible instances. Feasibility does not depend on the norm.
@@ -306,7 +273,7 @@ def feasibility_sweep(ns, Ts, ds, trials, *, seed=0, cross=False, nuclear=False,
     for (n, T, d) in grid:
         rf, rn = [], []
         for j in range(trials):
-            inst = draw_instance(n, T, d, seed=(seed, n, T, d, j), cross=cross)
+            inst = keyed_instance(n, T, d, seed=(seed, n, T, d, j), cross=cross)
             row = dict(n=n, T=T, d=d, instance=j, feasible=False, rank_fro=-1, rank_nuc=-1,
                        span_z=rank(inst.Z, rtol=1e-10), kept_fro=np.nan, left_fro=np.nan,
                        kept_nuc=np.nan, left_nuc=np.nan, tie=False)
