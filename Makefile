@@ -17,7 +17,7 @@ STAMP    = $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 XDIST    = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: book test test-fast test-slow lint venv bench pdf clean help
+.PHONY: book test test-fast test-slow lint venv bench paper-cpu pdf clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
@@ -25,7 +25,8 @@ help:
 	@echo "make test-fast                    the suite without the slow tier (pytest -m 'not slow')"
 	@echo "make test-slow                    the slow tier alone (pytest -m slow)"
 	@echo "make lint                         ruff check lib tests benchmarks tools"
-	@echo "make bench                        run the benchmarks in benchmarks/"
+	@echo "make bench                        run the benchmarks in benchmarks/ (minutes)"
+	@echo "make paper-cpu                    time the paper profile on this CPU (about an hour)"
 	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
 venv: $(STAMP)
@@ -60,7 +61,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py
 	$(BIN)/python benchmarks/svm_threads.py
 	$(BIN)/python benchmarks/train_speed.py
+	$(BIN)/python benchmarks/step_speed.py
 	$(BIN)/python benchmarks/build_parallel.py
+
+paper-cpu: $(STAMP)
+	$(BIN)/python benchmarks/paper_profile.py --out _build/paper_profile.md --json _build/paper_profile.json
 
 clean:
 	rm -rf _build
