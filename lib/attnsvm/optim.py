@@ -90,43 +90,50 @@ def _sqnorm(g, batch_ndim):
     dims = _dims(g, batch_ndim)
     if not dims:
         return g * g
-    return torch.linalg.vector_norm(g, dim=dims).square()
+    return (g * g).sum(dim=dims)
 
 
 def _log(x):
     return torch.log(x) if torch.is_tensor(x) else math.log(x)
 
 
-#: where the plain norm is trusted as it is: :math:`|\log\|g\|| < 300` (no square overflowed,
-#: and the squares that underflowed, of entries below ~1.5e-154, weigh less than 1e-40 of it)
+#: where the plain float64 norm is trusted as it is: :math:`|\log\|g\|| < 300` (no square
+#: overflowed, and the squares that underflowed, of entries below ~1.5e-154, weigh less than
+#: 1e-40 of it)
 _LOG_NORM_SAFE = 300.0
 
 
 def log_norm(grads, batch_ndim=0):
     r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
 
-    :math:`\tfrac12\log\sum_j\|g_j\|^2` where :math:`|\log\|g\|| < 300`; elsewhere (and for
-    every trial off the CPU, where checking would synchronize the device) with a
-    max-rescaling, so that it is finite for norms down to the smallest subnormal
+    Computed with a max-rescaling, so that it is finite for norms down to the smallest subnormal
     (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`) and up to the largest
-    double.
+    double. For float64 tensors on the CPU it is first computed plainly
+    (:math:`\tfrac12\log\sum_j\|g_j\|^2`, one ``vector_norm``), which is kept when every
+    trial's :math:`|\log\|g\||` is below 300 (the two agree to a few ulp there; a trial outside
+    takes the rescaled value, the others keep theirs); other dtypes and devices (where the check
+    would synchronize) always take the rescaled form.
     """
-    if len(grads) == 1:
-        dims = _dims(grads[0], batch_ndim)
-        plain = torch.log(torch.linalg.vector_norm(grads[0], dim=dims) if dims else grads[0].abs())
-    else:
-        plain = 0.5 * torch.log(sum(_sqnorm(g, batch_ndim) for g in grads))
-    safe = plain.abs() < _LOG_NORM_SAFE
-    if plain.device.type == "cpu" and bool(safe.all()):
-        return plain
+    plain = safe = None
+    if grads[0].dtype == torch.float64 and grads[0].device.type == "cpu":
+        if len(grads) == 1:
+            dims = _dims(grads[0], batch_ndim)
+            g = grads[0]
+            plain = torch.log(torch.linalg.vector_norm(g, dim=dims) if dims else g.abs())
+        else:
+            plain = 0.5 * torch.log(sum(_sqnorm(g, batch_ndim) for g in grads))
+        safe = plain.abs() < _LOG_NORM_SAFE
+        if bool(safe.all()):
+            return plain
     mx = None
     for g in grads:
         dims = _dims(g, batch_ndim)
         a = g.abs().amax(dim=dims) if dims else g.abs()
         mx = a if mx is None else torch.maximum(mx, a)
     mx = torch.where(mx > 0, mx, torch.ones_like(mx))
-    sqs = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
-    return torch.where(safe, plain, torch.log(mx) + 0.5 * torch.log(sqs))
+    sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
+    rescaled = torch.log(mx) + 0.5 * torch.log(sq)
+    return rescaled if plain is None else torch.where(safe, plain, rescaled)
 
 
 def parse_norm(norm):
