@@ -88,24 +88,28 @@ def test_jacobian_terms_match_eager(cache, scale):
 
 @needs_cc
 def test_top_token_first_on_ties(cache):
-    """Equal scores: the top token is the first of them, as ``torch.max`` picks it."""
+    """Equal largest scores (tokens 1, 3 and 4 identical, and the largest): the top token is
+    the first of them, 1, as ``torch.max`` picks it."""
     batch, W, _ = _problem(B=3, n=2, T=5, d=4)
     X = batch["X"].clone()
-    X[:, :, 3] = X[:, :, 1]                           # tokens 1 and 3 identical
+    X[:, :, 1, 0] = 5.0                               # unit tokens elsewhere: |x_t0| <= 1
+    X[:, :, 3] = X[:, :, 1]
     X[:, :, 4] = X[:, :, 1]
-    Xt = X.transpose(-1, -2).contiguous()
+    Z = batch["Z"].clone()
+    Z[..., 0] = 1.0
     W = torch.zeros_like(W)
-    W[:, 0, 0] = 1.0
-    a = torch.einsum("bntd,bde,bne->bnt", X, W, batch["Z"])
-    _, top, *_ = compiled.jacobian_terms(Xt, batch["Z"], W, batch["G"])
-    assert torch.equal(top, a.max(-1).indices)
+    W[:, 0, 0] = 1.0                                  # a_t = x_t0 z_0
+    a = torch.einsum("bntd,bde,bne->bnt", X, W, Z)
+    _, top, *_ = compiled.jacobian_terms(X.transpose(-1, -2).contiguous(), Z, W, batch["G"])
+    assert (top == 1).all() and torch.equal(top, a.max(-1).indices)
 
 
 @needs_cc
 def test_exp_accuracy(cache):
     """The kernel's exponential is within 2 ulp of numpy's over [-745, 0]: three tokens with
     scores 1, 0 and x <= 0, so that the third rescaled probability is e^(x - 0)."""
-    x = -np.unique(np.concatenate([np.linspace(0, 745, 4001), np.geomspace(1e-12, 745, 2000)]))
+    x = -np.unique(np.concatenate([np.linspace(0, 745, 4001), np.geomspace(1e-12, 745, 2000),
+                                   [745.1, 745.13, 745.2, 746.0, 1e4, np.inf]]))
     m = len(x)
     X = torch.zeros(1, m, 3, 1, dtype=torch.float64)
     X[0, :, 0, 0] = 1.0
@@ -181,9 +185,16 @@ def test_fit_matches_eager(cache, monkeypatch, model, optimizer):
     kw = dict(model=model, optimizer=optimizer, init="random" if model == "KQ" else "zeros",
               lr=lr, eta_max=10.0 if optimizer == "polyak" else None,
               steps=400, n_records=9, seed=0, progress=False)
+    calls = []
+    for name in ("jacobian_terms", "jacobian_terms_kq"):
+        real = getattr(compiled, name)
+        monkeypatch.setattr(compiled, name,
+                            lambda *a, _real=real, **k: calls.append(1) or _real(*a, **k))
     h = fit(data, **kw)
+    assert len(calls) >= 400                          # the compiled path served every step
     _eager(monkeypatch)
     h0 = fit(data, **kw)
+    assert len(calls) < 2 * 400                       # and the eager run did not use it
     for name in ("loss", "norm", "opt_mass"):
         np.testing.assert_allclose(getattr(h, name), getattr(h0, name), rtol=1e-10, atol=0)
     np.testing.assert_allclose(h.params["W"], h0.params["W"], rtol=1e-10,
@@ -191,31 +202,60 @@ def test_fit_matches_eager(cache, monkeypatch, model, optimizer):
 
 
 @needs_cc
-def test_threads_split_the_trials(cache):
-    """With several torch threads the trials are split between them: the same numbers."""
-    batch, W, _ = _problem(B=9)
-    one = compiled.jacobian_terms(batch["Xt"], batch["Z"], W, batch["G"])
+@pytest.mark.parametrize("param", ["W", "KQ"])
+def test_threads_split_the_trials(cache, param):
+    """With several torch threads the trials are split between them: the same numbers, both
+    passes, W and (K, Q)."""
+    batch, W, v = _problem(B=9)
+    g = torch.Generator().manual_seed(5)
+    K, Q = (torch.randn(9, 9, 4, dtype=torch.float64, generator=g) for _ in range(2))
+
+    def both():
+        if param == "W":
+            terms = compiled.jacobian_terms(batch["Xt"], batch["Z"], W, batch["G"])
+            extra = ()
+        else:
+            *terms, Qz = compiled.jacobian_terms_kq(batch["Xt"], batch["Z"], K, Q, batch["G"])
+            extra = (Qz,)
+        f, s_top, c = terms[2] * 0.3, terms[3] * 0.1 + 0.5, terms[4] - 1.0
+        if param == "W":
+            grads = (compiled.weighted_grad(batch["X"], batch["Z"], batch["G"], terms, f, s_top, c),)
+        else:
+            grads = compiled.weighted_grad_kq(batch["X"], batch["Z"], batch["G"], tuple(terms), f,
+                                              s_top, c, *extra, K)
+        return (*terms, *extra, *grads)
+
     old = torch.get_num_threads()
-    torch.set_num_threads(3)
     try:
-        three = compiled.jacobian_terms(batch["Xt"], batch["Z"], W, batch["G"])
+        torch.set_num_threads(1)
+        one = both()
+        torch.set_num_threads(3)
+        three = both()
     finally:
         torch.set_num_threads(old)
-    for a, b in zip(one, three):
+    for a, b in zip(one, three, strict=True):
         assert torch.equal(a, b)
 
 
+@needs_cc
 def test_shapes_and_dtypes_not_served_fall_back(cache):
-    """float32, T = 1, d > 256, too many sequences per trial and non-contiguous tensors go the
-    eager way."""
+    """float32, T = 1, d > 256, a scratch over 2^24 doubles, non-contiguous tensors and shapes
+    that do not fit together go the eager way."""
     batch, W, _ = _problem(B=2, n=2, T=3, d=4)
     X = batch["X"]
     assert not compiled.applicable(X.float(), T=3, d=4)
     assert not compiled.applicable(X, T=1, d=4)
     assert not compiled.applicable(X, T=3, d=257)
     assert not compiled.applicable(X.transpose(-1, -2), T=3, d=4)
-    assert not compiled.applicable(X, T=3, d=4, n=20000)          # one trial's scratch too big
+    assert not compiled.applicable(X, T=3, d=4, n=10 ** 7)         # the scratch too big
     assert compiled.applicable(X, T=3, d=4, n=2)
+    # tensors whose shapes do not fit together never reach the C code
+    net = AttentionClassifier("W")
+    params = {"W": W, "v": batch["X"].new_zeros(2, 4)}
+    assert net._compiled(params, batch)
+    assert not net._compiled({"W": W[0], "v": params["v"]}, batch)              # W unbatched
+    assert not net._compiled(params, dict(batch, G=batch["G"][:1]))               # G of 1 trial
+    assert not net._compiled(params, dict(batch, y=batch["y"][:, :1]))            # y of 1 sequence
 
 
 # --------------------------------------------------------------------------- fallback and cache
@@ -261,6 +301,7 @@ def test_disabled_by_environment(tmp_path):
     assert not (tmp_path / "compiled").exists()              # nothing was built
 
 
+@needs_cc
 @pytest.mark.slow
 def test_unwritable_cache_falls_back(tmp_path):
     """The cache directory cannot be created (a regular file is in the way): the warning names

@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,15 +58,26 @@ ENV = "ATTNSVM_COMPILED"
 CACHE_ENV = "ATTNSVM_CACHE"
 #: the C source of the compiled step
 SOURCE = Path(__file__).with_name("csrc") / "margin_step.c"
-MAX_D = 256          # W^T and the scores of one sequence live on the C stack
+MAX_D = 256          # the feature dimensions d and m
 MAX_T = 65536
-MAX_WORK = 65536     # doubles of one trial's scratch on the C stack: n * (T + d + m + 1)
+MAX_WORK = 16777216  # doubles of one call's scratch (heap): d * max(d, m) + n * (T + d + m + 2)
 
 # -ffp-contract=fast: multiply-adds fused where the CPU has FMA (one rounding instead of two)
 _FLAGS = (("-O3", "-march=native", "-ffp-contract=fast"), ("-O3",))
 _BASE = ("-fPIC", "-shared", "-fno-math-errno", "-std=c99")
 _lock = threading.Lock()
 _state = {"libs": {}, "why": {}, "paths": {}, "pool": None, "pool_n": 0}
+
+
+def _after_fork_in_child():
+    # a forked child inherits the executor object but none of its threads, and perhaps a held lock
+    global _lock
+    _lock = threading.Lock()
+    _state["pool"], _state["pool_n"] = None, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class CompiledUnavailable(RuntimeError):
@@ -109,6 +121,7 @@ def _atomic_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
@@ -129,6 +142,17 @@ def _compile(cc: str, flags, out: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _clean_temporaries(where: Path, age: float = 3600.0) -> None:
+    """Remove temporaries of builds that died (``.tmp-*`` older than ``age`` seconds)."""
+    now = time.time()
+    for f in where.glob(".tmp-*"):
+        try:
+            if now - f.stat().st_mtime > age:
+                f.unlink()
+        except OSError:
+            pass
 
 
 def _valid(so: Path) -> str | None:
@@ -172,6 +196,7 @@ def _build_or_load(T, d, m, log=None):
         where.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CompiledUnavailable(f"cannot create the cache directory {where}: {exc}") from None
+    _clean_temporaries(where)
     errors = []
     for flags in _FLAGS:
         flags = flags + (f"-DFIX_T={int(T)}", f"-DFIX_D={int(d)}", f"-DFIX_M={int(m)}")
@@ -183,17 +208,20 @@ def _build_or_load(T, d, m, log=None):
         if why is not None and why != "not built yet" and log:
             log(f"compiled step {so.name}: {why}, rebuilding")
         for attempt in range(2):
+            built = False
             try:
                 if _valid(so) is not None:
                     _compile(cc, flags, so)
+                    built = True
                 lib = _load(so)
                 _state["paths"][(T, d, m)] = so
                 return lib
             except OSError as exc:        # a library that does not load: rebuild it once
                 errors.append(f"{so}: {exc}")
-                if attempt == 0:
-                    for f in (so, so.with_suffix(".sha256")):
-                        f.unlink(missing_ok=True)
+                if built or attempt == 1:
+                    break                 # a fresh build that does not load: no second try
+                for f in (so, so.with_suffix(".sha256")):
+                    f.unlink(missing_ok=True)
             except CompiledUnavailable as exc:
                 errors.append(str(exc))
                 break
@@ -217,7 +245,7 @@ def library(T, d, m=0):
         if key not in libs:
             try:
                 libs[key] = _build_or_load(*key, log=lambda m: warnings.warn(m, stacklevel=4))
-            except CompiledUnavailable as exc:
+            except Exception as exc:  # noqa: BLE001 (any failure to build or load: eager path)
                 libs[key] = None
                 _state["why"][key] = str(exc)
                 warnings.warn(f"attnsvm: the compiled step is unavailable for T={T}, d={d}, m={m}, "
@@ -247,15 +275,25 @@ def status(T=8, d=10, m=0) -> dict:
 
 def applicable(*tensors, T: int, d: int, m: int = 0, n: int = 1) -> bool:
     """Whether the compiled step can serve these tensors: float64, on the CPU, contiguous,
-    ``2 <= T <= 65536``, ``d, m <= 256``, ``n (T + d + m + 1) <= 65536`` (one trial's scratch),
-    and the library loads."""
-    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D and 0 <= m <= MAX_D
-            and n * (T + d + m + 1) <= MAX_WORK):
+    ``2 <= T <= 65536``, ``1 <= d <= 256``, ``m <= 256``, ``n >= 1``, a scratch of
+    ``d max(d, m) + n (T + d + m + 2)`` doubles at most 2^24, and the library loads. The caller
+    checks that the tensors' shapes fit together (:meth:`attnsvm.models.AttentionClassifier.grad`
+    does)."""
+    if not (2 <= T <= MAX_T and 1 <= d <= MAX_D and 0 <= m <= MAX_D and n >= 1
+            and d * max(d, m) + n * (T + d + m + 2) <= MAX_WORK):
         return False
     for t in tensors:
         if t.dtype != torch.float64 or t.device.type != "cpu" or not t.is_contiguous():
             return False
     return library(T, d, m) is not None
+
+
+def _need(T, d, m=0):
+    lib = library(T, d, m)
+    if lib is None:
+        raise CompiledUnavailable(f"the compiled step is off or unavailable for T={T}, d={d}, "
+                                  f"m={m} ({status(T, d, m)['why']}); use the eager path")
+    return lib
 
 
 def _ptr(t):
@@ -271,10 +309,13 @@ def _split(fn, B, *args):
         if rc:
             raise CompiledUnavailable(f"compiled step refused its shapes (code {rc})")
         return
-    pool = _state["pool"]
-    if pool is None or _state["pool_n"] != nt:
-        pool = _state["pool"] = ThreadPoolExecutor(nt, thread_name_prefix="attnsvm-compiled")
-        _state["pool_n"] = nt
+    with _lock:
+        pool = _state["pool"]
+        if pool is None or _state["pool_n"] != nt:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = _state["pool"] = ThreadPoolExecutor(nt, thread_name_prefix="attnsvm-compiled")
+            _state["pool_n"] = nt
     bounds = [B * k // nt for k in range(nt + 1)]
     rcs = list(pool.map(lambda k: fn(bounds[k], bounds[k + 1], *args), range(nt)))
     if any(rcs):
@@ -308,7 +349,7 @@ def jacobian_terms(Xt, Z, W, G, out=None):
         :math:`g_{t^\star}`, :math:`e^{a_{(2)} - a_{t^\star}}`.
     """
     B, n, d, T = Xt.shape
-    lib = library(T, d)
+    lib = _need(T, d)
     if out is None:
         out = workspace(B, n, T)
     sh, top, Ssh, shG, gap, G_top, e_gap = out
@@ -332,7 +373,8 @@ def weighted_grad(X, Z, G, terms, f, s_top, c):
     ``terms`` are the tensors :func:`jacobian_terms` returns; ``f``, ``s_top``, ``c`` (B, n)."""
     sh, top, Ssh, shG, _, G_top, _ = terms
     B, n, T, d = X.shape
-    lib = library(T, d)
+    lib = _need(T, d)
+    f, s_top, c = (t.contiguous() for t in (f, s_top, c))
     gW = torch.empty((B, d, d), dtype=torch.float64)
     _split(lib.weighted_grad, B, n, T, d, _ptr(X), _ptr(Z), _ptr(G), _ptr(sh), _ptr(top),
            _ptr(Ssh), _ptr(shG), _ptr(G_top), _ptr(f), _ptr(s_top), _ptr(c), _ptr(gW))
@@ -345,7 +387,7 @@ def jacobian_terms_kq(Xt, Z, K, Q, G, out=None):
     :math:`Q^\top z_i` (B, n, m), which :func:`weighted_grad_kq` reuses."""
     B, n, d, T = Xt.shape
     m = K.shape[-1]
-    lib = library(T, d, m)
+    lib = _need(T, d, m)
     if out is None:
         out = workspace(B, n, T)
     Qz = torch.empty((B, n, m), dtype=torch.float64)
@@ -364,7 +406,8 @@ def weighted_grad_kq(X, Z, G, terms, f, s_top, c, Qz, K):
     sh, top, Ssh, shG, _, G_top, _ = terms
     B, n, T, d = X.shape
     m = K.shape[-1]
-    lib = library(T, d, m)
+    lib = _need(T, d, m)
+    f, s_top, c = (t.contiguous() for t in (f, s_top, c))
     gK = torch.empty((B, d, m), dtype=torch.float64)
     gQ = torch.empty((B, d, m), dtype=torch.float64)
     _split(lib.weighted_grad_kq, B, n, T, d, m, _ptr(X), _ptr(Z), _ptr(G), _ptr(sh), _ptr(top),

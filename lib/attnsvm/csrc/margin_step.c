@@ -6,8 +6,10 @@
  * order of operations where it matters (top token = first largest score; a_(2) = largest of
  * the others; s^_t = exp(a_t - a_(2)), 0 at the top), and leaves the per-sequence log-space
  * scalars (log1p, the loss) to the caller. The exponential is a branch-free Cody-Waite
- * reduction with a degree-13 polynomial, within 2 ulp of libm on [-745, 0] (the only range
- * used: every argument is a_t - a_(2) <= 0), so that the loops over tokens vectorize.
+ * reduction with a degree-13 polynomial, within 2 ulp of libm on [-745, 0] (the arguments are
+ * a_t - a_(2) <= 0, and the top token's own, clamped to 0 and overwritten), so that the loops
+ * over tokens vectorize. Scratch is allocated once per call on the heap (return code 3 if that
+ * fails; 1 for sizes out of range; 2 for a shape this library was not compiled for).
  *
  * Pass 1, jacobian_terms: for every trial b and sequence i
  *     Wz = W_b z_bi, a_t = x_bit^T Wz, top, a_(2), sh_t, Ssh = sum sh, shG = sum sh g,
@@ -27,10 +29,11 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define MAXD 256          /* W^T (d x d) and one trial's scratch live on the stack */
-#define MAXWORK 65536     /* doubles of one trial's scratch (n * (T + d + m + 1)) */
+#define MAXD 256          /* the feature dimensions d and m */
+#define MAXWORK 16777216  /* doubles of one call's scratch (heap): d*max(d,m) + n*(T+d+m+2) */
 
 #if defined(FIX_T) && defined(FIX_D)
 /* compile-time sizes: unrolled loops, no remainder loops */
@@ -46,11 +49,14 @@
 
 static inline double exp_nonpos(double x)
 {
-    /* exp(x) for x <= 0 (x = -inf gives 0; x < -745.2 gives 0), branch-free. */
+    /* exp(min(x, 0)), branch-free: x = -inf and x < -745.2 give 0, x >= 0 gives 1 (the top
+     * token's own argument, overwritten by the caller), NaN gives NaN. The argument is clamped
+     * to [-745.2, 0] (NaN to 0) before any conversion, so every integer operation is defined. */
     const double log2e = 1.4426950408889634074;
     const double ln2_hi = 6.93147180369123816490e-01;
     const double ln2_lo = 1.90821492927058770002e-10;
-    double xc = x < -745.2 ? -745.2 : x;               /* keeps n and the scaling finite */
+    double xc = x < -745.2 ? -745.2 : (x > 0.0 ? 0.0 : x);
+    xc = (x == x) ? xc : 0.0;                           /* NaN: a defined path, NaN returned */
     /* round to nearest (even) by the 1.5 * 2^52 shift: exact for |x| < 2^51, no libm call */
     double n = (xc * log2e + 6755399441055744.0) - 6755399441055744.0;
     double r = (xc - n * ln2_hi) - n * ln2_lo;          /* |r| <= ln2/2 */
@@ -75,7 +81,8 @@ static inline double exp_nonpos(double x)
     s1.i = (n1 + 1023) << 52;
     s2.i = (n2 + 1023) << 52;
     double e = p * s1.d * s2.d;
-    return x < -745.2 ? 0.0 : e;
+    e = x < -745.2 ? 0.0 : e;
+    return (x == x) ? e : x;
 }
 
 /* One trial's token loop: from W z_i (rows of Wz, n x d) the scores a_it = x_it^T W z_i (tokens
@@ -164,12 +171,11 @@ static inline void trial_token_sums(int64_t b, int64_t n, int64_t T, int64_t d,
     }
 }
 
-/* out (rows x cols) = A^T B for A (n x rows), B (n x cols), row by row in registers */
+/* out (rows x cols) = A^T B for A (n x rows), B (n x cols), row by row (row: scratch of cols) */
 static inline void gram(int64_t n, int64_t rows, int64_t cols, const double *A, const double *Bm,
-                        double *out)
+                        double *out, double *row)
 {
     for (int64_t j = 0; j < rows; j++) {
-        double row[cols];
         for (int64_t k = 0; k < cols; k++)
             row[k] = 0.0;
         for (int64_t i = 0; i < n; i++) {
@@ -193,9 +199,12 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                    double *eg)            /* out (B,n): e^gap */
 {
     FIX_SHAPE();
-    if (d > MAXD || T > 65536 || T < 2 || n * (T + d + 1) > MAXWORK)
+    if (n < 1 || d < 1 || d > MAXD || T > 65536 || T < 2 || d * d + n * (T + d + 2) > MAXWORK)
         return 1;
-    double Wt[d * d], Wz[n * d], a[n * (T + 1)], a2v[n];
+    double *work = malloc(sizeof(double) * (size_t)(d * d + n * (T + d + 2)));
+    if (!work)
+        return 3;
+    double *Wt = work, *Wz = Wt + d * d, *a = Wz + n * d, *a2v = a + n * (T + 1);
     for (int64_t b = b0; b < b1; b++) {
         const double *Wb = W + b * d * d;
         for (int64_t j = 0; j < d; j++)
@@ -213,6 +222,7 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
         }
         trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
+    free(work);
     return 0;
 }
 
@@ -226,13 +236,17 @@ int weighted_grad(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
                   double *gW)             /* out (B,d,d) */
 {
     FIX_SHAPE();
-    if (d > MAXD || T > 65536 || n * (T + d + 1) > MAXWORK)
+    if (n < 1 || d < 1 || d > MAXD || T > 65536 || T < 2 || n * d + T + d > MAXWORK)
         return 1;
-    double xbar[n * d], q[T];
+    double *work = malloc(sizeof(double) * (size_t)(n * d + T + d));
+    if (!work)
+        return 3;
+    double *xbar = work, *q = xbar + n * d, *row = q + T;
     for (int64_t b = b0; b < b1; b++) {
         trial_token_sums(b, n, T, d, X, G, sh, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
-        gram(n, d, d, xbar, Z + b * n * d, gW + b * d * d);     /* sum_i xbar_i z_i^T */
+        gram(n, d, d, xbar, Z + b * n * d, gW + b * d * d, row);     /* sum_i xbar_i z_i^T */
     }
+    free(work);
     return 0;
 }
 
@@ -245,9 +259,13 @@ int jacobian_terms_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, i
 {
     FIX_SHAPE();
     FIX_RANK();
-    if (d > MAXD || m > MAXD || T > 65536 || T < 2 || n * (T + d + m + 1) > MAXWORK)
+    if (n < 1 || d < 1 || m < 1 || d > MAXD || m > MAXD || T > 65536 || T < 2
+            || m * d + n * (T + d + 2) > MAXWORK)
         return 1;
-    double Kt[m * d], Wz[n * d], a[n * (T + 1)], a2v[n];
+    double *work = malloc(sizeof(double) * (size_t)(m * d + n * (T + d + 2)));
+    if (!work)
+        return 3;
+    double *Kt = work, *Wz = Kt + m * d, *a = Wz + n * d, *a2v = a + n * (T + 1);
     for (int64_t b = b0; b < b1; b++) {
         const double *Kb = K + b * d * m, *Qb = Q + b * d * m;
         for (int64_t k = 0; k < d; k++)
@@ -274,6 +292,7 @@ int jacobian_terms_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, i
         }
         trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
+    free(work);
     return 0;
 }
 
@@ -287,9 +306,13 @@ int weighted_grad_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, in
 {
     FIX_SHAPE();
     FIX_RANK();
-    if (d > MAXD || m > MAXD || T > 65536 || n * (T + d + m + 1) > MAXWORK)
+    if (n < 1 || d < 1 || m < 1 || d > MAXD || m > MAXD || T > 65536 || T < 2
+            || n * (d + m) + T + m > MAXWORK)
         return 1;
-    double xbar[n * d], q[T], ktx[n * m];
+    double *work = malloc(sizeof(double) * (size_t)(n * (d + m) + T + m));
+    if (!work)
+        return 3;
+    double *xbar = work, *ktx = xbar + n * d, *q = ktx + n * m, *row = q + T;
     for (int64_t b = b0; b < b1; b++) {
         const double *Kb = K + b * d * m;
         trial_token_sums(b, n, T, d, X, G, sh, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
@@ -303,8 +326,9 @@ int weighted_grad_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, in
                     kx[r] += Kb[k * m + r] * xk;
             }
         }
-        gram(n, d, m, xbar, Qz + b * n * m, gK + b * d * m);   /* sum_i xbar_i (Q^T z_i)^T */
-        gram(n, d, m, Z + b * n * d, ktx, gQ + b * d * m);      /* sum_i z_i (K^T xbar_i)^T */
+        gram(n, d, m, xbar, Qz + b * n * m, gK + b * d * m, row);   /* sum_i xbar_i (Q^T z_i)^T */
+        gram(n, d, m, Z + b * n * d, ktx, gQ + b * d * m, row);      /* sum_i z_i (K^T xbar_i)^T */
     }
+    free(work);
     return 0;
 }

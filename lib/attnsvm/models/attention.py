@@ -336,10 +336,16 @@ class AttentionClassifier:
         if (not self.scoring.query or self.head != "linear" or self.train_v
                 or batch.get("G") is None or batch.get("Xt") is None):
             return False
-        X = batch["X"]
+        X, Xt, Z, G = batch["X"], batch["Xt"], batch["Z"], batch["G"]
         tensors, m = self.scoring.compiled_inputs(params)
-        return compiled.applicable(X, batch["Xt"], batch["Z"], batch["G"], *tensors,
-                                   T=X.shape[-2], d=X.shape[-1], m=m, n=X.shape[-3])
+        if X.ndim != 4:
+            return False
+        B, n, T, d = X.shape
+        shapes = [(Xt, (B, n, d, T)), (Z, (B, n, d)), (G, (B, n, T)), (batch["y"], (B, n))]
+        shapes += [(t, (B, d, m or d)) for t in tensors]      # W (B,d,d); K, Q (B,d,m)
+        if any(tuple(t.shape) != shape for t, shape in shapes):
+            return False
+        return compiled.applicable(X, Xt, Z, G, *tensors, T=T, d=d, m=m, n=n)
 
     def autograd_grad(self, params, batch, loss):
         r"""Autograd version of :meth:`grad`, the reference the tests compare with away from
