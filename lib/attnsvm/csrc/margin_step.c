@@ -85,6 +85,20 @@ static inline double exp_nonpos(double x)
     return (x == x) ? e : x;
 }
 
+/* out (cols) = v^T A for A (rows x cols, row-major) and v (rows): row by row, so that the
+ * inner loop runs along a contiguous row and vectorizes */
+static inline void vecmat(int64_t rows, int64_t cols, const double *A, const double *v,
+                          double *out)
+{
+    for (int64_t c = 0; c < cols; c++)
+        out[c] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double vr = v[r];
+        for (int64_t c = 0; c < cols; c++)
+            out[c] += A[r * cols + c] * vr;
+    }
+}
+
 /* One trial's token loop: from W z_i (rows of Wz, n x d) the scores a_it = x_it^T W z_i (tokens
  * transposed: Xt is n x d x T), the top token of each sequence (first largest), a_(2), the gap
  * a_(2) - a_top and g_top; then the rescaled probabilities sh_it = exp(a_it - a_(2),i) of all
@@ -96,16 +110,8 @@ static inline void trial_terms(int64_t b, int64_t n, int64_t T, int64_t d, const
                                double *a, double *a2v)
 {
     for (int64_t i = 0; i < n; i++) {
-        const double *xt = Xt + (b * n + i) * d * T;
-        const double *w = Wz + i * d;
         double *ai = a + i * T;
-        for (int64_t t = 0; t < T; t++)
-            ai[t] = 0.0;
-        for (int64_t k = 0; k < d; k++) {
-            double wk = w[k];
-            for (int64_t t = 0; t < T; t++)
-                ai[t] += xt[k * T + t] * wk;
-        }
+        vecmat(d, T, Xt + (b * n + i) * d * T, Wz + i * d, ai);     /* a_t = x_t^T (W z_i) */
         int64_t tp = 0;
         double at = ai[0];
         for (int64_t t = 1; t < T; t++)
@@ -160,14 +166,7 @@ static inline void trial_token_sums(int64_t b, int64_t n, int64_t T, int64_t d,
         for (int64_t t = 0; t < T; t++)
             q[t] = (s[t] * (g[t] - fi)) * ci;
         q[top[bi]] = (s_top[bi] * (Gtop[bi] * Ssh[bi] - shG[bi])) * ci;
-        double *xb = xbar + i * d;
-        for (int64_t k = 0; k < d; k++)
-            xb[k] = 0.0;
-        for (int64_t t = 0; t < T; t++) {
-            double qt = q[t];
-            for (int64_t k = 0; k < d; k++)
-                xb[k] += x[t * d + k] * qt;
-        }
+        vecmat(T, d, x, q, xbar + i * d);                            /* X_i^T q_i */
     }
 }
 
@@ -210,16 +209,8 @@ int jacobian_terms(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d,
         for (int64_t j = 0; j < d; j++)
             for (int64_t k = 0; k < d; k++)
                 Wt[j * d + k] = Wb[k * d + j];
-        for (int64_t i = 0; i < n * d; i++)
-            Wz[i] = 0.0;
-        for (int64_t i = 0; i < n; i++) {           /* Wz_i = W z_i */
-            const double *z = Z + (b * n + i) * d;
-            for (int64_t j = 0; j < d; j++) {
-                double zj = z[j];
-                for (int64_t k = 0; k < d; k++)
-                    Wz[i * d + k] += Wt[j * d + k] * zj;
-            }
-        }
+        for (int64_t i = 0; i < n; i++)             /* W z_i = z_i^T W^T */
+            vecmat(d, d, Wt, Z + (b * n + i) * d, Wz + i * d);
         trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
     free(work);
@@ -272,23 +263,9 @@ int jacobian_terms_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, i
             for (int64_t r = 0; r < m; r++)
                 Kt[r * d + k] = Kb[k * m + r];
         for (int64_t i = 0; i < n; i++) {
-            const double *z = Z + (b * n + i) * d;
             double *qz = Qz + (b * n + i) * m;
-            for (int64_t r = 0; r < m; r++)
-                qz[r] = 0.0;
-            for (int64_t j = 0; j < d; j++) {           /* Q^T z_i */
-                double zj = z[j];
-                for (int64_t r = 0; r < m; r++)
-                    qz[r] += Qb[j * m + r] * zj;
-            }
-            double *w = Wz + i * d;
-            for (int64_t k = 0; k < d; k++)
-                w[k] = 0.0;
-            for (int64_t r = 0; r < m; r++) {           /* K (Q^T z_i) */
-                double qr = qz[r];
-                for (int64_t k = 0; k < d; k++)
-                    w[k] += Kt[r * d + k] * qr;
-            }
+            vecmat(d, m, Qb, Z + (b * n + i) * d, qz);              /* Q^T z_i */
+            vecmat(m, d, Kt, qz, Wz + i * d);                        /* K (Q^T z_i) */
         }
         trial_terms(b, n, T, d, Xt, Wz, G, sh, top, Ssh, shG, gap, Gtop, eg, a, a2v);
     }
@@ -316,16 +293,8 @@ int weighted_grad_kq(int64_t b0, int64_t b1, int64_t n, int64_t T, int64_t d, in
     for (int64_t b = b0; b < b1; b++) {
         const double *Kb = K + b * d * m;
         trial_token_sums(b, n, T, d, X, G, sh, top, Ssh, shG, Gtop, f, s_top, c, q, xbar);
-        for (int64_t i = 0; i < n; i++) {               /* K^T xbar_i */
-            double *kx = ktx + i * m;
-            for (int64_t r = 0; r < m; r++)
-                kx[r] = 0.0;
-            for (int64_t k = 0; k < d; k++) {
-                double xk = xbar[i * d + k];
-                for (int64_t r = 0; r < m; r++)
-                    kx[r] += Kb[k * m + r] * xk;
-            }
-        }
+        for (int64_t i = 0; i < n; i++)                 /* K^T xbar_i */
+            vecmat(d, m, Kb, xbar + i * d, ktx + i * m);
         gram(n, d, m, xbar, Qz + b * n * m, gK + b * d * m, row);   /* sum_i xbar_i (Q^T z_i)^T */
         gram(n, d, m, Z + b * n * d, ktx, gQ + b * d * m, row);      /* sum_i z_i (K^T xbar_i)^T */
     }
