@@ -85,10 +85,11 @@ static inline double exp_nonpos(double x)
     return (x == x) ? e : x;
 }
 
-/* out (cols) = v^T A for A (rows x cols, row-major) and v (rows): row by row, so that the
- * inner loop runs along a contiguous row and vectorizes */
-static inline void vecmat(int64_t rows, int64_t cols, const double *A, const double *v,
-                          double *out)
+/* out (cols) = v^T A for A (rows x cols, row-major) and v (rows), row by row, so that the
+ * inner loop runs along a contiguous row and vectorizes (restrict: the three never overlap,
+ * which the compiler cannot see for heap scratch) */
+static inline void vecmat(int64_t rows, int64_t cols, const double *restrict A,
+                          const double *restrict v, double *restrict out)
 {
     for (int64_t c = 0; c < cols; c++)
         out[c] = 0.0;
@@ -107,7 +108,7 @@ static inline void vecmat(int64_t rows, int64_t cols, const double *A, const dou
 static inline void trial_terms(int64_t b, int64_t n, int64_t T, int64_t d, const double *Xt,
                                const double *Wz, const double *G, double *sh, int64_t *top,
                                double *Ssh, double *shG, double *gap, double *Gtop, double *eg,
-                               double *a, double *a2v)
+                               double *restrict a, double *restrict a2v)
 {
     for (int64_t i = 0; i < n; i++) {
         double *ai = a + i * T;
