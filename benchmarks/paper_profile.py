@@ -2,14 +2,17 @@
 
 For every notebook of ``_toc.yml``: one papermill execution under ``quick`` (no limit) and one
 under ``paper`` with a wall-clock limit (``--limit`` seconds), each in its own process, into a
-temporary directory. papermill saves the executed copy at the start and end of every cell, so a
-``paper`` run stopped at the limit (its whole process tree is killed) still tells how far it
-got: the code cells completed, the seconds they took, and the first line of the cell that was
-running. Each notebook's work sits in one driver call, so that count says little; a run stopped
-at the limit is therefore repeated with every step count of the profile (parameters named
-``*steps*`` and ``horizons``) divided by each of ``--factors`` in turn, until one finishes, and the
-table gives the *projected* time, that run's time multiplied by the factor (an overestimate by
-the fixed costs, such as SVM solves and imports, times the factor minus one).
+temporary directory (``--keep DIR`` keeps the executed copies). papermill saves the executed
+copy at the start and end of every cell, so a ``paper`` run stopped at the limit (its whole
+process tree is killed) still tells how far it got: the code cells completed and the driver
+call that was running. Each notebook's work sits in one driver call, so that count says
+little; a run stopped at the limit is therefore repeated with every step count of the profile
+(parameters named ``*steps*`` and ``horizons``) divided by each of ``--factors`` in turn, until
+one finishes, and the table gives the *projected* time, that run's time multiplied by the
+factor (an overestimate by the fixed costs, such as SVM solves and imports, times the factor
+minus one). A finished ``paper`` run's checked claims (the glued words of
+:mod:`attnsvm.claims`; the runs are not strict, so a false claim is reported, not raised) are
+counted, the failing ones named.
 A notebook whose data files are not on disk (it raises
 :class:`attnsvm.datasets.DataNotFoundError`) is reported as skipped, with the error's message.
 
@@ -22,7 +25,7 @@ Output: a Markdown table on stdout (also written to ``--out``) and the raw recor
 Usage::
 
     python benchmarks/paper_profile.py [--limit 360] [--jobs 2] [--only ch09_rates ...]
-        [--out paper_profile.md] [--json paper_profile.json]
+        [--out paper_profile.md] [--json paper_profile.json] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ import psutil
 import torch
 import yaml
 
-from attnsvm_book import find_root
+from attnsvm_book import find_root, glue_records
 from attnsvm_book._core import toc_notebooks
 from attnsvm_book.params import resolve_profile
 
@@ -80,7 +83,7 @@ def _progress(path: Path) -> dict:
         nb = nbformat.read(str(path), as_version=4)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as exc:
         return {"cells": None, "done": 0, "done_s": 0.0, "running": None, "error": None,
-                "read_error": f"{type(exc).__name__}: {exc}"}
+                "claims": {}, "read_error": f"{type(exc).__name__}: {exc}"}
     code = [c for c in nb.cells if c.cell_type == "code"
             and "injected-parameters" not in c.metadata.get("tags", [])]
     done, done_s, running, error = 0, 0.0, None, None
@@ -94,8 +97,14 @@ def _progress(path: Path) -> dict:
         for out in c.get("outputs", []):
             if out.get("output_type") == "error" and error is None:
                 error = (out.get("ename"), out.get("evalue"))
+    claims = {}
+    if done == len(code):                # the checked claims of a finished run (glued words)
+        for name, rec in glue_records(path).items():
+            word = str(rec.get("text/plain", "")).strip("'\"")
+            if name.startswith("claim_") and not name.endswith("_detail") and word in ("holds", "fails"):
+                claims[name[len("claim_"):]] = word
     return {"cells": len(code), "done": done, "done_s": done_s, "running": running,
-            "error": error}
+            "error": error, "claims": claims}
 
 
 def execute(root: Path, notebook: str, params: dict, limit: float | None, threads: int | None,
@@ -153,7 +162,8 @@ def table(records: list[dict], limit: float) -> str:
     by = {}
     for r in records:
         by.setdefault(r["notebook"], {})[r["profile"]] = r
-    lines = ["| notebook | `paper` on this CPU | `quick` on this CPU |", "|---|---|---|"]
+    lines = ["| notebook | `paper` on this CPU | its checked claims | `quick` on this CPU |",
+             "|---|---|---|---|"]
     for nb, rs in by.items():
         p, q = rs.get("paper"), rs.get("quick")
         if p is None:
@@ -161,20 +171,26 @@ def table(records: list[dict], limit: float) -> str:
         elif p["status"] == "finished":
             cell = _fmt_s(p["seconds"])
         elif p["status"] == "stopped":
-            run = f"; running: `{p['running'][:60]}`" if p.get("running") else ""
-            cell = (f"not finished in {_fmt_s(limit)}: {p['done']}/{p['cells']} code cells "
-                    f"done ({_fmt_s(p['done_s'])}){run}")
+            run = p.get("running") or ""
+            call = run.split("(")[0].split("=")[-1].strip()
+            cell = f"not finished in {_fmt_s(limit)}" + (f" (in `{call}`)" if call else "")
             proj = p.get("projection")
             if proj:
                 cell += (f"; projected {_fmt_s(proj['seconds'] * proj['factor'])} (steps / "
-                         f"{proj['factor']} ran in {_fmt_s(proj['seconds'])})")
+                         f"{proj['factor']}: {_fmt_s(proj['seconds'])})")
         elif p["status"] == "skipped":
             cell = f"skipped: {p['why']}"
         else:
             cell = f"failed: {p.get('why')}"
         qcell = "not run" if q is None else (_fmt_s(q["seconds"]) if q["status"] == "finished"
                                              else f"{q['status']}: {q.get('why')}")
-        lines.append(f"| `{Path(nb).stem}` | {cell} | {qcell} |")
+        claims = (p or {}).get("claims") or {}
+        failing = sorted(k for k, w in claims.items() if w == "fails")
+        ccell = ("" if not claims else
+                 f"all {len(claims)} hold" if not failing else
+                 f"{len(claims) - len(failing)} of {len(claims)} hold; fail: "
+                 + ", ".join(f"`{k}`" for k in failing))
+        lines.append(f"| `{Path(nb).stem}` | {cell} | {ccell} | {qcell} |")
     return "\n".join(lines)
 
 
@@ -188,6 +204,7 @@ def main(argv=None):
     ap.add_argument("--profiles", nargs="*", default=["quick", "paper"])
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", default=None, help="keep the executed notebooks in this directory")
     args = ap.parse_args(argv)
     root = find_root()
     notebooks = toc_notebooks(root)
@@ -206,6 +223,9 @@ def main(argv=None):
           f"cuda={torch.cuda.is_available()}; {args.jobs} executions at once; paper limit "
           f"{args.limit:.0f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="paper-profile-") as tmp:
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
         def one(job):
             nb, prof = job
             rec = execute(root, nb, params[prof][nb], args.limit if prof == "paper" else None,
