@@ -391,4 +391,6 @@ def test_trajectories_claims_hold_and_can_fail():
     assert not _against(tr, corr_p=0.998)["own_svm"][0]
     assert not _against(tr, corr_w_nuc=s["corr_w"] + 1e-9)["own_svm"][0]
     assert not _against(tr, corr_kq_fro=s["corr_kq"] + 1e-9)["own_svm"][0]
-    assert not _against(tr, gap_kq_early=1.5 * (1 - s["corr_kq"]))["approach"][0]
+    assert not _against(tr, gap_w_early=1.5 * (1 - s["corr_w"]))["approach"][0]
+    assert not _against(tr, gap_p_early=1.5 * (1 - s["corr_p"]))["approach"][0]
+    assert _against(tr, gap_kq_early=1.5 * (1 - s["corr_kq"]))["approach"][0]   # not claimed

@@ -139,7 +139,7 @@ def test_observed_w_fro_kq_nuc():
 
 
 def test_claims_hold_and_can_fail():
-    """KQComparison.claims(): on seeded instances the (K,Q) iterate's smallest correlation is
+    """KQComparison.claims(): on seeded instances the (K,Q) iterate's median correlation is
     below W's, each iterate is closer to its own norm's SVM, and the factors are balanced; each
     claim fails when its numbers are set against it (KQ's final correlations set to 1, W's
     crossed correlation set to its matched one, Q doubled)."""

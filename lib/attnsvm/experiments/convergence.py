@@ -857,9 +857,11 @@ class Trajectories2D:
         * ``own_svm``: after ``steps`` steps, W, :math:`KQ^\top` and p each have correlation at
           least 0.999 with their own SVM (:math:`W_{mm}`, :math:`W^*_{mm}`, :math:`p_{mm}`), and W
           and :math:`KQ^\top` are closer to their own SVM than to the other one;
-        * ``approach``: each ``1 - corr`` with the own SVM is at least 2 times smaller at the
-          last record (``steps``) than at the record ``steps_early`` nearest ``steps / 10``: a
-          trend, at two horizons.
+        * ``approach``: for ``W`` and the prompt ``p``, ``1 - corr`` with the own SVM is at
+          least 2 times smaller at the last record (``steps``) than at the record
+          ``steps_early`` nearest ``steps / 10``: a trend, at two horizons. ``(K, Q)`` is not
+          in it: on the instance of seed 0 its ``1 - corr`` falls to ~1e-6 by step 2000 and is
+          larger again at the ``paper`` profile's 5000 steps.
         """
         s = self.summary()
         steps, early = int(self.steps[-1]), s["steps_early"]
@@ -871,10 +873,11 @@ class Trajectories2D:
                         f"after {steps} steps: corr W {s['corr_w']:.5f} (vs W*_mm "
                         f"{s['corr_w_nuc']:.5f}), KQ {s['corr_kq']:.5f} (vs W_mm "
                         f"{s['corr_kq_fro']:.5f}), p {s['corr_p']:.5f} (>= 0.999)"),
-            "approach": (bool(all(2 * fin[k] <= s[f"gap_{k}_early"] for k in fin)),
+            "approach": (bool(all(2 * fin[k] <= s[f"gap_{k}_early"] for k in ("w", "p"))),
                          f"1 - corr at step {early} -> {steps} (at least 2 times smaller): "
                          + ", ".join(f"{k} {s[f'gap_{k}_early']:.2e} -> {fin[k]:.2e}"
-                                     for k in fin)),
+                                     for k in ("w", "p"))
+                         + f" (kq, not claimed: {s['gap_kq_early']:.2e} -> {fin['kq']:.2e})"),
         }
 
 
