@@ -413,7 +413,7 @@ def test_ufm_training_reaches_the_finite_part():
 
 
 LINEAR_CLAIMS = {"rank_ok", "mm_orthogonal_to_F", "ntp_mm_corr", "ntp_finite_fit", "gd_monotone",
-                 "ngd_faster", "ngd_finite_slower", "norm_slow", "adam_finite", "adam_lower_corr"}
+                 "ngd_corr_faster", "ngd_finite_slower", "norm_slow", "adam_finite", "adam_lower_corr"}
 UFM_CLAIMS = {"ufm_finite_bound", "ufm_finite_fit", "ufm_monotone", "ufm_pattern_only",
               "ufm_pattern_high", "ufm_low_rank", "ufm_nuc_rank", "ufm_svm_not_reached",
               "ufm_nuc_ratio_falls", "ufm_svm_rising", "ufm_collapse_falls",
