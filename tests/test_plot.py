@@ -134,3 +134,103 @@ def test_trial_band_floor_shows_exact_zeros_on_a_log_axis():
     fig.canvas.draw()
     with pytest.raises(ValueError, match="floor"):
         A.plot.trial_band(ax, np.arange(1, 6), vals, floor=0.0)
+
+
+def _clean_figure():
+    fig, ax = A.plot.figure()
+    t = np.arange(1.0, 100.0)
+    ax.plot(t, t, label="GD")
+    ax.plot(t, 2 * t, label="NGD")
+    ax.plot(t, 3 * t, label="GD, norm", color=A.plot.COLORS["gd"], ls="--")
+    ax.set(xscale="log", yscale="log", xlabel="step $t$", ylabel="loss")
+    ax.legend()
+    return fig, ax
+
+
+def test_check_figure_passes_a_legible_figure():
+    fig, _ = _clean_figure()
+    assert A.plot.check_figure(fig) == []
+    # a three-panel figure narrowed to the page keeps legible legends (fonts scale with width)
+    fig, axes = A.plot.figure(ncols=3, width=13, height=3.6)
+    for ax in axes:
+        ax.plot([1, 2], [1, 2], label="GD")
+        ax.legend()
+    assert A.plot.check_figure(fig) == []
+    with pytest.raises(ValueError, match="min_legend_pt"):
+        A.plot.check_figure(fig, min_legend_pt=0)
+
+
+def test_check_figure_finds_a_small_legend():
+    """7.5 pt is caught (the rule is 8 pt); a 9 pt legend in a figure shown at 0.8 of its width
+    is 7.2 pt as shown and caught too."""
+    fig, ax = _clean_figure()
+    ax.legend(fontsize=7.5)
+    (p, *more) = A.plot.check_figure(fig)
+    assert "7.5 pt as shown" in p and len(more) == 2
+    fig, ax = A.plot.figure(width=A.plot.PAGE_WIDTH / 0.8)
+    ax.plot([1, 2], [1, 2], label="GD")
+    ax.legend(fontsize=9 / A.plot._shown_scale(fig, fig.canvas.get_renderer()) * 0.8 - 0.1)
+    assert any("legend entry 'GD'" in q for q in A.plot.check_figure(fig))
+
+
+def test_check_figure_finds_overlapping_labels():
+    fig, ax = _clean_figure()
+    ax.set_xscale("linear")
+    ax.set_xticks(np.linspace(1, 99, 30))  # 30 labels of '12.34' on a 6.4-inch axis
+    found = A.plot.check_figure(fig)
+    assert found and all("tick label" in p and "overlaps" in p for p in found)
+    fig, ax = _clean_figure()  # a text placed on the x-axis label
+    ax.text(0.5, -0.13, "printed over", transform=ax.transAxes, ha="center")
+    assert any("x label overlaps" in p or "overlaps axes 0 x label" in p
+               for p in A.plot.check_figure(fig))
+    # tick labels outside the view interval are not drawn, so they cannot overlap anything
+    fig, ax = _clean_figure()
+    ax.set_xticks([1e-3, 1e-3 * 1.01, 10])
+    ax.set_xlim(1, 100)
+    assert A.plot.check_figure(fig) == []
+
+
+def test_check_figure_finds_lines_drawn_alike():
+    fig, ax = _clean_figure()
+    ax.plot([1, 2], [3, 4], label="PRGD", color=A.plot.COLORS["gd"])  # GD's colour, solid
+    (p,) = A.plot.check_figure(fig)
+    assert "['GD', 'PRGD'] are drawn alike" in p
+
+
+def test_save_or_glue_records_the_check(monkeypatch):
+    import IPython
+    import IPython.display
+
+    shown = []
+    (bad, ax), (good, _) = _clean_figure(), _clean_figure()  # before the stand-in kernel
+    ax.legend(fontsize=5)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda data, raw, metadata: shown.append(metadata))
+    A.plot.save_or_glue(bad, "bad")
+    assert len(shown[0][A.plot.CHECK_KEY]) == 3
+    A.plot.save_or_glue(good, "good")
+    assert shown[2][A.plot.CHECK_KEY] == []
+
+
+@pytest.mark.slow
+def test_every_glued_figure_passes_the_figure_check(full_build):
+    """Every figure of the quick build, as checked by save_or_glue when the notebook drew it:
+    legends of at least 8 pt as shown, no text over text, labelled lines told apart."""
+    import nbformat
+
+    _, report = full_build
+    checked, problems = 0, []
+    for entry in report["notebooks"]:
+        nb = nbformat.read(entry["executed_path"], as_version=4)
+        for cell in nb.cells:
+            for out in cell.get("outputs", []):
+                if "application/papermill.record/image/png" not in out.get("data", {}):
+                    continue
+                meta = out.get("metadata", {})
+                name = meta.get("scrapbook", {}).get("name")
+                assert A.plot.CHECK_KEY in meta, (entry["notebook"], name, "not checked")
+                checked += 1
+                problems += [f"{entry['notebook']} {name}: {p}" for p in meta[A.plot.CHECK_KEY]]
+    assert checked >= 38, checked
+    assert not problems, "\n".join(problems)

@@ -222,6 +222,150 @@ def _drop_unshowable(fig) -> None:
                     PolyCollection.set_verts(art, verts, closed=False)
 
 
+#: the smallest legend font, in points as the figure is shown in the book (a figure wider than
+#: :data:`PAGE_WIDTH` is shown narrowed to the page, and its fonts with it)
+MIN_LEGEND_PT = 8.0
+#: the metadata key under which :func:`save_or_glue` records :func:`check_figure`'s findings
+CHECK_KEY = "attnsvm_figure_check"
+
+
+def _shown_scale(fig, renderer) -> float:
+    """The factor by which the book narrows ``fig`` (saved with ``bbox_inches="tight"``)."""
+    width_in = fig.get_tightbbox(renderer).width
+    return min(1.0, PAGE_WIDTH / width_in) if width_in > 0 else 1.0
+
+
+def _in_view(axis, text, which: int) -> bool:
+    """Whether a tick label sits at a tick inside its axis' view interval (matplotlib keeps the
+    labels of ticks outside it, and does not draw them)."""
+    lo, hi = sorted(axis.get_view_interval())
+    v = text.get_position()[which]
+    tol = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+    return lo - tol <= v <= hi + tol
+
+
+def _label_texts(fig):
+    """``[(description, Text)]``: every tick label, axis label, title, axes text and legend
+    entry of ``fig`` that is drawn and non-empty."""
+    out = []
+
+    def add(what, t):
+        if t is not None and t.get_visible() and t.get_text().strip():
+            out.append((what, t))
+
+    for k, ax in enumerate(fig.axes):
+        name = f"axes {k}"
+        for axis, which, letter in ((ax.xaxis, 0, "x"), (ax.yaxis, 1, "y")):
+            if not axis.get_visible():
+                continue
+            for minor in (False, True):
+                for tick in axis.get_minor_ticks() if minor else axis.get_major_ticks():
+                    for lab in (tick.label1, tick.label2):
+                        if lab.get_visible() and tick.get_visible() and _in_view(axis, lab, which):
+                            add(f"{name} {letter} tick label {lab.get_text()!r}", lab)
+            add(f"{name} {letter} label", axis.label)
+        for loc, title in (("", ax.title), ("left ", ax._left_title), ("right ", ax._right_title)):
+            add(f"{name} {loc}title", title)
+        for t in ax.texts:
+            add(f"{name} text {t.get_text()!r}", t)
+    for t in fig.texts:
+        add(f"figure text {t.get_text()!r}", t)
+    if getattr(fig, "_suptitle", None) is not None:
+        add("suptitle", fig._suptitle)
+    return out
+
+
+def _legends(fig):
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    return [leg for leg in legends if leg is not None and leg.get_visible()]
+
+
+def _line_style(line):
+    """What tells a labelled line apart: its colour (RGBA), dash pattern and marker."""
+    from matplotlib.colors import to_rgba  # deferred: matplotlib is heavy to import
+
+    ls = line.get_linestyle()
+    marker = line.get_marker()
+    return (tuple(round(c, 3) for c in to_rgba(line.get_color())), ls,
+            None if marker in (None, "None", "", " ") else str(marker))
+
+
+def check_figure(fig, *, min_legend_pt: float = MIN_LEGEND_PT) -> list[str]:
+    """The legibility problems of a figure, as sentences (an empty list: none found).
+
+    Three rules, checked after drawing the figure (so that matplotlib's text positions and
+    bounding boxes are the ones saved):
+
+    1. **Legends are legible**: every legend entry's font is at least ``min_legend_pt`` points as
+       the figure is shown in the book, that is its size times ``min(1, PAGE_WIDTH / w)`` for a
+       figure ``w`` inches wide once saved (:data:`PAGE_WIDTH`: wider figures are narrowed).
+    2. **No text printed over other text**: the bounding boxes of the drawn tick labels, axis
+       labels, titles, axes texts and legend entries of the whole figure do not overlap (by more
+       than half a point in both directions, so that touching boxes pass).
+    3. **Labelled lines can be told apart**: within one axes, two lines with different legend
+       labels differ in colour, dash pattern or marker (e.g. GD and PRGD in the same colour and
+       both solid fail; one method's two quantities, solid and dashed, pass).
+
+    Parameters
+    ----------
+    fig : matplotlib Figure
+    min_legend_pt : float
+        The smallest legend font allowed, in points as shown.
+
+    Returns
+    -------
+    list of str
+        One sentence per problem, naming the axes and the text or lines concerned.
+    """
+    from matplotlib.lines import Line2D  # deferred: matplotlib is heavy to import
+
+    if not (isinstance(min_legend_pt, (int, float)) and min_legend_pt > 0):
+        raise ValueError(f"min_legend_pt must be a positive number, got {min_legend_pt!r}")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    scale = _shown_scale(fig, renderer)
+    problems = []
+    # 1. legend fonts
+    for leg in _legends(fig):
+        for t in leg.get_texts():
+            shown = t.get_fontsize() * scale
+            if t.get_text().strip() and shown < min_legend_pt - 1e-9:
+                problems.append(f"legend entry {t.get_text()!r} is {shown:.1f} pt as shown "
+                                f"({t.get_fontsize():g} pt in a figure narrowed by {scale:.2f}); "
+                                f"at least {min_legend_pt:g} pt")
+    # 2. overlapping text
+    texts = _label_texts(fig)
+    for k, leg in enumerate(_legends(fig)):
+        texts += [(f"legend {k} entry {t.get_text()!r}", t) for t in leg.get_texts()
+                  if t.get_text().strip()]
+    pad = 0.5 * fig.dpi / 72  # half a point, in display pixels
+    boxes = [(what, t.get_window_extent(renderer)) for what, t in texts]
+    for i in range(len(boxes)):
+        wi, bi = boxes[i]
+        for j in range(i + 1, len(boxes)):
+            wj, bj = boxes[j]
+            dx = min(bi.x1, bj.x1) - max(bi.x0, bj.x0)
+            dy = min(bi.y1, bj.y1) - max(bi.y0, bj.y0)
+            if dx > pad and dy > pad:
+                problems.append(f"{wi} overlaps {wj}")
+    # 3. labelled lines of one axes that look the same
+    for k, ax in enumerate(fig.axes):
+        seen = {}
+        for line in ax.get_lines():
+            label = line.get_label()
+            if not isinstance(line, Line2D) or not label or label.startswith("_"):
+                continue
+            seen.setdefault(_line_style(line), set()).add(label)
+        for style, labels in seen.items():
+            if len(labels) > 1:
+                problems.append(f"axes {k}: lines {sorted(labels)} are drawn alike "
+                                f"(colour {style[0]}, line style {style[1]!r}, marker {style[2]})")
+    return problems
+
+
+__all__.append("check_figure")
+
+
 def _png(fig) -> bytes:
 
     buf = io.BytesIO()
@@ -238,7 +382,10 @@ def save_or_glue(fig, key: str):
     Jupyter, VS Code, GitHub and a reader's ``papermill`` run show. The second carries glue
     metadata under the unused name ``<key>.shown``, so that myst-nb treats it as a record that
     is never pasted and the book's page shows the figure once (under its caption). The output
-    metadata gives the PNG a display width of :data:`CSS_PX_PER_INCH` pixels per inch of figure.
+    metadata gives the PNG a display width of :data:`CSS_PX_PER_INCH` pixels per inch of figure,
+    and the glue record's metadata holds the findings of :func:`check_figure` under
+    :data:`CHECK_KEY` (a list of sentences, empty when the figure passes; the book's tests read
+    them from every executed notebook).
     Outside a Jupyter kernel the figure is just closed.
 
     Returns ``None``, so that a cell ending with this call does not display the figure twice.
@@ -256,6 +403,7 @@ def save_or_glue(fig, key: str):
         plt.close(fig)
         return None
     _drop_unshowable(fig)
+    problems = check_figure(fig)
     png = _png(fig)
     plt.close(fig)
     width_px, height_px = struct.unpack(">II", png[16:24])  # the PNG header (IHDR)
@@ -264,7 +412,7 @@ def save_or_glue(fig, key: str):
     text = f"<Figure {key} ({width_px}x{height_px} px)>"
     css = {"width": round(width_px / DPI * CSS_PX_PER_INCH)}
     display({prefix + "image/png": b64, prefix + "text/plain": text}, raw=True,
-            metadata={prefix + "image/png": css, "image/png": css,
+            metadata={prefix + "image/png": css, "image/png": css, CHECK_KEY: problems,
                       "scrapbook": {"name": key, "mime_prefix": prefix}})
     display({"image/png": b64, "text/plain": text}, raw=True,
             metadata={"image/png": css,

@@ -1,0 +1,140 @@
+"""``{glue:figure}`` from another document: a chapter shows its notebook's figures.
+
+myst-nb 1.x pastes a figure only from the page's own notebook (``{glue:figure} key``); its
+``{glue:text}`` role already reads another document's glue as ``path::key``. This extension
+gives the figure directive the same form::
+
+    ```{glue:figure} ../notebooks/ch01_separable.ipynb::fig_rates
+    :name: fig-ch01-rates-chapter
+
+    The caption.
+    ```
+
+The figure node (numbered, referenced by its ``:name:``, captioned) is made when the chapter is
+read; the image inside it is filled in after all documents are read (a Sphinx post-transform,
+as myst-nb does for ``{glue:text}``) from the glue cache that myst-nb writes for the notebook.
+The PNG is written into the output's image folder under its SHA-256, the name myst-nb gives it
+on the notebook's own page, and keeps the display width the notebook gave it
+(:func:`attnsvm.plot.save_or_glue`). A key or a document that does not exist is a Sphinx warning
+naming both, so the book's strict build fails on it. Without ``::`` the directive is myst-nb's.
+"""
+from __future__ import annotations
+
+__all__ = ["setup"]
+
+
+def _directive():
+    from docutils import nodes
+    from myst_nb.ext.glue.directives import PasteFigureDirective
+    from myst_nb.ext.glue.utils import (
+        PendingGlueReferenceError,
+        create_pending_glue_ref,
+        glue_warning,
+    )
+
+    class CrossDocFigure(PasteFigureDirective):
+        """``{glue:figure}`` that also takes ``path::key`` (a key glued in another document)."""
+
+        def run(self):
+            arg = self.arguments[0]
+            if "::" not in arg:
+                return super().run()
+            doc, key = (s.strip() for s in arg.split("::", 1))
+            try:
+                ref = create_pending_glue_ref(self.document, self.source, self.line, doc, key)
+            except PendingGlueReferenceError as exc:
+                return [glue_warning(str(exc), self.document, self.line)]
+            ref["attnsvm_figure"] = True
+            for opt in ("alt", "height", "width", "scale", "class"):
+                if opt in self.options:
+                    ref[f"image_{opt}"] = self.options[opt]
+            # as myst-nb's directive (after sphinx's Figure): node, options, name, caption
+            figure_node = nodes.figure("", ref)
+            self.set_source_info(figure_node)
+            figwidth = self.options.pop("figwidth", None)
+            figclasses = self.options.pop("figclass", None)
+            align = self.options.pop("align", None)
+            if figwidth is not None:
+                figure_node["width"] = figwidth
+            if figclasses:
+                figure_node["classes"] += figclasses
+            if align:
+                figure_node["align"] = align
+            self.add_name(figure_node)
+            if self.content:
+                node = nodes.Element()
+                self.state.nested_parse(self.content, self.content_offset, node)
+                first = node[0]
+                if not isinstance(first, nodes.paragraph):
+                    return [figure_node, glue_warning(
+                        "Figure caption must be a paragraph.", self.document, self.lineno)]
+                caption = nodes.caption(first.rawsource, "", *first.children)
+                caption.source, caption.line = first.source, first.line
+                figure_node += caption
+                if len(node) > 1:
+                    figure_node += nodes.legend("", *node[1:])
+            return [figure_node]
+
+    return CrossDocFigure
+
+
+def _fill_figures(app, doctree, docname: str):
+    """Replace each pending figure reference by its image (before myst-nb's own pass)."""
+    from binascii import a2b_base64
+    from pathlib import Path
+
+    from myst_nb._compat import findall
+    from myst_nb.core.render import get_mime_priority
+    from myst_nb.ext.glue.crossref import generate_any_nodes, read_glue_cache, ref_warning
+    from myst_nb.ext.glue.utils import PendingGlueReference
+
+    env = app.env
+    for node in list(findall(doctree)(PendingGlueReference)):
+        if not node.get("attnsvm_figure"):
+            continue
+        data = read_glue_cache(env.mystnb_config.output_folder, node.refdoc)
+        if node.key not in data:
+            ref_warning(f"Glue figure {node.key!r} not found in doc {node.refdoc!r}", node)
+            node.parent.remove(node)
+            continue
+        output = data[node.key]
+        if "image/png" not in output.get("data", {}):
+            ref_warning(f"Glue figure {node.key!r} of {node.refdoc!r} has no image/png", node)
+            node.parent.remove(node)
+            continue
+        priority = get_mime_priority(app.builder.name, app.config["nb_mime_priority_overrides"])
+        made = generate_any_nodes(node, {"data": {"image/png": output["data"]["image/png"]}},
+                                  ["image/png"] if "image/png" in priority else priority,
+                                  app.builder, env)
+        if not made:
+            node.parent.remove(node)
+            continue
+        (img,) = made
+        # the file itself, under the name the notebook's page gives it (written again if absent)
+        if app.builder.format == "html":
+            target = Path(app.builder.outdir) / Path(docname).parent / img["uri"]
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(a2b_base64(output["data"]["image/png"]))
+        width = output.get("metadata", {}).get("image/png", {}).get("width")
+        if width and "image_width" not in node:
+            img["width"] = f"{width}px"
+        for opt in ("alt", "height", "width", "scale", "class"):
+            if f"image_{opt}" in node:
+                img["classes" if opt == "class" else opt] = node[f"image_{opt}"]
+        node.replace_self(img)
+
+
+def setup(app):
+    from sphinx.transforms.post_transforms import SphinxPostTransform
+
+    class FillGlueFigures(SphinxPostTransform):
+        default_priority = 4  # before myst-nb's ReplacePendingGlueReferences (5)
+
+        def apply(self, **kwargs):
+            _fill_figures(self.app, self.document, self.env.docname)
+
+    app.setup_extension("myst_nb")
+    app.add_directive_to_domain("glue", "figure", _directive(), override=True)
+    app.add_post_transform(FillGlueFigures)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
