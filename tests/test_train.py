@@ -7,6 +7,7 @@ import torch
 from attnsvm.data import LinearData, random_unit
 from attnsvm.metrics import corr
 from attnsvm.train import History, NonFiniteError, fit, record_grid, resolve_device
+from rounding import rounding_spread
 
 
 def unit_data(B, n=6, T=8, d=10, seed=0):
@@ -39,21 +40,43 @@ CASES = [
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(str(v) for v in kw.values()))
 def test_batched_equals_one_at_a_time(kw):
+    """Trial ``b`` of a batched run equals the trial run alone, to the tolerance that rounding
+    of the transcendental functions allows (see ``tests/rounding.py``): on a CPU an element of
+    ``exp``/``log``/``softplus``/... takes the SIMD or the scalar kernel by its position in the
+    whole tensor, so the two runs may differ by an ulp there (on AVX2, ``ATEN_CPU_CAPABILITY=avx2``,
+    the (K,Q) ``ngd_param`` run with a penalty differs by 8.5e-12 after 60 steps: a normalized
+    step near the regularized minimizer amplifies it). The tolerance of each series is derived
+    from the run: 4 times the spread of three runs whose transcendental values move by one ulp
+    at random (:class:`rounding.UlpJitter`), plus 8 ulp of the series' scale; where rounding
+    cannot move a run (every case but that one) it is ~1e-15 of the scale. The test can fail:
+    a relative change of 1e-12 in one trial's tokens (far less than reading another trial's
+    data or norm) exceeds it in every case (measured on AVX2)."""
     data = unit_data(3, n=5, T=4, d=3, seed=1)
     steps = 60
     common = dict(steps=steps, seed=5, record_every=10, device="cpu", progress=False,
                   snapshots=True)
     refs = {"R": np.random.default_rng(2).standard_normal((3,) + ((3,) if kw["model"] == "prompt" else (3, 3)))}
-    hb = fit(data, refs=refs, **common, **kw)
+    names = ("loss", "norm", "log_loss", "opt_mass", "snapshots")
+
+    def run():
+        h = fit(data, refs=refs, **common, **kw)
+        return {**{name: getattr(h, name) for name in names}, "corr": h.corr["R"],
+                **{"param " + k: P[None] for k, P in h.params.items()}, "selected": h.selected}
+
+    hb, spread = rounding_spread(run)
     for b in range(3):
         one = fit(data.trial(b), refs={"R": refs["R"][b]}, **{**common, "seed": [(5, b)]}, **kw)
-        for name in ("loss", "norm", "log_loss", "opt_mass", "snapshots"):
-            np.testing.assert_allclose(getattr(one, name)[:, 0], getattr(hb, name)[:, b],
-                                       rtol=1e-10, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(one.corr["R"][:, 0], hb.corr["R"][:, b], rtol=1e-10, atol=1e-12)
-        np.testing.assert_array_equal(one.selected[:, 0], hb.selected[:, b])
-        for k, P in hb.params.items():
-            np.testing.assert_allclose(one.params[k][0], P[b], rtol=1e-10, atol=1e-12, err_msg=k)
+        got = {**{name: getattr(one, name) for name in names}, "corr": one.corr["R"],
+               **{"param " + k: P[None] for k, P in one.params.items()}}
+        for name, a in got.items():
+            ref = hb[name][:, b]
+            scale = np.nanmax(np.abs(ref)) if np.any(np.isfinite(ref)) else 0.0
+            tol = 4 * np.nanmax(spread[name][:, b], initial=0.0) + 8 * EPS * scale
+            np.testing.assert_allclose(a[:, 0], ref, rtol=0, atol=tol, err_msg=name)
+        np.testing.assert_array_equal(one.selected[:, 0], hb["selected"][:, b])
+
+
+EPS = np.finfo(np.float64).eps
 
 
 def test_linear_batched_equals_one_at_a_time_and_history():
