@@ -23,6 +23,10 @@ CHAPTER = """# Chapter
 The chapter's copy.
 ```
 
+```{glue:figure} ../notebooks/nb.ipynb::fig_a
+:name: fig-ch-b
+```
+
 See {numref}`fig-ch-a` and {numref}`fig-nb-a`.
 """
 
@@ -52,8 +56,13 @@ def _book(root: Path, monkeypatch, chapter: str = CHAPTER) -> Path:
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("A.plot.save_or_glue(fig, 'fig_a')")
     cell.outputs = [nbformat.v4.new_output("display_data", data=d, metadata=m) for d, m in shown]
+    prefix = "application/papermill.record/"
+    cell.outputs.append(nbformat.v4.new_output(
+        "display_data", data={prefix + "text/plain": "3.14159", "text/plain": "3.14159"},
+        metadata={"scrapbook": {"name": "x", "mime_prefix": prefix}}))
     nb.cells = [cell, nbformat.v4.new_markdown_cell(
-        "# Notebook\n\n```{glue:figure} fig_a\n:name: fig-nb-a\n\nThe notebook's copy.\n```\n")]
+        "# Notebook\n\n```{glue:figure} fig_a\n:name: fig-nb-a\n\nThe notebook's copy, "
+        "$x =$ {glue:text}`x:.2f`.\n```\n")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nbformat.write(nb, str(root / "notebooks" / "nb.ipynb"))
@@ -79,7 +88,11 @@ def test_a_chapter_shows_its_notebooks_figure(tmp_path, monkeypatch):
     nb = nbformat.read(str(root / "notebooks" / "nb.ipynb"), as_version=4)
     width = nb.cells[0].outputs[0].metadata["image/png"]["width"]
     assert f"width: {width}px" in html  # the display width that save_or_glue gave it
-    assert "The chapter’s copy." in html and "Fig. 1" in html and "Fig. 2" in html
+    assert "The chapter’s copy." in html and "Fig. 1" in html and "Fig. 3" in html
+    # without a caption of its own: the notebook's, its glue read from the notebook
+    second = re.search(r'<figure[^>]*id="fig-ch-b".*?</figure>', html, re.S).group(0)
+    assert "The notebook’s copy" in second and '<span class="pasted-text">3.14</span>' in second
+    assert src in second
 
 
 @pytest.mark.slow

@@ -10,15 +10,22 @@ gives the figure directive the same form::
     The caption.
     ```
 
-The figure node (numbered, referenced by its ``:name:``, captioned) is made when the chapter is
-read; the image inside it is filled in after all documents are read (a Sphinx post-transform,
-as myst-nb does for ``{glue:text}``) from the glue cache that myst-nb writes for the notebook.
+Without a caption of its own the directive takes the caption of the notebook's
+``{glue:figure}`` of the same key, its ``{glue:text}`` roles pointed at the notebook, so that a
+caption is written once. The figure node (numbered, referenced by its ``:name:``, captioned) is
+made when the chapter is read; the image inside it is filled in after all documents are read (a
+Sphinx post-transform, as myst-nb does for ``{glue:text}``) from the glue cache that myst-nb
+writes for the notebook.
 The PNG is written into the output's image folder under its SHA-256, the name myst-nb gives it
 on the notebook's own page, and keeps the display width the notebook gave it
 (:func:`attnsvm.plot.save_or_glue`). A key or a document that does not exist is a Sphinx warning
 naming both, so the book's strict build fails on it. Without ``::`` the directive is myst-nb's.
 """
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
 
 __all__ = ["setup"]
 
@@ -45,6 +52,11 @@ def _directive():
             except PendingGlueReferenceError as exc:
                 return [glue_warning(str(exc), self.document, self.line)]
             ref["attnsvm_figure"] = True
+            if not self.content:  # the caption of the notebook's own figure of this key
+                try:
+                    self.content = _notebook_caption(self.state.document.settings.env, doc, key)
+                except LookupError as exc:
+                    return [glue_warning(str(exc), self.document, self.line)]
             for opt in ("alt", "height", "width", "scale", "class"):
                 if opt in self.options:
                     ref[f"image_{opt}"] = self.options[opt]
@@ -78,10 +90,46 @@ def _directive():
     return CrossDocFigure
 
 
+_FENCE = re.compile(r"^(`{3,}|:{3,})\{glue:figure\}\s+(\S+)\s*$")
+_GLUE_ROLE = re.compile(r"\{(glue(?::[a-z]*)?)\}`(?![^`]*::)([^`]+)`")
+
+
+def _notebook_caption(env, doc: str, key: str):
+    """The caption of ``{glue:figure} key`` in the notebook ``doc`` (relative to the page being
+    read), its own glue roles made to point at that notebook: one caption for both pages."""
+    from docutils.statemachine import StringList
+
+    _, path = env.relfn2path(doc, env.docname)
+    env.note_dependency(path)  # a changed caption re-reads the chapter
+    try:
+        cells = json.loads(Path(path).read_text())["cells"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise LookupError(f"cannot read the caption of {key!r} from {doc}: {exc}") from None
+    for cell in cells:
+        if cell.get("cell_type") != "markdown":
+            continue
+        src = cell["source"]
+        lines = ("".join(src) if isinstance(src, list) else src).splitlines()
+        for k, line in enumerate(lines):
+            m = _FENCE.match(line)
+            if not m or m.group(2) != key:
+                continue
+            body = []
+            for rest in lines[k + 1:]:
+                if rest.strip() == m.group(1):
+                    break
+                body.append(rest)
+            while body and (body[0].startswith(":") or not body[0].strip()):
+                body.pop(0)
+            text = [_GLUE_ROLE.sub(lambda g: f"{{{g.group(1)}}}`{doc}::{g.group(2)}`", b)
+                    for b in body]
+            return StringList(text, source=str(path))
+    raise LookupError(f"no {{glue:figure}} {key} in {doc} to take its caption from")
+
+
 def _fill_figures(app, doctree, docname: str):
     """Replace each pending figure reference by its image (before myst-nb's own pass)."""
     from binascii import a2b_base64
-    from pathlib import Path
 
     from myst_nb._compat import findall
     from myst_nb.core.render import get_mime_priority
