@@ -9,7 +9,16 @@ fails. For each page, after MathJax has finished its first typesetting pass:
   undefined macros (shown by MathJax as red ``\\name`` text);
 * **raw TeX**: a text node outside MathJax's output (and outside code, ``pre`` and scripts) that
   still holds ``\\(``, ``\\[``, ``$...$`` or a backslash macro, and a page title holding TeX;
-* **images**: every ``<img>`` loaded (``naturalWidth > 0``).
+* **images**: every ``<img>`` loaded (``naturalWidth > 0``);
+* **clipped formulas**: a typeset formula that sticks out of an ancestor whose overflow is
+  ``hidden``/``clip`` (a theorem or proof box), so part of it cannot be seen or scrolled to;
+* **wide page**: the page scrolls sideways (``scrollWidth`` over the viewport's width);
+* **leaks**: text that names a build-machine path (the source tree, the build directory, the
+  home directory, a ``site-packages`` folder, ``/home/...``, ``/tmp/...``), a link to the
+  ``OWNER`` placeholder repository, and a glued value (``glue:text``) that reads ``nan``/``inf``.
+
+:func:`check_phone_menu` opens a page at a phone's size (390x844), taps the visible menu button
+and reports how many links of the chapter list are on screen before and after.
 
 Used by ``tests/test_browser.py``; also ``python tests/browser_check.py _build/html``. The
 browser itself (where it is, its flags, which requests stay local) is ``tools/chromium.py``,
@@ -30,8 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/chromium.py
 from chromium import CHROMIUM, CHROMIUM_ARGS, INSTALL_HINT, chromium_path, is_local  # noqa: E402
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "INSTALL_HINT", "PageReport", "chromium_path",
-           "book_pages", "check_pages", "serve", "main"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "INSTALL_HINT", "DESKTOP", "PHONE", "PageReport",
+           "MenuReport", "chromium_path", "book_pages", "check_pages", "check_phone_menu",
+           "forbidden_strings", "serve", "main"]
 
 #: folders of an HTML build that hold no pages of the book
 SKIP_DIRS = ("_static", "_sources", "_images", "_downloads", ".doctrees", "jupyter_execute")
@@ -39,7 +49,7 @@ SKIP_DIRS = ("_static", "_sources", "_images", "_downloads", ".doctrees", "jupyt
 _REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.I)
 
 _CHECK_JS = r"""
-async () => {
+async (forbidden) => {
   const wait = (ms) => new Promise((r) => setTimeout(r, ms));
   if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
     await Promise.race([window.MathJax.startup.promise, wait(60000)]);
@@ -78,9 +88,49 @@ async () => {
   if (rx.test(document.title)) raw.push("<title> " + document.title);
   const broken = imgs.filter((i) => !(i.complete && i.naturalWidth > 0)).map(
     (i) => i.getAttribute("src"));
+  // formulas cut off by a box that hides its overflow (nothing to scroll to)
+  const tex = new Map();
+  for (const item of (mdoc && mdoc.math) || []) {
+    if (item.typesetRoot) tex.set(item.typesetRoot, String(item.math));
+  }
+  const clipped = [];
+  for (const c of document.querySelectorAll("mjx-container")) {
+    const r = c.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;  // not displayed (a folded cell)
+    for (let a = c.parentElement; a && a !== document.body; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if (!/hidden|clip/.test(s.overflowX)) continue;  // "auto"/"scroll": it can be scrolled
+      const b = a.getBoundingClientRect();
+      if (r.right > b.right + 1 || r.left < b.left - 1) {
+        clipped.push((tex.get(c) || c.textContent).trim().slice(0, 60));
+        break;
+      }
+    }
+  }
+  // text of the page (not scripts, styles) and the links: build-machine paths, placeholders
+  const texts = [];
+  const tw = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = tw.nextNode(); n; n = tw.nextNode()) {
+    const el = n.parentElement;
+    if (el && !el.closest("script, style")) texts.push(n.nodeValue);
+  }
+  const body = texts.join("\n");
+  const paths = [];
+  for (const f of forbidden) {
+    let i = body.indexOf(f);
+    if (i >= 0) paths.push(body.slice(Math.max(0, i - 30), i + f.length + 40).trim());
+  }
+  const prx = /(?<![\w:/.~-])\/(?:home|root|tmp|Users|work)\/[\w.-]+|[\w./-]*(?:site|dist)-packages\b/g;
+  for (const m of body.matchAll(prx)) paths.push(m[0]);
+  const owner = Array.from(document.querySelectorAll("a[href]")).map((a) => a.href).filter(
+    (h) => /\/OWNER(\/|$)/.test(h));
+  const nans = Array.from(document.querySelectorAll(".pasted-text, .pasted-inline")).map(
+    (e) => e.textContent.trim()).filter((t) => /(^|[^\w])(nan|NaN|inf)([^\w]|$)/.test(t));
   return {errors, raw, broken, formulas: document.querySelectorAll("mjx-container").length,
           images: imgs.length,
-          mathjax: !!(window.MathJax && window.MathJax.version)};
+          mathjax: !!(window.MathJax && window.MathJax.version),
+          clipped, paths: Array.from(new Set(paths)), owner: Array.from(new Set(owner)), nans,
+          width: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }
 """
 
@@ -97,17 +147,31 @@ class PageReport:
     images: int
     blocked: list  # requests aborted because they left the machine
     mathjax: bool  # MathJax loaded on the page
+    clipped: list = dataclasses.field(default_factory=list)  # formulas a box cuts off (TeX)
+    paths: list = dataclasses.field(default_factory=list)  # build-machine paths in the text
+    owner: list = dataclasses.field(default_factory=list)  # links to the OWNER placeholder
+    nans: list = dataclasses.field(default_factory=list)  # glued values reading nan/inf
+    width: int = 0  # the page's scrollWidth (px)
+    viewport: int = 0  # the viewport's width (px)
+
+    @property
+    def wide(self) -> bool:
+        """The page scrolls sideways at this viewport."""
+        return self.width > self.viewport + 1
 
     @property
     def ok(self) -> bool:
-        return not (self.errors or self.raw or self.broken or self.blocked)
+        return not (self.errors or self.raw or self.broken or self.blocked or self.clipped
+                    or self.paths or self.owner or self.nans or self.wide)
 
     def describe(self) -> str:
         parts = []
-        for name in ("errors", "raw", "broken", "blocked"):
+        for name in ("errors", "raw", "broken", "blocked", "clipped", "paths", "owner", "nans"):
             items = getattr(self, name)
             if items:
                 parts.append(f"{len(items)} {name}: " + "; ".join(map(str, items[:4])))
+        if self.wide:
+            parts.append(f"wide: {self.width} px in a {self.viewport} px viewport")
         return f"{self.page}: " + (" | ".join(parts) or "ok")
 
 
@@ -118,12 +182,31 @@ def book_pages(html_dir: str | os.PathLike) -> list[str]:
                   if not set(p.relative_to(html_dir).parts[:-1]) & set(SKIP_DIRS))
 
 
+#: a desktop screen and a phone (CSS pixels)
+DESKTOP = (1366, 900)
+PHONE = (390, 844)
+
+
+def forbidden_strings(*extra) -> list[str]:
+    """Build-machine paths no page may print: the source tree, home, Python's prefix, ``extra``."""
+    out = {str(Path(__file__).resolve().parents[1]), sys.prefix, *(str(e) for e in extra)}
+    home = str(Path.home())
+    if home not in ("/", ""):
+        out.add(home)
+    return sorted(o for o in out if o and o != "/")
+
+
 def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
-                base_url: str | None = None, timeout_s: float = 90.0) -> list[PageReport]:
+                base_url: str | None = None, timeout_s: float = 90.0,
+                viewport: tuple[int, int] = DESKTOP, forbidden: list[str] | None = None
+                ) -> list[PageReport]:
     """Open each page of ``html_dir`` in headless Chromium (no network) and report it.
 
     ``base_url`` (e.g. ``http://127.0.0.1:8000/``) loads the pages over HTTP instead of from
-    ``file://``. Raises ``RuntimeError`` when Chromium or playwright is missing.
+    ``file://``. ``viewport`` is (width, height) in CSS pixels (:data:`PHONE` emulates a phone:
+    touch, mobile layout). ``forbidden``: strings no page's text may hold (default
+    :func:`forbidden_strings` plus ``html_dir``'s parent). Raises ``RuntimeError`` when Chromium
+    or playwright is missing.
     """
     exe = chromium_path()
     if exe is None:
@@ -135,12 +218,14 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                            "-c constraints.txt") from None
     html_dir = Path(html_dir).resolve()
     pages = book_pages(html_dir) if pages is None else pages
+    if forbidden is None:
+        forbidden = forbidden_strings(html_dir.parent)
     out = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS),
                                      headless=True)
         try:
-            context = browser.new_context(service_workers="block")
+            context = browser.new_context(service_workers="block", **_viewport(viewport))
             blocked: list[str] = []
 
             def route(r):
@@ -161,26 +246,109 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                     page.wait_for_url(lambda u, rel=rel: not u.endswith("/" + rel),
                                       timeout=timeout_s * 1000)
                     page.wait_for_load_state("load", timeout=timeout_s * 1000)
-                res = _evaluate(page, timeout_s)
+                res = _evaluate(page, timeout_s, list(forbidden))
                 out.append(PageReport(rel, res["errors"], res["raw"], res["broken"],
                                       res["formulas"], res["images"], list(blocked),
-                                      res["mathjax"]))
+                                      res["mathjax"], res["clipped"], res["paths"],
+                                      res["owner"], res["nans"], res["width"], res["viewport"]))
         finally:
             browser.close()
     return out
 
 
-def _evaluate(page, timeout_s: float, tries: int = 3):
+def _viewport(size: tuple[int, int]) -> dict:
+    """playwright context options for a viewport; a phone-sized one is a touch phone."""
+    w, h = size
+    phone = w < 600
+    return {"viewport": {"width": w, "height": h}, "is_mobile": phone, "has_touch": phone}
+
+
+def _evaluate(page, timeout_s: float, forbidden: list[str], tries: int = 3):
     """Run the checks; a page that redirects (the root index.html) is checked where it lands."""
     from playwright.sync_api import Error
 
     for k in range(tries):
         try:
-            return page.evaluate(_CHECK_JS)
+            return page.evaluate(_CHECK_JS, forbidden)
         except Error as exc:
             if "context was destroyed" not in str(exc) or k == tries - 1:
                 raise
             page.wait_for_load_state("load", timeout=timeout_s * 1000)
+
+
+_MENU_JS = r"""
+() => {
+  const shown = (e) => {
+    const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+    return r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none" &&
+      r.right > 0 && r.left < innerWidth && r.bottom > 0 && r.top < innerHeight &&
+      document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2) === e;
+  };
+  const links = Array.from(document.querySelectorAll(".bd-sidebar-primary nav.bd-links a"));
+  return {links: links.length, shown: links.filter(shown).map((a) => a.textContent.trim()),
+          toggles: Array.from(document.querySelectorAll(".primary-toggle")).filter(
+            (b) => b.getBoundingClientRect().width > 0 && getComputedStyle(b).visibility !==
+            "hidden").length,
+          search: Array.from(document.querySelectorAll(
+            "input[type=search], .search-button, .search-button-field")).filter(
+            (e) => e.getBoundingClientRect().width > 0 &&
+              getComputedStyle(e).visibility !== "hidden").length};
+}
+"""
+
+
+@dataclasses.dataclass
+class MenuReport:
+    """The chapter list of a page at a phone's size, before and after tapping the menu button."""
+
+    page: str
+    toggles: int  # visible menu buttons (the theme's ``.primary-toggle``)
+    search: int  # visible search boxes or buttons before the tap
+    before: list  # chapter-list links on screen (and not covered) before the tap
+    after: list  # ... and after it
+    links: int  # links in the chapter list
+
+    @property
+    def ok(self) -> bool:
+        return self.toggles == 1 and not self.before and len(self.after) >= min(5, self.links)
+
+
+def check_phone_menu(html_dir: str | os.PathLike, page_rel: str, *,
+                     viewport: tuple[int, int] = PHONE, screenshot: str | None = None
+                     ) -> MenuReport:
+    """Open ``page_rel`` at a phone's size, tap the visible menu button, see the chapter list.
+
+    A link counts as on screen when it lies in the viewport and is the element found at its
+    centre (not covered by the page). ``screenshot``: a PNG path for the screen after the tap.
+    """
+    from playwright.sync_api import sync_playwright
+
+    exe = chromium_path()
+    if exe is None:
+        raise RuntimeError(f"no Chromium found; {INSTALL_HINT}")
+    url = (Path(html_dir).resolve() / page_rel).as_uri()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS),
+                                     headless=True)
+        try:
+            context = browser.new_context(service_workers="block", **_viewport(viewport))
+            context.route("**/*", lambda r: r.continue_() if is_local(r.request.url)
+                          else r.abort())
+            page = context.new_page()
+            page.goto(url, wait_until="load")
+            page.wait_for_timeout(500)
+            first = page.evaluate(_MENU_JS)
+            buttons = [b for b in page.query_selector_all(".primary-toggle") if b.is_visible()]
+            if buttons:
+                buttons[0].tap()
+                page.wait_for_timeout(800)  # the drawer slides in
+            second = page.evaluate(_MENU_JS)
+            if screenshot:
+                page.screenshot(path=str(screenshot))
+        finally:
+            browser.close()
+    return MenuReport(page_rel, len(buttons), first["search"], first["shown"], second["shown"],
+                      second["links"])
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -159,7 +159,11 @@ class JointExperiment:
             learned[name] = dict(corr_W=float(np.nanmedian(cW)),
                                  corr_v=float(np.median(corr(r.v, v_l, elem_ndim=1))),
                                  feasible=int(feas.sum()))
-        peak = float(np.nanmax(np.nanmedian(self.runs["ngd"].corr_W[1:], axis=1)))   # W_0 = 0
+        # W_0 = 0; a step at which every trial's corr is NaN (W still 0) is left out before the
+        # median, so no "All-NaN slice" warning is printed on the notebook page
+        rows = self.runs["ngd"].corr_W[1:]
+        rows = rows[np.isfinite(rows).any(axis=1)]
+        peak = float(np.max(np.nanmedian(rows, axis=1))) if len(rows) else float("nan")
         return checks, stats, learned, peak
 
     def summary(self):
