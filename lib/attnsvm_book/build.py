@@ -45,6 +45,7 @@ from ._core import (BUILD_DIR, DAMAGED, STAGED_FILES, BuildError, BuildLock, Not
                     toc_notebooks, write_record)
 from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
 from .params import resolve_profile
+from .prose import check_glued_prose
 
 __all__ = ["NotebookResult", "execute_notebooks", "build", "stage", "write_report",
            "report_markdown", "package_versions", "REPORT_MARKER", "REPORT_TEMPLATE"]
@@ -314,6 +315,7 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
                              f"are cached)")
         if render_html:
             stage(root, results, report, build_dir / "stage", toc=toc)
+            check_glued_prose(build_dir / "stage")  # no unexplained NaN pasted into a sentence
             render(build_dir / "stage", build_dir.parent,
                    sources={r.notebook: r.executed_path for r in results})
             log(f"built in {time.perf_counter() - t0:.1f} s: {build_dir / 'html' / 'index.html'}")

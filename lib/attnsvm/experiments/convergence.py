@@ -941,7 +941,8 @@ class LocalFollowups:
 
     def summary(self):
         """``more_n_lo``, ``more_n_nlo``, ``more_kept_lo``, ``more_kept_nlo`` (continued local
-        trials, with a locally optimal final selection or not, and the fraction keeping it);
+        trials, with a locally optimal final selection or not, and the fraction keeping it),
+        ``more_kept_nlo_n`` (how many of the latter keep it: a count, defined when there are none);
         ``cone_n_lo``, ``cone_n_nlo``, ``cone_corr_init``, ``cone_kept_lo``,
         ``cone_corr_lo_median``, ``cone_kept_nlo``, ``cone_nlo_to_opt``,
         ``cone_corr_lo_init`` (median initial correlation of the locally optimal cone runs),
@@ -954,8 +955,10 @@ class LocalFollowups:
         if self.more is not None:
             out["more_kept_lo"] = float(self.more.kept[lo].mean()) if lo.any() else nan
             out["more_kept_nlo"] = float(self.more.kept[~lo].mean()) if (~lo).any() else nan
+            out["more_kept_nlo_n"] = int(self.more.kept[~lo].sum())
         else:
-            out.update(more_n_lo=0, more_n_nlo=0, more_kept_lo=nan, more_kept_nlo=nan)
+            out.update(more_n_lo=0, more_n_nlo=0, more_kept_lo=nan, more_kept_nlo=nan,
+                       more_kept_nlo_n=0)
         cl, cn = self.cone_lo, self.cone_nlo
         out.update({
             "cone_n_lo": int(self.local.size), "cone_n_nlo": int(self.found.sum()),

@@ -1,0 +1,52 @@
+"""The build fails on a glued NaN pasted into the prose, unless the paragraph says why."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+import attnsvm_book as book
+from attnsvm_book.prose import check_glued_prose, glued_nan_uses
+
+PREFIX = "application/papermill.record/"
+
+
+def _stage(tmp_path, chapter: str, cell_md: str = "# Notebook\n") -> object:
+    stage = tmp_path / "stage"
+    (stage / "book").mkdir(parents=True)
+    (stage / "notebooks").mkdir()
+    (stage / "book" / "ch.md").write_text(chapter)
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell("glue(...)")
+    code.outputs = [nbformat.v4.new_output(
+        "display_data", data={PREFIX + "text/plain": text},
+        metadata={"scrapbook": {"name": name, "mime_prefix": PREFIX}})
+        for name, text in (("frac", "nan"), ("n", "0"), ("x", "0.25"), ("np_nan", "np.float64(nan)"))]
+    nb.cells = [code, nbformat.v4.new_markdown_cell(cell_md)]
+    nbformat.write(nb, str(stage / "notebooks" / "nb.ipynb"))
+    return stage
+
+
+def test_a_nan_in_a_sentence_fails_the_build(tmp_path):
+    chapter = ("# Ch\n\nOf the {glue:text}`../notebooks/nb.ipynb::n:d` trials, a fraction\n"
+               "{glue:text}`../notebooks/nb.ipynb::frac:.2f` does.\n\n"
+               "| a | {glue:text}`../notebooks/nb.ipynb::np_nan:.3f` |\n|---|---|\n\n"
+               "Defined: {glue:text}`../notebooks/nb.ipynb::x:.2f`.\n")
+    stage = _stage(tmp_path, chapter, "# NB\n\nHere {glue:text}`frac:.2f` too.\n")
+    found = glued_nan_uses(stage)
+    assert found == ["book/ch.md:4: {glue:text}`../notebooks/nb.ipynb::frac:.2f` is NaN",
+                     "book/ch.md:6: {glue:text}`../notebooks/nb.ipynb::np_nan:.3f` is NaN",
+                     "notebooks/nb.ipynb cell 1:3: {glue:text}`frac:.2f` is NaN"]
+    with pytest.raises(book.BuildError, match="glued NaN in the prose"):
+        check_glued_prose(stage)
+
+
+def test_a_nan_that_the_paragraph_explains_passes(tmp_path):
+    chapter = ("# Ch\n\nA fraction {glue:text}`../notebooks/nb.ipynb::frac:.2f` does (NaN when\n"
+               "there is no such trial).\n\nDefined: {glue:text}`../notebooks/nb.ipynb::x:.2f`,\n"
+               "and a key the notebook lacks {glue:text}`../notebooks/nb.ipynb::nope`.\n")
+    stage = _stage(tmp_path, chapter)
+    assert glued_nan_uses(stage) == []
+    check_glued_prose(stage)
+    # "nan" in lower case is what the page prints, not an explanation
+    stage2 = _stage(tmp_path / "b", chapter.replace("NaN when", "nan when"))
+    assert len(glued_nan_uses(stage2)) == 1
