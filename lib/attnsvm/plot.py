@@ -19,6 +19,7 @@ __all__ = ["COLORS", "RC", "use_style", "figure", "trial_band", "save_or_glue"]
 COLORS = {
     "gd": "#1f77b4", "ngd": "#d62728", "ngd_param": "#e377c2", "polyak": "#2ca02c",
     "adam": "#9467bd", "sign": "#8c564b", "sgd": "#1f77b4", "sngd": "#d62728", "sps": "#2ca02c",
+    "prgd": "#bcbd22",
     "W": "#1f77b4", "KQ": "#ff7f0e", "prompt": "#17becf", "theory": "#555555",
 }
 
