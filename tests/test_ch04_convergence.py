@@ -9,7 +9,8 @@ import pytest
 
 import attnsvm.experiments.convergence as C
 from attnsvm import tokens
-from attnsvm import metrics, svm
+from attnsvm import losses, metrics, svm
+import attnsvm.bounds as A_bounds
 from attnsvm.data import AttnData
 import attnsvm.data as A_data
 
@@ -48,12 +49,12 @@ def test_saturation_lemma_two_sided(inst, choices):
         assert S.any()                                  # some constraint is active
         for R in (0.5, 3.0, 20.0, 200.0, 2000.0):
             W = R * Wa / np.linalg.norm(Wa)
-            q = C.nonselected_mass(W, data.X[b], data.Z[b], alpha)
+            q = metrics.nonselected_mass(W, data.X[b], data.Z[b], alpha)
             mu = R / np.linalg.norm(Wa)
             up = (T - 1) * np.exp(-mu) / (1 + (T - 1) * np.exp(-mu))
             low = np.exp(-mu) / (1 + (T - 1) * np.exp(-mu))
             assert np.all(q <= up * (1 + 1e-9))
-            assert np.all(q <= C.saturation_bound(Wa, R, T) * (1 + 1e-9))
+            assert np.all(q <= A_bounds.saturation_bound(Wa, R, T) * (1 + 1e-9))
             has = S.any(axis=1)
             assert np.all(q[has] >= low * (1 - 1e-9))
             # the exponent is exact: the bound with a doubled exponent is violated
@@ -65,7 +66,7 @@ def test_nonselected_mass_matches_softmax(inst):
     data, opt, Wmm = inst
     W = 2.0 * Wmm[0]
     s = metrics.attention(data.X[0], W, data.Z[0])
-    q = C.nonselected_mass(W, data.X[0], data.Z[0], opt[0])
+    q = metrics.nonselected_mass(W, data.X[0], data.Z[0], opt[0])
     np.testing.assert_allclose(q, 1 - s[np.arange(data.n), opt[0]], rtol=1e-10, atol=1e-15)
 
 
@@ -83,14 +84,14 @@ def test_cone_lemma(inst):
                 G = rng.standard_normal(Wa.shape)
                 W = Wa / np.linalg.norm(Wa) + eps * G / np.linalg.norm(G)
                 W = R * W / np.linalg.norm(W)
-                bound = C.cone_margin_bound(W, Wa, data.X[b], data.Z[b], opt[b])
+                bound = A_bounds.cone_margin_bound(W, Wa, data.X[b], data.Z[b], opt[b])
                 m = C.selection_margins(W, data.X[b], data.Z[b], opt[b])
                 assert m.min() >= bound - 1e-9 * R
                 if bound > 0:
                     hits += 1
                     a = np.einsum("ntd,nd->nt", data.X[b], data.Z[b] @ W.T)
                     assert np.all(a.argmax(1) == opt[b])
-                    q = C.nonselected_mass(W, data.X[b], data.Z[b], opt[b])
+                    q = metrics.nonselected_mass(W, data.X[b], data.Z[b], opt[b])
                     assert np.all(q <= (data.T - 1) * np.exp(-bound) * (1 + 1e-9))
                     assert svm.in_cone(W, Wa, R0=R * (1 - 1e-12),
                                        eps=1 - metrics.corr(W, Wa) + 1e-12)
@@ -105,12 +106,12 @@ def test_loss_grad_finite_differences(inst):
         x = data.trial(b)
         for W in (rng.standard_normal((6, 6)), 4 * Wmm[b]):
             for loss in ("logistic", "exponential"):
-                L, G = C.loss_grad(W, x, loss=loss)
-                assert L == pytest.approx(C.loss_value(W, x, loss=loss))
+                L, G = losses.loss_grad(W, x, loss=loss)
+                assert L == pytest.approx(losses.loss_value(W, x, loss=loss))
                 E = rng.standard_normal(W.shape)
                 h = 1e-6
-                fd = (C.loss_value(W + h * E, x, loss=loss)
-                      - C.loss_value(W - h * E, x, loss=loss)) / (2 * h)
+                fd = (losses.loss_value(W + h * E, x, loss=loss)
+                      - losses.loss_value(W - h * E, x, loss=loss)) / (2 * h)
                 assert fd == pytest.approx(np.sum(G * E), rel=1e-6, abs=1e-10)
 
 
@@ -122,7 +123,7 @@ def test_ray_alignment_identity(inst, choices):
         for alpha in (opt[b], nlo[b]):
             Wa = svm.att_svm(data.X[b], data.Z[b], alpha)
             for c in (0.0, 0.7, 3.0, 10.0):
-                _, G = C.loss_grad(c * Wa, data.trial(b))
+                _, G = losses.loss_grad(c * Wa, data.trial(b))
                 got = C.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa)
                 assert got == pytest.approx(-np.sum(G * Wa), rel=1e-8, abs=1e-13)
                 assert C.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa, scaled=True) == \
@@ -148,11 +149,11 @@ def test_ray_theorem_limit_and_sign(inst, choices):
         # and the loss decreases there towards its floor
         assert np.all(C.ray_alignment(x, alpha, np.geomspace(20, 1e6, 30), W_alpha=Wa,
                                       scaled=True) > 0)
-        Ls = [C.loss_value(c * Wa, x) for c in np.linspace(20, 26, 4)]
+        Ls = [losses.loss_value(c * Wa, x) for c in np.linspace(20, 26, 4)]
         assert np.all(np.diff(Ls) < 0)
         assert Ls[-1] > C.loss_floor(x, alpha)
         # prop-floor (3): L(c W_a) -> L*_alpha, which exceeds L* when alpha != opt
-        assert C.loss_value(40 * Wa, x) - C.loss_floor(x, alpha) < 1e-8
+        assert losses.loss_value(40 * Wa, x) - C.loss_floor(x, alpha) < 1e-8
         if np.any(alpha != opt[b]):
             assert C.loss_floor(x, alpha) > C.loss_floor(x) + 1e-3
 
@@ -185,7 +186,7 @@ def test_loss_floor_proposition(inst):
         Ls = C.loss_floor(x)
         for scale in (0.1, 1.0, 10.0, 100.0):
             W = scale * rng.standard_normal((x.d, x.d))
-            assert C.loss_value(W, x) > Ls
+            assert losses.loss_value(W, x) > Ls
             g = tokens.token_scores(x.X, x.y, x.v)
             s = metrics.attention(x.X, W, x.Z)
             u = (s * g).sum(-1)
@@ -193,7 +194,7 @@ def test_loss_floor_proposition(inst):
             delta = gs[:, -1] - gs[:, -2]
             so = s[np.arange(x.n), opt[b]]
             assert np.all(u <= g.max(1) - (1 - so) * delta + 1e-12)
-        gaps = [C.loss_value(c * Wmm[b], x) - Ls for c in (1, 5, 10, 20)]
+        gaps = [losses.loss_value(c * Wmm[b], x) - Ls for c in (1, 5, 10, 20)]
         assert np.all(np.diff(gaps) < 0) and gaps[-1] < 1e-6 and gaps[-1] > 0
     assert C.loss_floor(data).shape == (data.trials,)
 
@@ -289,9 +290,9 @@ def test_toy_2d_and_trajectories():
 def test_input_validation(inst):
     data, opt, Wmm = inst
     with pytest.raises(ValueError):
-        C.nonselected_mass(Wmm[0], data.X[0], data.Z[0], opt[0][:2])
+        metrics.nonselected_mass(Wmm[0], data.X[0], data.Z[0], opt[0][:2])
     with pytest.raises(ValueError):
-        C.loss_value(Wmm[0], data)                      # batched data
+        losses.loss_value(Wmm[0], data)                      # batched data
     with pytest.raises(ValueError):
         C.classify(data, Wmm, opt, threshold=1.5)
     with pytest.raises(ValueError):

@@ -5,12 +5,13 @@ import torch
 
 import attnsvm.svm as svm
 from attnsvm import tokens
+import attnsvm.data as A_data
 from attnsvm.experiments import selection as S
 
 
 @pytest.fixture(scope="module")
 def inst():
-    data = S.unit_instances(4, 5, 6, trials=3, seed=1)
+    data = A_data.unit_instances(4, 5, 6, trials=3, seed=1)
     out = []
     for b in range(3):
         X, y, Z, v = data.X[b], data.y[b], data.Z[b], data.v[b]
@@ -28,7 +29,7 @@ def _margins(X, Z, opt, W):
 
 
 def test_rank_frobenius_at_most_n():
-    data = S.unit_instances(3, 6, 8, trials=4, seed=2)
+    data = A_data.unit_instances(3, 6, 8, trials=4, seed=2)
     for b in range(4):
         opt = tokens.optimal_tokens(data.X[b], data.y[b], data.v[b])
         W = svm.att_svm(data.X[b], data.Z[b], opt)
@@ -122,7 +123,7 @@ def test_nuclear_dual(inst):
 
 def test_observed_w_fro_kq_nuc():
     torch.manual_seed(0)
-    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
     res = S.compare_w_kq(data, steps=1500, lr=0.1, init_scale=0.1, seed=0, device="cpu")
     cwf, cwn = res.final_corr("W", "fro"), res.final_corr("W", "nuc")
     ckn, ckf = res.final_corr("KQ", "nuc"), res.final_corr("KQ", "fro")
@@ -143,7 +144,7 @@ def test_claims_hold_and_can_fail():
     below W's, each iterate is closer to its own norm's SVM, and the factors are balanced; each
     claim fails when its numbers are set against it (KQ's final correlations set to 1, W's
     crossed correlation set to its matched one, Q doubled)."""
-    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
     res = S.compare_w_kq(data, steps=1500, lr=0.1, init_scale=0.1, penalty=2.2e-16, seed=0,
                          device="cpu")
     c = res.claims()

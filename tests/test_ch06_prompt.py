@@ -5,6 +5,7 @@ import torch
 
 import attnsvm.svm as svm
 from attnsvm import tokens
+import attnsvm.data as A_data
 from attnsvm.experiments import selection as S
 from attnsvm.losses import get_loss
 
@@ -17,7 +18,7 @@ def _risk_torch(p, X, y, v, loss):
 
 @pytest.fixture(scope="module")
 def inst():
-    data, planted = S.prompt_instances(5, 4, 6, trials=1, gap=0.5, noise=0.1, seed=3)
+    data, planted = A_data.prompt_instances(5, 4, 6, trials=1, gap=0.5, noise=0.1, seed=3)
     d = data.trial(0)
     return d.X, d.y, d.v, planted[0]
 
@@ -64,7 +65,7 @@ def test_no_minimizer(inst):
 
 def test_weights_bounded_along_training(inst):
     X, y, v, _ = inst
-    data = S.prompt_instances(5, 4, 6, trials=1, gap=0.5, noise=0.1, seed=3)[0]
+    data = A_data.prompt_instances(5, 4, 6, trials=1, gap=0.5, noise=0.1, seed=3)[0]
     Gam = np.max(np.abs(y[:, None] * (X @ v)))
     run = S.prompt_joint(data, train_v=False, loss="logistic", steps=200, device="cpu")
     Xt, yt, vt = (torch.tensor(a) for a in (X, y, v))
@@ -77,7 +78,7 @@ def test_weights_bounded_along_training(inst):
 
 
 def test_fixed_head_all_losses_reach_p_mm():
-    data, planted = S.prompt_instances(6, 5, 8, trials=2, gap=0.5, noise=0.1, seed=0)
+    data, planted = A_data.prompt_instances(6, 5, 8, trials=2, gap=0.5, noise=0.1, seed=0)
     res = S.prompt_loss_sweep(data, train_v=False, steps=1500, device="cpu")
     for loss, r in res.items():
         assert np.all(r.final("corr_p") > 0.99), loss
@@ -85,7 +86,7 @@ def test_fixed_head_all_losses_reach_p_mm():
 
 
 def test_head_limit_depends_on_loss():
-    data, planted = S.prompt_instances(6, 5, 8, trials=3, gap=0.5, noise=0.1, seed=0)
+    data, planted = A_data.prompt_instances(6, 5, 8, trials=3, gap=0.5, noise=0.1, seed=0)
     res = S.prompt_loss_sweep(data, losses=("logistic", "correlation"), train_v=True, steps=1500,
                               device="cpu")
     lg, co = res["logistic"], res["correlation"]
@@ -102,7 +103,7 @@ def test_score_gap_speed():
 
 
 def test_prompt_instances_gap():
-    data, planted = S.prompt_instances(10, 6, 5, trials=2, gap=0.3, noise=0.0, seed=1)
+    data, planted = A_data.prompt_instances(10, 6, 5, trials=2, gap=0.3, noise=0.0, seed=1)
     g = tokens.token_scores(data.X, data.y, data.v)
     top = np.take_along_axis(g, planted[..., None], -1)[..., 0]
     g2 = g.copy()
@@ -112,7 +113,7 @@ def test_prompt_instances_gap():
 
 
 def test_prompt_run_summary_and_learned_references():
-    data, planted = S.prompt_instances(6, 4, 5, trials=3, gap=0.5, noise=0.1, seed=0)
+    data, planted = A_data.prompt_instances(6, 4, 5, trials=3, gap=0.5, noise=0.1, seed=0)
     r = S.prompt_joint(data, planted=planted, train_v=True, steps=150, seed=0, device="cpu")
     s = r.summary(data)
     assert s["frac_planted"] == pytest.approx(np.mean(r.selected == planted))
@@ -138,7 +139,7 @@ def test_prompt_run_summary_and_learned_references():
 def test_relaxed_and_strict_references_claims_hold_on_the_book_setting():
     """The chapter's claims on the book's instances (quick profile): with the logistic loss each
     reference is the closer one in some trial; with the correlation loss the relaxed one never."""
-    data, planted = S.prompt_instances(8, 6, 10, trials=8, gap=0.5, noise=0.1, seed=0)
+    data, planted = A_data.prompt_instances(8, 6, 10, trials=8, gap=0.5, noise=0.1, seed=0)
     for loss, name in (("logistic", "relaxed_sometimes_closer"),
                        ("correlation", "relaxed_never_closer")):
         r = S.prompt_joint(data, planted=planted, train_v=True, loss=loss, steps=2000, seed=0,
@@ -153,7 +154,7 @@ def test_direction_claims_hold_and_can_fail():
     token is mostly the one optimal under v_T; each claim fails when its numbers are set
     against it (p's correlation lowered, v's two correlations exchanged, selected tokens
     shifted)."""
-    data, planted = S.prompt_instances(6, 5, 8, trials=3, gap=0.5, noise=0.1, seed=0)
+    data, planted = A_data.prompt_instances(6, 5, 8, trials=3, gap=0.5, noise=0.1, seed=0)
     fixed = S.prompt_joint(data, train_v=False, steps=1500, device="cpu")
     c = fixed.claims(data)
     assert list(c) == ["p_near_pmm"] and c["p_near_pmm"][0], c

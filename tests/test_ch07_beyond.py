@@ -4,12 +4,13 @@ import pytest
 
 import attnsvm.metrics as M
 import attnsvm.svm as svm
+import attnsvm.data as A_data
 from attnsvm.experiments import selection as S
 
 
 @pytest.fixture(scope="module")
 def inst():
-    data = S.unit_instances(4, 5, 8, trials=1, seed=7).trial(0)
+    data = A_data.unit_instances(4, 5, 8, trials=1, seed=7).trial(0)
     sets = [(0, 1), (2,), (1, 3), (4,)]
     return data.X, data.Z, sets
 
@@ -73,7 +74,7 @@ def test_selected_sets_and_prediction_rule():
 
 
 def test_linear_head_all_predicted_and_mlp_generalized_closer():
-    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
     lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
     assert lin.fraction_predicted == 1.0
     assert np.all(lin.set_sizes == 1)
@@ -87,7 +88,7 @@ def test_linear_head_all_predicted_and_mlp_generalized_closer():
 
 
 def test_multi_token_summary_is_nan_safe_and_consistent():
-    data = S.unit_instances(4, 5, 6, trials=3, seed=0)
+    data = A_data.unit_instances(4, 5, 6, trials=3, seed=0)
     r = S.multi_token_selection(data, head="linear", optimizer="ngd", lr=0.1, steps=60, seed=0,
                                 device="cpu")
     s = r.summary()
@@ -136,7 +137,7 @@ def test_multi_token_horizons_summary_and_claims():
     s = r.summary()
     assert (s["horizon_short"], s["horizon_long"], s["d_0"], s["d_1"]) == (40, 200, 4, 6)
     assert s["trials"] == 3 and s["n_instances"] == 6
-    direct = S.multi_token_selection(S.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
+    direct = S.multi_token_selection(A_data.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
     np.testing.assert_array_equal(direct.predicted, r.runs[6][200].predicted)
     np.testing.assert_allclose(direct.history.params["W"], r.runs[6][200].history.params["W"])
     both = np.concatenate([r.runs[d][200].predicted for d in (4, 6)])
@@ -156,7 +157,7 @@ def test_run_claims_hold_and_can_fail():
     larger set, the generalized SVM is mostly at least as close as the single-token one but
     clears the threshold on fewer, and the norm grows slower than with the linear head. Each
     fails when its numbers are set against it."""
-    data = S.unit_instances(6, 8, 10, trials=4, seed=0)
+    data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
     lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
     mlp = S.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
                                   device="cpu")

@@ -48,7 +48,7 @@ def test_reduction_u_and_gradient(inst):
         coef, comb, u, gs, Delta, si = _coef_sum(data, opt, W)
         assert np.all(coef >= 0)
         np.testing.assert_allclose(u, gs - Delta * (1 - si), rtol=1e-12, atol=1e-12)
-        G = rates.grad(data, W)
+        G = A.losses.risk_grad(data, W)
         np.testing.assert_allclose(-G, comb, rtol=1e-10, atol=1e-14)
         # against finite differences of the loss and against one engine GD step
         E = np.zeros_like(W)
@@ -67,7 +67,7 @@ def test_alignment_random_points(inst):
         for _ in range(5):
             W = scale * rng.standard_normal((3, 6, 6))
             coef, comb, *_ = _coef_sum(data, opt, W)
-            G = rates.grad(data, W)
+            G = A.losses.risk_grad(data, W)
             lhs = np.einsum("bij,bij->b", -G, Wh)
             rho = coef.sum((-2, -1))
             assert np.all(lhs >= c["gamma_A"] * rho * (1 - 1e-9))
@@ -85,7 +85,7 @@ def test_cone_property_fails_off_model():
     np.put_along_axis(coef, opt[..., None], 0.0, -1)
     assert coef.min() < 0
     U, Z = A.bounds.lifted_factors(data, opt)
-    np.testing.assert_allclose(np.einsum("bnt,bntd,bne->bde", coef, U, Z), -rates.grad(data, W),
+    np.testing.assert_allclose(np.einsum("bnt,bntd,bne->bde", coef, U, Z), -A.losses.risk_grad(data, W),
                                rtol=1e-9, atol=1e-15)
     # in the equal-score model the same weights are never negative (reduction lemma)
     data2, opt2 = rates.score_data(4, 4, 6, trials=2, seed=3)
@@ -99,14 +99,14 @@ def test_excess_loss_bounds(inst):
     for scale in (0.1, 1.0, 4.0):
         W = scale * rng.standard_normal((3, 6, 6)) + scale * W_mm
         L, u, s = _loss(data, W)
-        E = rates.excess_loss(data, opt, W)
+        E = A.losses.excess_loss(data, opt, W)
         np.testing.assert_allclose(E, L - c["L_star"], rtol=1e-9, atol=1e-14)
         _, _, _, gs, Delta, si = _coef_sum(data, opt, W)
         bm, bp = 1 / (1 + np.exp(gs)), 1 / (1 + np.exp(gs - Delta))
         assert np.all((bm * Delta * (1 - si)).mean(-1) <= E * (1 + 1e-9))
         assert np.all(E <= (bp * Delta * (1 - si)).mean(-1) * (1 + 1e-9))
     # E(c W_mm) -> 0 and E > 0
-    Es = [rates.excess_loss(data, opt, k * W_mm) for k in (1, 5, 20)]
+    Es = [A.losses.excess_loss(data, opt, k * W_mm) for k in (1, 5, 20)]
     assert np.all(Es[0] > Es[1]) and np.all(Es[1] > Es[2]) and np.all(Es[2] > 0)
 
 
@@ -212,7 +212,7 @@ def test_orthogonal_queries_and_cross_gram():
 
 def _starts(data, opt, W_mm, R):
     """A random start of norm R and an adversarial one, R W_mm^alpha/|W_mm^alpha|."""
-    return {"random": rates.random_inits(data.d, data.trials, radius=R, seed=3),
+    return {"random": A.data.random_inits(data.d, data.trials, radius=R, seed=3),
             "adversarial": _adversarial_start(data, opt, R)}
 
 
@@ -273,7 +273,7 @@ def test_no_attention_loss_positive_cross_terms():
     alpha[:, 0] = 1
     Wa = rates.svm_batch(data, alpha)
     for R in (3.0, 12.0):
-        for W0 in (rates.random_inits(data.d, data.trials, radius=R, seed=3),
+        for W0 in (A.data.random_inits(data.d, data.trials, radius=R, seed=3),
                    R * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)):
             for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
                 lq, ex, _ = rates.every_step(data, opt, optimizer=name, lr=eta, steps=400,
@@ -292,8 +292,8 @@ def test_no_attention_loss_can_fail():
     c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
     eta_gd, _ = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     W = 3.0 * np.random.default_rng(0).standard_normal((8, 4, 4))
-    W1 = W - (0.01 * eta_gd)[:, None, None] * rates.grad(data, W)
-    rise = (rates.log_q(data, opt, W1) - rates.log_q(data, opt, W)).max(-1)
+    W1 = W - (0.01 * eta_gd)[:, None, None] * A.losses.risk_grad(data, W)
+    rise = (A.metrics.log_q(data, opt, W1) - A.metrics.log_q(data, opt, W)).max(-1)
     assert rise.max() > 1e-5
     # (ii) one sequence, tokens whose lifted features have a negative inner product
     data, opt = rates.score_data(1, 3, 4, trials=4, seed=1, queries="orthogonal", gamma_opt=0.1)
@@ -304,12 +304,12 @@ def test_no_attention_loss_can_fail():
     Af = np.stack([np.outer(U[b, 0, t], Z[b, 0]).ravel() for t in range(3) if t != opt[b, 0]])
     assert Af[0] @ Af[1] < 0
     W = np.broadcast_to((np.linalg.pinv(Af) @ np.array([0.0, 8.0])).reshape(4, 4), (4, 4, 4))
-    G = rates.grad(data, W)
+    G = A.losses.risk_grad(data, W)
     Gn = G / np.linalg.norm(G, axis=(1, 2), keepdims=True)
-    lq = rates.log_q(data, opt, W)[b, 0]
+    lq = A.metrics.log_q(data, opt, W)[b, 0]
     for f, sign in ((1.0, -1), (100.0, 1)):
         for step in (eta_gd[:, None, None] * G, eta_ngd[:, None, None] * Gn):
-            change = rates.log_q(data, opt, W - f * step)[b, 0] - lq
+            change = A.metrics.log_q(data, opt, W - f * step)[b, 0] - lq
             assert sign * change > 0.1
 
 
@@ -333,7 +333,7 @@ def test_global_theorem_ngd_and_gd(cx_inst):
     c = A.bounds.constants(data, opt, W_mm)
     equal = np.allclose(c["Delta_min"], 1.0)
     starts = dict(_starts(data, opt, W_mm, 1.5),
-                  near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm)
+                  near=A.losses.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm)
     for label, W0 in starts.items():
         g = rates.global_constants(data, opt, W_mm, W0)
         # the NGD step condition implies the lemma's and log 2 / R_A
@@ -375,8 +375,8 @@ def test_t_reach_is_where_the_excess_bound_enters_region(cx_inst):
     data, opt, W_mm = cx_inst
     c = A.bounds.constants(data, opt, W_mm)
     starts = dict(_starts(data, opt, W_mm, 1.5),
-                  near=rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
-                  edge=rates.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)
+                  near=A.losses.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
+                  edge=A.losses.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)
     for label, W0 in starts.items():
         g = rates.global_constants(data, opt, W_mm, W0)
         assert np.all(g["E0"] > g["eps0"]), label
@@ -405,11 +405,11 @@ def test_global_bounds_reject_bad_input():
                          optimizer="adam", steps=1)
     data, opt = rates.score_data(2, 3, 3, trials=2)
     W_mm = rates.svm_batch(data, opt)
-    E_zero = rates.excess_loss(data, opt, 0 * W_mm)
-    k = rates.scale_to_excess(data, opt, W_mm, E_zero / 2)
-    np.testing.assert_allclose(rates.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
+    E_zero = A.losses.excess_loss(data, opt, 0 * W_mm)
+    k = A.losses.scale_to_excess(data, opt, W_mm, E_zero / 2)
+    np.testing.assert_allclose(A.losses.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
     with pytest.raises(ValueError, match="target"):
-        rates.scale_to_excess(data, opt, W_mm, 2 * E_zero)
+        A.losses.scale_to_excess(data, opt, W_mm, 2 * E_zero)
 
 
 # ------------------------------------------------- global directional convergence under (Cx)
@@ -419,7 +419,7 @@ def _far_start(data, opt, W_mm, excess, scale=100.0, seed=3):
     off by a constant factor shows."""
     Q = A.bounds.orth_component(data, opt, np.random.default_rng(seed).standard_normal(W_mm.shape))
     Q *= (scale * np.linalg.norm(W_mm, axis=(-2, -1)) / np.linalg.norm(Q, axis=(-2, -1)))[:, None, None]
-    return rates.scale_to_excess(data, opt, W_mm, excess)[:, None, None] * W_mm + Q
+    return A.losses.scale_to_excess(data, opt, W_mm, excess)[:, None, None] * W_mm + Q
 
 
 @pytest.fixture(scope="module")
@@ -449,7 +449,7 @@ def test_global_direction_gd_from_zero(cx_far):
     K = int(t_r.max()) + 2000
     h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=K, init=W0, snapshots=True,
                     record_every=1, device="cpu")
-    omc = rates.one_minus_corr(h.snapshots, W_mm[None])
+    omc = A.metrics.one_minus_corr(h.snapshots, W_mm[None])
     t = np.arange(K + 1)
     sharp = A.bounds.global_gd_direction_bound(t, g["E0"], n0, norm=h.norm, **kw)
     det = A.bounds.global_gd_direction_bound(t, g["E0"], n0, **kw)
@@ -458,7 +458,7 @@ def test_global_direction_gd_from_zero(cx_far):
     assert np.all(omc[later] <= sharp[later]) and np.all(sharp[later] <= det[later] * (1 + 1e-12))
     assert np.all(np.diff(det[t >= t_r.max()], axis=0) < 0)         # the deterministic form decays
     # the region is reached by t_r (thm-global-region (b)), so t_r is the corollary's t0
-    assert np.all(rates.excess_loss(data, opt, h.snapshots)[later] <= np.broadcast_to(g["eps0"], later.shape)[later])
+    assert np.all(A.losses.excess_loss(data, opt, h.snapshots)[later] <= np.broadcast_to(g["eps0"], later.shape)[later])
     # a weaker constant fails: D_bar / 1.15 (a fortiori D_bar / 2) is below 1 - corr at every step
     assert np.all(omc[later] > (sharp / 1.15)[later])
     with pytest.raises(ValueError, match="1/H"):
@@ -505,7 +505,7 @@ def test_global_direction_gd_pre_region_term(cx_far):
     K = 5000
     h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=K, init=W0, snapshots=True,
                     record_every=1, device="cpu")
-    E = rates.excess_loss(data, opt, h.snapshots)
+    E = A.losses.excess_loss(data, opt, h.snapshots)
     inr = E <= g["eps0"]
     assert np.all(inr.any(0)) and np.all(inr.argmax(0) < t_r)
     b = np.arange(data.trials)
@@ -517,7 +517,7 @@ def test_global_direction_gd_pre_region_term(cx_far):
     C = A.bounds.gd_error_constant(E_t0, eta=eta, eps0=g["eps0"], H=g["H"])
     D = nrm[t0, b] + (C - np.log(2 * g["eps0"] / E_t0)) / g["gamma_A"]
     assert np.all(D <= D_bar) and np.all(D > D_bar - pre)
-    omc = rates.one_minus_corr(h.snapshots, W_mm[None])
+    omc = A.metrics.one_minus_corr(h.snapshots, W_mm[None])
     later = np.arange(K + 1)[:, None] >= t0[None, :]
     assert np.all((omc * nrm)[later] <= np.broadcast_to(D, later.shape)[later])
 
@@ -542,13 +542,13 @@ def test_global_direction_ngd_from_zero(cx_far):
         etas += [lr] * n_steps
         snaps.append(h.snapshots[1:])
     S = np.concatenate(snaps)
-    omc = rates.one_minus_corr(S, W_mm[None])
+    omc = A.metrics.one_minus_corr(S, W_mm[None])
     bound, t_r = A.bounds.global_ngd_direction_bound(np.array(etas), g["E0"], np.linalg.norm(W0, axis=(-2, -1)), **kw)
     assert bound.shape == omc.shape and np.all(t_r < 3000)
     later = np.isfinite(bound)
     assert np.all(later.sum(0) == len(etas) + 1 - t_r)
     assert np.all(omc[later] <= bound[later])
-    assert np.all(rates.excess_loss(data, opt, S)[later] <= np.broadcast_to(g["eps0"], later.shape)[later])
+    assert np.all(A.losses.excess_loss(data, opt, S)[later] <= np.broadcast_to(g["eps0"], later.shape)[later])
     assert np.all(np.diff(bound[3000:], axis=0) <= 1e-15)          # decays on the decaying schedule
     assert np.all(np.any(later & (omc > bound / 1.4), axis=0))    # a constant 1.4 smaller fails
     with pytest.raises(ValueError, match="mu0/H"):

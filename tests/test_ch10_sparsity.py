@@ -39,11 +39,11 @@ def test_mass_vs_excess(inst):
     for k in (0.0, 1.0, 4.0, 10.0):
         for _ in range(3):
             W = k * W_mm + rng.standard_normal(W_mm.shape)
-            E = rates.excess_loss(data, opt, W)
-            mass = rates.nonopt_mass(data, opt, W)                      # (B, n)
+            E = A.losses.excess_loss(data, opt, W)
+            mass = A.metrics.nonopt_mass(data, opt, W)                      # (B, n)
             assert np.all(E / bpD.max(-1) <= mass.mean(-1) * (1 + 1e-9))
             assert np.all(mass <= data.n * E[:, None] / bmD * (1 + 1e-9))
-            m = rates._margins(data, opt, W).min(-1)                    # per sequence
+            m = A.tokens.opt_margins(data, opt, W).min(-1)                    # per sequence
             ok = m.min(-1) >= 0
             mm = m.min(-1)
             assert np.all((np.exp(-mm) / data.T <= mass.max(-1) * (1 + 1e-9))[ok])
@@ -54,7 +54,7 @@ def test_nonopt_mass_matches_softmax(inst):
     data, opt, W_mm, c, W0 = inst
     W = 0.7 * W_mm
     S = A.metrics.attention(data.X, W, data.Z)
-    np.testing.assert_allclose(rates.nonopt_mass(data, opt, W), 1 - A.metrics.opt_mass(S, opt, reduce=None),
+    np.testing.assert_allclose(A.metrics.nonopt_mass(data, opt, W), 1 - A.metrics.opt_mass(S, opt, reduce=None),
                                rtol=1e-10)
 
 
@@ -66,11 +66,11 @@ def test_ngd_sparsity_bounds(inst):
     eta = float(c["eta_ngd"].min())
     steps = 3000
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=steps, init=W0, snapshots=True, device="cpu")
-    E0 = rates.excess_loss(data, opt, W0)
+    E0 = A.losses.excess_loss(data, opt, W0)
     t = h.steps[:, None]
     bound = E0 / (3 * c["eps0"]) * (1 - eta * c["mu"] / 2) ** t
     assert np.all(bound[-1] < bound[0])
-    mass = rates.nonopt_mass(data, opt, h.snapshots)                     # (K, B, n)
+    mass = A.metrics.nonopt_mass(data, opt, h.snapshots)                     # (K, B, n)
     assert np.all(mass.max(-1) <= bound * (1 + 1e-9))
     r = rates.exp_rate(h.steps, np.log(mass.max(-1)))
     assert np.all(r >= eta * c["mu"] / 2) and np.all(r <= 4 * eta * c["mu"] / 2)
@@ -81,7 +81,7 @@ def test_ngd_rate_bracket(inst):
     eta = 0.1
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=2000, init=W0, snapshots=True, device="cpu")
     _, bpD = _bounds(data, opt, c)
-    lm = rates.nonopt_mass(data, opt, h.snapshots, log=True)
+    lm = A.metrics.nonopt_mass(data, opt, h.snapshots, log=True)
     log_mean = np.log(np.exp(lm - lm.max(-1, keepdims=True)).mean(-1)) + lm.max(-1)
     n0 = np.linalg.norm(W0, axis=(-2, -1))
     lower = np.log(2 * c["eps0"] / bpD.max(-1)) - c["gamma_A"] * (n0 + eta * h.steps[:, None])
@@ -99,7 +99,7 @@ def test_observed_ngd_rate_above_lower_end_at_large_step(inst):
     eta = 0.1
     assert np.all(eta > c["eta_ngd"])                                    # outside the theorem
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=2000, init=W0, snapshots=True, device="cpu")
-    lm = rates.nonopt_mass(data, opt, h.snapshots, log=True)
+    lm = A.metrics.nonopt_mass(data, opt, h.snapshots, log=True)
     log_mean = np.log(np.exp(lm - lm.max(-1, keepdims=True)).mean(-1)) + lm.max(-1)
     assert np.all(rates.exp_rate(h.steps, log_mean) >= eta * c["mu"] / 2)
 
@@ -107,11 +107,11 @@ def test_observed_ngd_rate_above_lower_end_at_large_step(inst):
 def test_gd_sparsity_rate(inst):
     data, opt, W_mm, c, W0 = inst
     eta = 1.0
-    E0 = rates.excess_loss(data, opt, W0)
+    E0 = A.losses.excess_loss(data, opt, W0)
     h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=4000, init=W0, snapshots=True, device="cpu")
     t = h.steps[:, None].astype(float)
     _, bpD = _bounds(data, opt, c)
-    mass = rates.nonopt_mass(data, opt, h.snapshots)
+    mass = A.metrics.nonopt_mass(data, opt, h.snapshots)
     lo = 1 / bpD.max(-1) / (1 / E0 + 3 * eta * c["R_A"] ** 2 / c["lam"] ** 2 * t)
     hi = 1 / (3 * c["eps0"]) / (1 / E0 + eta * c["mu"] ** 2 / 2 * t)
     assert np.all(mass.mean(-1) >= lo * (1 - 1e-9)) and np.all(mass.max(-1) <= hi * (1 + 1e-9))
@@ -120,7 +120,7 @@ def test_gd_sparsity_rate(inst):
 def test_gd_slope_minus_one():
     data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
     W_mm = rates.svm_batch(data, opt)
-    W0 = rates.random_inits(8, 4, radius=1.0, seed=0)
+    W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
     h = rates.run(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60, device="cpu")["gd"]
     m = rates.trajectory_metrics(data, opt, W_mm, h)
     assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
@@ -149,8 +149,8 @@ def test_sparsity_from_t0_under_cx():
     bmD, _ = _bounds(data, opt, None)
     K = 1500
     t = np.arange(K + 1)[:, None]
-    near = rates.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm
-    for label, W0 in (("random", rates.random_inits(6, 3, radius=1.0, seed=1)),
+    near = A.losses.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm
+    for label, W0 in (("random", A.data.random_inits(6, 3, radius=1.0, seed=1)),
                       ("wrong token", 1.5 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)),
                       ("near", near)):
         g = rates.global_constants(data, opt, W_mm, W0)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attnsvm.experiments import joint as nets
+import attnsvm.data as A_data
 from attnsvm.data import AttnData
 from attnsvm.metrics import attention, corr
 from attnsvm.models import AttentionClassifier
@@ -24,7 +25,7 @@ def loss_and_margins(data, W, v):
 
 @pytest.fixture(scope="module")
 def inst():
-    return nets.joint_data(n=6, T=5, d=12, trials=3, seed=3)
+    return A_data.planted_token(6, 5, 12, trials=3, seed=3)
 
 
 @pytest.mark.parametrize("rule,kw", [("gd", dict(lr=0.7)), ("ngd", dict(lr=0.2)),
@@ -120,7 +121,7 @@ def test_segmented_fit_equals_one_run(inst):
 @pytest.mark.parametrize("rule,kw", [("gd", dict(lr=1.0)), ("ngd", dict(lr=0.1)),
                                      ("polyak", dict(lr=1.0, eta_max=100.0))])
 def test_observed_head_aligns_with_max_margin_head(rule, kw):
-    data, alpha = nets.joint_data(n=8, T=6, d=16, trials=4, seed=0)
+    data, alpha = A_data.planted_token(8, 6, 16, trials=4, seed=0)
     r = nets.joint_fit(data, alpha, optimizer=rule, steps=3000, segments=6, device="cpu", **kw)
     assert np.all(r.corr_v[-1] > r.corr_v[1])
     assert np.median(r.corr_v[-1]) > 0.8

@@ -320,7 +320,7 @@ def test_check_sd_bound_equals_inline(setup):
         r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
         s = lr * (np.arange(steps) + 1.0) ** (-decay)
         Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
-        rt = G.sd_margin_radius(r["steps"], data.X, q, lr=lr, decay=decay)
+        rt = A.bounds.sd_margin_radius(r["steps"], data.X, q, lr=lr, decay=decay)
         live = 0
         for k, t in enumerate(r["steps"]):
             if t == 0:
@@ -336,7 +336,7 @@ def test_check_sd_bound_equals_inline(setup):
         bad, bad_live = G.check_sd_bound(r, data.X, data.y, q, 2 * gam[q], lr=lr, decay=decay)
         assert bad_live > 0 and not bad
     with pytest.raises(ValueError, match="norm"):
-        G.sd_margin_radius(r["steps"], data.X, 3.0, lr=lr, decay=decay)
+        A.bounds.sd_margin_radius(r["steps"], data.X, 3.0, lr=lr, decay=decay)
 
 
 def test_margin_ratios_and_gaps(setup):

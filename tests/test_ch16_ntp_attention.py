@@ -14,7 +14,8 @@ import torch
 from attnsvm import graphs, svm
 from attnsvm.data import NTPSeqData, ntp_sequences
 from attnsvm.devices import cpu_threads
-from attnsvm.experiments.ntpattn import ntp_attention_experiment, smoothness_bound
+from attnsvm.bounds import smoothness_bound
+from attnsvm.experiments.ntpattn import ntp_attention_experiment
 from attnsvm.losses import ntp_attention_objective
 from attnsvm.models import SelfAttentionNTP
 

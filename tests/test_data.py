@@ -206,11 +206,35 @@ def test_every_public_generator_is_registered():
     # keyed_*/sized_trials: random_unit under the entropy-key seedings of Parts I's sweeps and
     # of Chapter 4 (their own contract: test_keyed_and_sized_trials_do_not_depend_on_trials)
     helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "zen_of_python", "tokenize",
-               "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials"}
+               "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
+               # the chapters' named draws: registered generators on a named stream (same arrays
+               # as the driver functions they replace: tests/test_data.py::test_named_draws)
+               "unit_instances", "prompt_instances", "random_inits"}
     public = {n for n in data.__all__ if callable(getattr(data, n)) and n not in helpers
               and not isinstance(getattr(data, n), type)}
     assert public == set(data.GENERATORS)
     assert set(CONTRACT_ARGS) == set(data.GENERATORS), "add the new generator to CONTRACT_ARGS"
+
+
+def test_named_draws():
+    """The chapters' named draws (moved from the drivers into attnsvm.data) are their generators on
+    a named stream, trial b does not depend on trials, and they give the arrays the driver
+    functions gave before the move (values pinned from experiments.selection.unit_instances,
+    prompt_instances and experiments.rates.random_inits at commit 4f808f0)."""
+    from attnsvm import data
+    u = data.unit_instances(4, 5, 6, trials=3, seed=2)
+    np.testing.assert_allclose(u.X[2, 1, 3, :3], [0.59744164, -0.48976139, 0.02503219], atol=1e-8)
+    np.testing.assert_allclose(u.v[1, :3], [-0.0586755, 0.25943948, 0.40323951], atol=1e-8)
+    ref = data.random_unit(4, 5, 6, cross=True, trials=3, seed=data.stream_seed(2, "unit-instances"))
+    np.testing.assert_array_equal(u.X, ref.X)
+    np.testing.assert_array_equal(data.unit_instances(4, 5, 6, trials=1, seed=2).X[0], u.X[0])
+    p, planted = data.prompt_instances(4, 3, 2, trials=2, gap=0.5, noise=0.15, seed=1)
+    np.testing.assert_allclose(p.X[1, 2], [[0.12321842, -0.42677939], [-0.03278653, 0.05130103],
+                                           [1.0679957, -0.73609078]], atol=1e-8)
+    assert planted.tolist() == [[1, 0, 0, 0], [0, 0, 2, 2]]
+    W = data.random_inits(5, 2, radius=3.0, seed=4)
+    np.testing.assert_allclose(W[1, 2, :3], [1.40038813, -0.78008679, -0.08711253], atol=1e-8)
+    np.testing.assert_allclose(np.linalg.norm(W, axis=(-2, -1)), 3.0, rtol=1e-12)
 
 
 def test_keyed_and_sized_trials_do_not_depend_on_trials():

@@ -62,7 +62,7 @@ def _book(root: Path, monkeypatch, chapter: str = CHAPTER) -> Path:
         metadata={"scrapbook": {"name": "x", "mime_prefix": prefix}}))
     nb.cells = [cell, nbformat.v4.new_markdown_cell(
         "# Notebook\n\n```{glue:figure} fig_a\n:name: fig-nb-a\n\nThe notebook's copy, "
-        "$x =$ {glue:text}`x:.2f`.\n```\n")]
+        "$x =$ {glue:text}`x:.2f`, unformatted {glue:text}`x`.\n```\n")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nbformat.write(nb, str(root / "notebooks" / "nb.ipynb"))
@@ -92,6 +92,7 @@ def test_a_chapter_shows_its_notebooks_figure(tmp_path, monkeypatch):
     # without a caption of its own: the notebook's, its glue read from the notebook
     second = re.search(r'<figure[^>]*id="fig-ch-b".*?</figure>', html, re.S).group(0)
     assert "The notebook’s copy" in second and '<span class="pasted-text">3.14</span>' in second
+    assert '<span class="pasted-text">3.14159</span>' in second  # a role without a format
     assert src in second
 
 

@@ -58,7 +58,7 @@ def test_logistic_neg_deriv_keeps_relative_precision():
 
 
 def test_loss_floor_is_the_limit_along_the_svm():
-    from attnsvm.experiments.convergence import loss_value
+    from attnsvm.losses import loss_value
     from attnsvm.svm import att_svm
     D = random_unit(3, 3, 8, seed=0)
     Wmm = att_svm(D.X, D.Z, D.opt)

@@ -64,6 +64,7 @@ __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Str
            "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
            "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt",
            "ntp_sequences", "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
+           "random_inits", "unit_instances", "prompt_instances",
            "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
            "support_patterns", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
 
@@ -346,11 +347,11 @@ def trial_seed(seed, b):
 #: The keys of the first streams are those the drivers used before the streams were named, so
 #: their draws are unchanged.
 STREAMS = {
-    "unit-instances": 5,        # experiments.selection.unit_instances (data seed)
-    "prompt-instances": 6,      # experiments.selection.prompt_instances (data)
+    "unit-instances": 5,        # unit_instances (data seed)
+    "prompt-instances": 6,      # prompt_instances (data)
     "choice-search": 7,         # experiments.convergence.find_choices (random search)
     "scores": 8,                # experiments.rates.score_data, find_trap (data)
-    "init": 9,                  # random initial matrices (experiments.rates.random_inits)
+    "init": 9,                  # random initial matrices (random_inits)
     "cone-start": 11,           # experiments.convergence.cone_experiment (perturbation)
     "prompt-head-init": 12,     # experiments.selection.prompt_joint (initial head)
 }
@@ -550,6 +551,14 @@ def sized_trials(n, T, d, *, trials=1, seed=0, cross=True):
     seed = check_int("seed", seed, minimum=0)
     return random_unit(n, T, d, cross=check_bool("cross", cross), trials=trials,
                        seed=np.random.SeedSequence([seed, n, T, d]))
+
+
+def random_inits(d, trials, *, radius, seed=0):
+    r"""``trials`` Gaussian matrices (trials, d, d) rescaled to Frobenius norm ``radius``, from
+    the named stream ``"init"`` of ``seed`` (the random initializations of Part III)."""
+    rng = stream(seed, "init")
+    W = rng.standard_normal((trials, d, d))
+    return radius * W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
 
 
 @_generator
@@ -958,6 +967,37 @@ def planted_prompt(n, T, d, *, gap=0.5, noise=0.1, trials=None, seed=0):
         planted = np.argmax(perm == 0, axis=1).astype(np.int64)
         return X, y, np.broadcast_to(a, (n, d)).copy(), bvec.copy(), planted
     return _generate(one, trials, seed, extra=1)
+
+
+def unit_instances(n, T, d, *, trials=1, seed=0):
+    r"""Random instances in the setting of "Transformers as SVMs": tokens, queries and head
+    uniform unit vectors, random signs, queries drawn separately (cross-attention).
+
+    :func:`random_unit` with ``cross=True`` on the named data stream
+    ``"unit-instances"`` of ``seed``; trial ``b`` does not depend on ``trials``.
+
+    Returns
+    -------
+    AttnData, batched with ``trials`` trials.
+    """
+    trials = check_int("trials", trials, minimum=1)
+    return random_unit(n, T, d, cross=True, trials=trials,
+                       seed=stream_seed(seed, "unit-instances"))
+
+
+def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
+    r"""The planted prompt-attention model :func:`planted_prompt` (score gap
+    ``gap``, noise ``noise``), batched with ``trials`` trials, on the named data stream
+    ``"prompt-instances"`` of ``seed``.
+
+    Returns
+    -------
+    data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
+    planted : ndarray of int, shape (trials, n): the position of the relevant token
+    """
+    trials = check_int("trials", trials, minimum=1)
+    return planted_prompt(n, T, d, gap=gap, noise=noise, trials=trials,
+                          seed=Stream(seed, "prompt-instances"))
 
 
 @_generator

@@ -13,6 +13,12 @@ The same objects evaluate :math:`\ell` and :math:`-\ell'` on numpy arrays
 :func:`loss_floor` is the loss floor :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`, and
 :func:`log_excess_loss` the log of the excess loss above it (numpy and torch, every loss).
 
+Attention risk (numpy)
+----------------------
+:func:`loss_value` and :func:`loss_grad`: :math:`\mathcal{L}(W)` and its gradient for one
+instance and any nonnegative loss; :func:`risk_grad`, the logistic gradient of every trial;
+:func:`excess_loss` (exact, log space) and :func:`scale_to_excess` in the equal-score model.
+
 Next-token prediction
 ---------------------
 The cross-entropy of the linear decoder (:func:`ce_loss`, :func:`ce_grad`, its lower bound
@@ -34,13 +40,15 @@ import numpy as np
 import torch
 from scipy.special import log_softmax
 
-from ._checks import check_choice
+from ._checks import as_float_array, check_choice, check_int
 from .data import AttnData
-from .tokens import token_scores
+from .metrics import attention, log_q, softmax
+from .tokens import opt_margins, opt_scores, token_scores, trial_arrays
 
 __all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor",
            "log_excess_loss", "ce_loss", "ce_grad", "entropy", "ce_smoothness",
-           "ntp_attention_objective"]
+           "ntp_attention_objective", "excess_loss", "scale_to_excess", "risk_grad", "loss_value",
+           "loss_grad", "nonneg_loss", "check_instance"]
 
 
 class Loss:
@@ -350,3 +358,111 @@ def ntp_attention_objective(W, X, Z, ypos, mask=None):
     r = s.scatter_add(-1, ypos.unsqueeze(-1), -torch.ones_like(s[..., :1]))
     grad = torch.einsum("bnt,bntd,bne->bde", r, X, Z) / n
     return loss, grad, s
+
+
+# ----------------------------------------------------------------------------- attention risk (numpy)
+
+#: the logistic loss of the equal-score model (Part III)
+_LOGISTIC = get_loss("logistic")
+
+
+def check_instance(data):
+    """``data``, checked to be one unbatched :class:`attnsvm.data.AttnData` instance."""
+    if not isinstance(data, AttnData):
+        raise ValueError(f"data must be an AttnData instance, got {type(data).__name__}")
+    if data.batched:
+        raise ValueError("data must be a single (unbatched) instance; use data.trial(b)")
+    return data
+
+
+def nonneg_loss(loss):
+    """The :class:`attnsvm.losses.Loss` of a nonnegative decreasing loss (logistic or
+    exponential): the theory helpers below need one."""
+    return get_loss(check_choice("loss", loss, ("logistic", "exponential")))
+
+
+def loss_value(W, data, *, loss="logistic"):
+    r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`."""
+    data = check_instance(data)
+    W = as_float_array("W", W, shape=(data.d, data.d))
+    ell = nonneg_loss(loss).value_np
+    s = attention(data.X, W, data.Z)
+    g = token_scores(data.X, data.y, data.v)
+    return float(np.mean(ell((s * g).sum(-1))))
+
+
+def loss_grad(W, data, *, loss="logistic"):
+    r"""Loss and gradient of the W-parameterization (fixed head), numpy:
+
+    .. math::
+
+        \nabla\mathcal{L}(W) = \frac1n\sum_i \ell'(u_i)\sum_t s_{it}(\gamma_{it} - u_i)\,
+        x_{it} z_i^\top, \qquad u_i = \sum_t s_{it}\gamma_{it}.
+
+    Returns
+    -------
+    L : float
+    G : ndarray (d, d)
+    """
+    data = check_instance(data)
+    W = as_float_array("W", W, shape=(data.d, data.d))
+    ell, nd = nonneg_loss(loss).value_np, nonneg_loss(loss).neg_deriv_np
+    s = attention(data.X, W, data.Z)
+    g = token_scores(data.X, data.y, data.v)
+    u = (s * g).sum(-1)
+    q = -nd(u)[:, None] * s * (g - u[:, None]) / data.n          # (n, T)
+    G = np.einsum("nt,ntd,ne->de", q, data.X, data.Z)
+    return float(np.mean(ell(u))), G
+
+
+def excess_loss(data, opt, W, *, log=False):
+    r"""Excess logistic risk :math:`E(W) = \mathcal{L}(W) - \mathcal{L}^\star`, shape (..., B).
+
+    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)` (the infimum in the equal-score
+    model). Per sequence, with :math:`\delta_i = \gamma^\star_i - u_i = \sum_t s_{it}
+    (\gamma^\star_i - \gamma_{it})`, :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star)
+    = \log(1 + \sigma(-\gamma^\star)(e^{\delta} - 1))` is evaluated with ``log1p``/``expm1``;
+    accurate at any size. ``log=True`` returns :math:`\log E`.
+    """
+    W = np.asarray(W, dtype=float)
+    g, gs, mask, _ = opt_scores(data, opt)
+    m = opt_margins(data, opt, W)
+    lq = log_q(data, opt, W)
+    log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
+    Dl = np.where(mask, gs[..., None] - g, 1.0)
+    log_E = log_excess_loss(log_s_t, np.where(mask, np.log(np.maximum(Dl, 1e-300)), -np.inf), gs)
+    return log_E if log else np.exp(log_E)
+
+
+def scale_to_excess(data, opt, W_mm, target, *, k_max=64.0, iters=60):
+    r"""Per trial, the scale :math:`k` with :math:`E(kW_{mm}) = ` ``target``, by bisection on
+    :math:`[0, k_{\max}]` (:math:`E` decreases along :math:`kW_{mm}`, :math:`k \ge 0`), shape (B,).
+    Starts at a prescribed excess risk, e.g. at the edge of the region
+    :math:`\{E\le\varepsilon_0\}` or just outside it. ``target`` is a number or (B,) array in
+    :math:`(E(k_{\max}W_{mm}), E(0)]`; the upper end of the final bracket is returned."""
+    W_mm = np.asarray(W_mm, dtype=float)
+    target = np.broadcast_to(np.asarray(target, dtype=float), W_mm.shape[:1])
+    k_max = float(k_max)
+    if not (np.all(target > excess_loss(data, opt, k_max * W_mm))
+            and np.all(target <= excess_loss(data, opt, 0 * W_mm))):
+        raise ValueError("target must lie in (E(k_max W_mm), E(0)] for every trial")
+    lo, hi = np.zeros(W_mm.shape[0]), np.full(W_mm.shape[0], k_max)
+    for _ in range(check_int("iters", iters, minimum=1)):
+        k = (lo + hi) / 2
+        big = excess_loss(data, opt, k[:, None, None] * W_mm) > target
+        lo, hi = np.where(big, k, lo), np.where(big, hi, k)
+    return hi
+
+
+def risk_grad(data, W):
+    r"""The logistic-risk gradient :math:`\nabla\mathcal{L}(W)` (B, d, d), from the chapter's
+    formula :math:`-\nabla\mathcal{L} = \frac1n\sum_i \beta_i \sum_t s_{it}(\gamma_{it} - u_i)
+    x_{it} z_i^\top` (numpy, float64)."""
+    X, y, Z, v = trial_arrays(data)
+    W = np.asarray(W, dtype=float).reshape(X.shape[0], X.shape[-1], X.shape[-1])
+    a = np.einsum("bntd,bde,bne->bnt", X, W, Z)
+    s = softmax(a)
+    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    u = (s * g).sum(-1)
+    c = _LOGISTIC.neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
+    return -np.einsum("bnt,bntd,bne->bde", c, X, Z)

@@ -8,6 +8,10 @@ r"""Metrics (numpy): correlation, direction error, stable softmax, attention map
 * :func:`fit_rate`: the least-squares slope of :math:`\log \mathrm{err}` against
   :math:`\log t` on the tail of a trajectory (err :math:`\approx C t^{\mathrm{slope}}`);
   :func:`slopes`, the same per trial on the last decade.
+* :func:`one_minus_corr`: :math:`1 - \mathrm{corr}` without cancellation.
+* the softmax mass off the selected tokens, in log space: :func:`log_q`, :func:`nonopt_mass`
+  (batched, at ``opt``), :func:`nonselected_mass` (one instance, at a choice ``alpha``);
+  :func:`min_margin`, the smallest selection margin.
 * :func:`collapse_ratio`: subspace collapse of embeddings with pattern labels (Chapter 15).
 
 All functions broadcast over leading (trials) axes.
@@ -17,10 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, check_int
-from .tokens import attention_scores
+from .tokens import attention_scores, check_alpha, opt_margins
 
 __all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
-           "opt_mass", "fit_rate", "slopes", "collapse_ratio"]
+           "opt_mass", "fit_rate", "slopes", "collapse_ratio", "one_minus_corr", "log_q", "nonopt_mass",
+           "nonselected_mass", "min_margin"]
 
 
 def nanmedian(x, axis=None):
@@ -258,3 +263,54 @@ def collapse_ratio(E, groups):
     En = E / np.linalg.norm(E, axis=(-2, -1), keepdims=True)
     D = np.linalg.norm(En[..., :, None, :] - En[..., None, :, :], axis=-1)
     return D[..., same].mean(-1) / D[..., diff].mean(-1)
+
+
+# ----------------------------------------------------------------------------- selection mass
+def one_minus_corr(W, W_ref):
+    r""":math:`1 - \mathrm{corr}(W, W_{\mathrm{ref}}) = \tfrac12\|\hat W - \hat W_{\mathrm{ref}}\|_F^2`,
+    computed from the normalized difference (no cancellation), shape (...)."""
+    return 0.5 * direction_error(W, W_ref) ** 2
+
+
+def log_q(data, opt, W):
+    r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
+    (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
+    W = np.asarray(W, dtype=float)
+    m = opt_margins(data, opt, W)
+    mx = np.min(m, axis=-1, keepdims=True)
+    return -mx[..., 0] + np.log(np.sum(np.exp(-(m - mx)), axis=-1))
+
+
+def nonopt_mass(data, opt, W, *, log=False):
+    r"""Softmax mass on the non-optimal tokens, :math:`1 - s_{i,\mathrm{opt}_i}`, shape (..., B, n).
+
+    Computed in log space (:math:`\log(1-s_i) = \log q_i - \log(1+q_i)`), exact far below
+    :math:`10^{-16}`. ``log=True`` returns the logarithm.
+    """
+    lq = log_q(data, opt, W)
+    out = lq - np.logaddexp(0.0, lq)
+    return out if log else np.exp(out)
+
+
+def nonselected_mass(W, X, Z, alpha):
+    r"""Softmax mass on the non-selected tokens, :math:`1 - s_{i\alpha_i}(W)`, shape (n,).
+
+    Computed as :math:`\exp(\mathrm{lse}_{t\ne\alpha_i} a_{it} - \mathrm{lse}_t a_{it})`, so it
+    stays accurate (relative error ~1e-15) when it is far below machine epsilon.
+    """
+    X = as_float_array("X", X, ndim=3)
+    n, T, d = X.shape
+    W = as_float_array("W", W, shape=(d, d))
+    Z = as_float_array("Z", Z, shape=(n, d))
+    alpha = check_alpha(alpha, (n,), T)
+    a = np.einsum("ntd,nd->nt", X, Z @ W.T)
+    other = a.copy()
+    other[np.arange(n), alpha] = -np.inf
+    lse_all = np.logaddexp.reduce(a, axis=1)
+    lse_other = np.logaddexp.reduce(other, axis=1)
+    return np.exp(lse_other - lse_all)
+
+
+def min_margin(data, opt, W):
+    r"""Smallest margin :math:`\min_{i,t\neq\mathrm{opt}_i}\langle A_{it}, W\rangle`, shape (..., B)."""
+    return opt_margins(data, opt, np.asarray(W, dtype=float)).min(axis=(-2, -1))

@@ -15,7 +15,8 @@ import numpy as np
 from ._checks import as_float_array
 
 __all__ = ["TIE_TOL", "token_scores", "optimal_tokens", "attention_scores", "selected_tokens",
-           "token_differences", "selection_margins", "lifted_features"]
+           "token_differences", "selection_margins", "lifted_features", "check_alpha",
+           "trial_arrays", "opt_scores", "opt_margins"]
 
 #: relative tolerance under which two token scores count as tied
 TIE_TOL = 1e-12
@@ -96,7 +97,9 @@ def attention_scores(X, W, Z=None):
     return np.einsum("...ntd,...nd->...nt", X, Wz)
 
 
-def _choice(alpha, shape, T):
+def check_alpha(alpha, shape, T):
+    """Validate a choice of one token per sequence: an integer array of ``shape`` with entries
+    in [0, T); returns it as int64."""
     a = np.asarray(alpha)
     if a.shape != shape or not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"alpha must be an integer array of shape {shape}, got {a.shape} {a.dtype}")
@@ -132,7 +135,7 @@ def token_differences(X, alpha):
     U : ndarray (..., n, T, d)
     """
     X = as_float_array("X", X, min_ndim=3)
-    alpha = _choice(alpha, X.shape[:-2], X.shape[-2])
+    alpha = check_alpha(alpha, X.shape[:-2], X.shape[-2])
     xa = np.take_along_axis(X, alpha[..., None, None], axis=-2)
     return xa - X
 
@@ -161,7 +164,7 @@ def selection_margins(W, X, Z, alpha):
     if W.shape[-2:] != (d, d):
         raise ValueError(f"W must have shape (..., {d}, {d}), got {W.shape}")
     U = token_differences(X, alpha)
-    a = _choice(alpha, lead + (n,), T)
+    a = check_alpha(alpha, lead + (n,), T)
     m = np.einsum("...ntd,...nd->...nt", U, np.einsum("...de,...ne->...nd", W, Z))
     mask = np.ones(lead + (n, T), dtype=bool)
     np.put_along_axis(mask, a[..., None], False, axis=-1)
@@ -190,3 +193,36 @@ def lifted_features(X, Z, opt):
     i, t = np.nonzero(mask)
     U = token_differences(X, opt)[i, t]
     return U[:, :, None] * Z[i][:, None, :], np.stack([i, t], axis=1)
+
+
+# ----------------------------------------------------------------------------- batched data
+def trial_arrays(data):
+    """The arrays X, y, Z, v of ``data`` with a leading trials axis."""
+    X, y, Z, v = data.X, data.y, data.Z, data.v
+    if not data.batched:
+        X, y, Z, v = X[None], y[None], Z[None], v[None]
+    return X, y, Z, v
+
+
+def opt_scores(data, opt):
+    r"""The token scores :math:`\gamma_{it}` split at ``opt``.
+
+    Returns ``g`` (B, n, T) the scores, ``gs`` (B, n) :math:`\gamma^\star_i = \gamma_{i,\mathrm{opt}_i}`,
+    ``mask`` (B, n, T) bool, True off the optimal token, and ``opt`` (B, n).
+    """
+    X, y, _, v = trial_arrays(data)
+    g = token_scores(X, y, v)
+    opt = np.asarray(opt).reshape(g.shape[:2])
+    gs = np.take_along_axis(g, opt[..., None], axis=-1)[..., 0]
+    mask = np.ones(g.shape, dtype=bool)
+    np.put_along_axis(mask, opt[..., None], False, axis=-1)
+    return g, gs, mask, opt
+
+
+def opt_margins(data, opt, W):
+    r"""The margins :math:`m_{it} = \langle A_{it}, W\rangle` of every trial of ``data`` at the
+    choice ``opt`` (B, n) (:func:`selection_margins`, ``+inf`` at the optimal token), shape
+    (..., B, n, T) for ``W`` (..., B, d, d)."""
+    X, _, Z, _ = trial_arrays(data)
+    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
+    return selection_margins(W, X, Z, opt)

@@ -94,6 +94,12 @@ _FENCE = re.compile(r"^(`{3,}|:{3,})\{glue:figure\}\s+(\S+)\s*$")
 _GLUE_ROLE = re.compile(r"\{(glue(?::[a-z]*)?)\}`(?![^`]*::)([^`]+)`")
 
 
+def _with_format(spec: str) -> str:
+    """``key`` as ``key:s``: a cross-document ``{glue:text}`` reads its last ``:`` as the start of
+    the format, so a key without one needs the format the role uses by default."""
+    return spec if ":" in spec else f"{spec}:s"
+
+
 def _notebook_caption(env, doc: str, key: str):
     """The caption of ``{glue:figure} key`` in the notebook ``doc`` (relative to the page being
     read), its own glue roles made to point at that notebook: one caption for both pages."""
@@ -121,8 +127,8 @@ def _notebook_caption(env, doc: str, key: str):
                 body.append(rest)
             while body and (body[0].startswith(":") or not body[0].strip()):
                 body.pop(0)
-            text = [_GLUE_ROLE.sub(lambda g: f"{{{g.group(1)}}}`{doc}::{g.group(2)}`", b)
-                    for b in body]
+            text = [_GLUE_ROLE.sub(lambda g: f"{{{g.group(1)}}}`{doc}::{_with_format(g.group(2))}`",
+                                   b) for b in body]
             return StringList(text, source=str(path))
     raise LookupError(f"no {{glue:figure}} {key} in {doc} to take its caption from")
 

@@ -12,13 +12,13 @@ token per sequence :math:`\alpha` (``alpha``, (n,) int), its Att-SVM
 
 Theory helpers (numpy, one instance)
 ------------------------------------
-* ``selection_margins`` (``attnsvm.tokens``, re-exported), :func:`nonselected_mass`: the
-  margins of a choice and the softmax
-  mass :math:`1 - s_{i\alpha_i}` left on the other tokens (log-sum-exp, exact at any norm).
-* :func:`saturation_bound`, :func:`cone_margin_bound`: the bounds of the saturation lemma and
-  of its cone version.
-* :func:`loss_value`, :func:`loss_grad`: :math:`\mathcal{L}(W)` and :math:`\nabla\mathcal{L}(W)`
-  of the W-parameterization with a fixed linear head.
+* ``selection_margins`` (``attnsvm.tokens``, re-exported), ``attnsvm.metrics.nonselected_mass``:
+  the margins of a choice and the softmax mass :math:`1 - s_{i\alpha_i}` left on the other
+  tokens (log-sum-exp, exact at any norm).
+* ``attnsvm.bounds.saturation_bound``, ``attnsvm.bounds.cone_margin_bound``: the bounds of the
+  saturation lemma and of its cone version.
+* ``attnsvm.losses.loss_value``, ``attnsvm.losses.loss_grad``: :math:`\mathcal{L}(W)` and
+  :math:`\nabla\mathcal{L}(W)` of the W-parameterization with a fixed linear head.
 * :func:`ray_alignment`, :func:`ray_alignment_limit`: :math:`\langle -\nabla\mathcal{L}(c
   W^\alpha_{mm}), W^\alpha_{mm}\rangle` (computed in a cancellation-free form) and its
   asymptotic constant :math:`\Lambda_\alpha`.
@@ -41,24 +41,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
+from .._checks import as_float_array, check_int, check_positive, renamed
 from ..data import AttnData
 from .. import data as _data
 from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import tokens as _tokens
 from .. import train as _train
-from ..losses import get_loss, loss_floor  # noqa: F401  (loss_floor re-exported: ch04's API)
+from ..losses import check_instance, loss_floor, nonneg_loss  # noqa: F401  (loss_floor re-exported: ch04's API)
 from ..tokens import selection_margins  # noqa: F401  (re-exported: ch04's API)
 
 __all__ = [
     "GLOBAL_CORR",
     "selection_margins",
-    "nonselected_mass",
-    "saturation_bound",
-    "cone_margin_bound",
-    "loss_value",
-    "loss_grad",
     "ray_alignment",
     "ray_alignment_limit",
     "loss_floor",
@@ -93,115 +88,7 @@ def _check_batched_choice(data, alpha):
     return B, n, d
 
 
-def _instance(data):
-    if not isinstance(data, AttnData):
-        raise ValueError(f"data must be an AttnData instance, got {type(data).__name__}")
-    if data.batched:
-        raise ValueError("data must be a single (unbatched) instance; use data.trial(b)")
-    return data
-
-
-def _nonneg_loss(loss):
-    """The :class:`attnsvm.losses.Loss` of a nonnegative decreasing loss (logistic or
-    exponential): the theory helpers below need one."""
-    return get_loss(check_choice("loss", loss, ("logistic", "exponential")))
-
-
-def _alpha(alpha, n, T):
-    a = np.asarray(alpha)
-    if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"alpha must be an integer array of shape ({n},), got {a.shape} {a.dtype}")
-    if np.any(a < 0) or np.any(a >= T):
-        raise ValueError(f"alpha entries must lie in [0, {T})")
-    return a.astype(np.int64)
-
-
 # ----------------------------------------------------------------------------- theory helpers
-def nonselected_mass(W, X, Z, alpha):
-    r"""Softmax mass on the non-selected tokens, :math:`1 - s_{i\alpha_i}(W)`, shape (n,).
-
-    Computed as :math:`\exp(\mathrm{lse}_{t\ne\alpha_i} a_{it} - \mathrm{lse}_t a_{it})`, so it
-    stays accurate (relative error ~1e-15) when it is far below machine epsilon.
-    """
-    X = as_float_array("X", X, ndim=3)
-    n, T, d = X.shape
-    W = as_float_array("W", W, shape=(d, d))
-    Z = as_float_array("Z", Z, shape=(n, d))
-    alpha = _alpha(alpha, n, T)
-    a = np.einsum("ntd,nd->nt", X, Z @ W.T)
-    other = a.copy()
-    other[np.arange(n), alpha] = -np.inf
-    lse_all = np.logaddexp.reduce(a, axis=1)
-    lse_other = np.logaddexp.reduce(other, axis=1)
-    return np.exp(lse_other - lse_all)
-
-
-def saturation_bound(W_alpha, R, T):
-    r"""The saturation lemma's bound :math:`(T-1)\exp(-R/\|W^\alpha_{mm}\|_F)` on the
-    non-selected mass of every sequence at :math:`W = R\,W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`."""
-    W_alpha = as_float_array("W_alpha", W_alpha, ndim=2)
-    T = check_int("T", T, minimum=2)
-    R = check_positive("R", R, allow_zero=True)
-    return (T - 1) * np.exp(-R / np.linalg.norm(W_alpha))
-
-
-def cone_margin_bound(W, W_alpha, X, Z, alpha):
-    r"""Lower bound on every selection margin of :math:`W` from its norm and its correlation
-    with :math:`W^\alpha_{mm}` (cone lemma):
-
-    .. math::
-
-        \min_{i, t\ne\alpha_i} m_{it}(W) \ \ge\ \|W\|_F\Big(\frac{1}{\|W^\alpha_{mm}\|_F}
-        - D\sqrt{2 - 2\,\mathrm{corr}(W, W^\alpha_{mm})}\Big),\qquad
-        D = \max_{i,t} \|x_{i\alpha_i} - x_{it}\|\,\|z_i\| .
-    """
-    X = as_float_array("X", X, ndim=3)
-    n, T, d = X.shape
-    W = as_float_array("W", W, shape=(d, d))
-    W_alpha = as_float_array("W_alpha", W_alpha, shape=(d, d))
-    Z = as_float_array("Z", Z, shape=(n, d))
-    alpha = _alpha(alpha, n, T)
-    diff = X[np.arange(n), alpha][:, None, :] - X
-    D = float(np.max(np.linalg.norm(diff, axis=-1) * np.linalg.norm(Z, axis=-1)[:, None]))
-    c = float(_metrics.corr(W, W_alpha))
-    return float(np.linalg.norm(W) * (1.0 / np.linalg.norm(W_alpha)
-                                      - D * np.sqrt(max(2.0 - 2.0 * c, 0.0))))
-
-
-def loss_value(W, data, *, loss="logistic"):
-    r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`."""
-    data = _instance(data)
-    W = as_float_array("W", W, shape=(data.d, data.d))
-    ell = _nonneg_loss(loss).value_np
-    s = _metrics.attention(data.X, W, data.Z)
-    g = _tokens.token_scores(data.X, data.y, data.v)
-    return float(np.mean(ell((s * g).sum(-1))))
-
-
-def loss_grad(W, data, *, loss="logistic"):
-    r"""Loss and gradient of the W-parameterization (fixed head), numpy:
-
-    .. math::
-
-        \nabla\mathcal{L}(W) = \frac1n\sum_i \ell'(u_i)\sum_t s_{it}(\gamma_{it} - u_i)\,
-        x_{it} z_i^\top, \qquad u_i = \sum_t s_{it}\gamma_{it}.
-
-    Returns
-    -------
-    L : float
-    G : ndarray (d, d)
-    """
-    data = _instance(data)
-    W = as_float_array("W", W, shape=(data.d, data.d))
-    ell, nd = _nonneg_loss(loss).value_np, _nonneg_loss(loss).neg_deriv_np
-    s = _metrics.attention(data.X, W, data.Z)
-    g = _tokens.token_scores(data.X, data.y, data.v)
-    u = (s * g).sum(-1)
-    q = -nd(u)[:, None] * s * (g - u[:, None]) / data.n          # (n, T)
-    G = np.einsum("nt,ntd,ne->de", q, data.X, data.Z)
-    return float(np.mean(ell(u))), G
-
-
 def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False):
     r""":math:`\langle -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle` (or times
     :math:`e^{c}` if ``scaled``), for scalars ``c`` (array_like, any shape).
@@ -218,12 +105,12 @@ def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False
     with :math:`s_{it}` for :math:`t \ne \alpha_i` from log-softmax, so ``scaled`` values stay
     exact for large ``c``.
     """
-    data = _instance(data)
+    data = check_instance(data)
     n, T = data.n, data.T
-    alpha = _alpha(alpha, n, T)
+    alpha = _tokens.check_alpha(alpha, (n,), T)
     if W_alpha is None:
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
-    nd = _nonneg_loss(loss).neg_deriv_np
+    nd = nonneg_loss(loss).neg_deriv_np
     m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
     g = _tokens.token_scores(data.X, data.y, data.v)
     delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
@@ -251,13 +138,13 @@ def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6)
     -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle
     = \frac1n\sum_i -\ell'(\gamma_{i\alpha_i}) \sum_{t\in S_i}(\gamma_{i\alpha_i} - \gamma_{it})`,
     :math:`S_i` the support tokens (``attnsvm.svm.support_tokens`` with ``tol``)."""
-    data = _instance(data)
+    data = check_instance(data)
     n, T = data.n, data.T
-    alpha = _alpha(alpha, n, T)
+    alpha = _tokens.check_alpha(alpha, (n,), T)
     if W_alpha is None:
         W_alpha = _svm.att_svm(data.X, data.Z, alpha)
     S = _svm.support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
-    nd = _nonneg_loss(loss).neg_deriv_np
+    nd = nonneg_loss(loss).neg_deriv_np
     g = _tokens.token_scores(data.X, data.y, data.v)
     ga = g[np.arange(n), alpha]
     return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
@@ -892,7 +779,7 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
     -------
     Trajectories2D
     """
-    data = _instance(data)
+    data = check_instance(data)
     if data.d != 2:
         raise ValueError(f"trajectories_2d needs d = 2, got d = {data.d}")
     opt = _tokens.optimal_tokens(data.X, data.y, data.v)

@@ -7,7 +7,7 @@ trials what the chapters compare:
 
 * linear (chapter 13): :func:`margin_ratios` (the table :math:`\bar\gamma_q(w_T)/\gamma_q`),
   :func:`margin_gaps` (:math:`\gamma_q - \bar\gamma_q(w_t)` along a run),
-  :func:`sd_margin_radius` and :func:`check_sd_bound` (the bound :math:`r_t` of
+  ``attnsvm.bounds.sd_margin_radius`` and :func:`check_sd_bound` (the bound :math:`r_t` of
   ``thm-sd-margin`` and where it holds), :func:`gap_slopes` (fitted log-log slopes of a gap),
   :func:`phase_fit` (PRGD's log-gap against its phase index, with :math:`R^2`);
 * attention (chapter 14): :func:`att_margin_gap` (the relative Att-SVM margin gap along a run),
@@ -25,12 +25,13 @@ import torch
 from .. import data as _data
 from .. import metrics, svm, tokens
 from .. import train as _train
-from .._checks import as_float_array, check_int, check_positive, renamed
+from .._checks import as_float_array, check_int, renamed
+from ..bounds import sd_margin_radius
 from ..devices import resolve_device
 from ..models import AttentionClassifier, LinearClassifier, MarginObjective
 
 __all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry",
-           "margin_ratios", "margin_gaps", "sd_margin_radius", "check_sd_bound", "gap_slopes",
+           "margin_ratios", "margin_gaps", "check_sd_bound", "gap_slopes",
            "phase_fit", "att_margin_gap", "AttSVMComparison", "compare_att_svms"]
 
 
@@ -64,40 +65,6 @@ def margin_ratios(w, X, y, norms, gammas):
 def margin_gaps(iterates, X, y, q, gamma):
     r""":math:`\gamma_q - \bar\gamma_q(w_t)` for recorded iterates (K, B, d): shape (K, B)."""
     return np.asarray(gamma)[None] - svm.margin_in_norm(iterates, X[None], y[None], q)
-
-
-def sd_margin_radius(steps, X, norm, *, lr, decay):
-    r"""The bound :math:`r_t = (\log n + \tfrac12 B^2 Q_t)/S_t` of ``thm-sd-margin`` at the
-    recorded ``steps`` (:math:`S_t = \sum_{s<t}\eta_s`, :math:`Q_t = \sum_{s<t}\eta_s^2
-    e^{\eta_s B}`, :math:`\eta_s = \mathrm{lr}\,(s+1)^{-\mathrm{decay}}`,
-    :math:`B = \max_i\|x_i\|_*` per trial).
-
-    Parameters
-    ----------
-    steps : int array (K,), recorded steps (``t = 0`` gives ``inf``)
-    X : array_like (B, n, d)
-    norm : 1, 2 or inf (the steepest-descent norm; its dual is used for ``B``)
-
-    Returns
-    -------
-    ndarray (K, B)
-    """
-    X = as_float_array("X", X, ndim=3)
-    lr = check_positive("lr", lr)
-    decay = check_positive("decay", decay, allow_zero=True)
-    steps = np.asarray(steps, dtype=int)
-    dual = {1.0: np.inf, 2.0: 2.0, np.inf: 1.0}.get(float(norm))
-    if dual is None:
-        raise ValueError(f"norm must be 1, 2 or inf, got {norm!r}")
-    Bq = np.linalg.norm(X, ord=dual, axis=-1).max(axis=-1)                  # (B,)
-    eta = lr * (np.arange(max(int(steps.max()), 1)) + 1.0) ** (-decay)
-    S = np.r_[0.0, np.cumsum(eta)][steps]                                   # (K,)
-    Q = np.concatenate([np.zeros((1, Bq.size)),
-                        np.cumsum(eta[:, None] ** 2 * np.exp(eta[:, None] * Bq[None]), axis=0)])
-    Q = Q[steps]                                                           # (K, B)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = (np.log(X.shape[1]) + Bq[None] ** 2 * Q / 2) / S[:, None]
-    return np.where(S[:, None] > 0, r, np.inf)
 
 
 def check_sd_bound(run, X, y, norm, gamma, *, lr, decay):

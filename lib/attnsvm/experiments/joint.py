@@ -1,10 +1,10 @@
 r"""Joint training of the attention matrix and the head (Chapter 11).
 
-:func:`joint_data` draws seeded instances with one planted label-carrying token per sequence
-(:func:`attnsvm.data.planted_token`), :func:`joint_references` solves the attention SVM and the
-max-margin head of the reference tokens, and :func:`joint_fit` trains ``W`` and ``v`` jointly
-in one :func:`attnsvm.train.fit` call (snapshots of both along the way) and compares them with
-the references.
+The data: seeded instances with one planted label-carrying token per sequence
+(:func:`attnsvm.data.planted_token`, batched; the head starts at :math:`v_0 = 0`);
+:func:`joint_references` solves the attention SVM and the max-margin head of the reference
+tokens, and :func:`joint_fit` trains ``W`` and ``v`` jointly in one :func:`attnsvm.train.fit`
+call (snapshots of both along the way) and compares them with the references.
 """
 from __future__ import annotations
 
@@ -19,20 +19,8 @@ from ..metrics import attention, corr
 from ..tokens import optimal_tokens
 from ..train import fit
 
-__all__ = ["joint_data", "JointRun", "joint_references", "joint_fit", "JointExperiment",
+__all__ = ["JointRun", "joint_references", "joint_fit", "JointExperiment",
            "joint_experiment"]
-
-
-def joint_data(n=8, T=6, d=16, *, trials=4, signal=1.0, seed=0):
-    r"""Seeded instances for joint training with one planted label-carrying token:
-    :func:`attnsvm.data.planted_token` batched with ``trials`` trials (trial ``b`` does not
-    depend on ``trials``). The head starts at :math:`v_0 = 0` (``v`` of the data).
-
-    Returns ``(data, planted)``: an :class:`attnsvm.data.AttnData` with a trials axis and the
-    planted positions (trials, n).
-    """
-    trials = check_int("trials", trials, minimum=1)
-    return planted_token(n, T, d, signal=signal, trials=trials, seed=seed)
 
 
 @dataclass
@@ -214,7 +202,7 @@ class JointExperiment:
 
 def joint_experiment(n=8, T=6, d=16, *, trials=4, signal=1.0, steps=10000, segments=24,
                      settings=None, seed=0, device="auto"):
-    r"""Chapter 11's experiment: :func:`joint_data` instances, every optimizer of ``settings``
+    r"""Chapter 11's experiment: :func:`attnsvm.data.planted_token` instances, every optimizer of ``settings``
     (name -> :func:`joint_fit` keyword arguments; default GD at 1, NGD at 0.1, Polyak capped at
     100) trained jointly from ``W_0 = 0``, and one GD step to show that the head moves first.
 
@@ -224,7 +212,8 @@ def joint_experiment(n=8, T=6, d=16, *, trials=4, signal=1.0, steps=10000, segme
     """
     settings = settings if settings is not None else {
         "gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_max=100.0)}
-    data, alpha = joint_data(n, T, d, trials=trials, signal=signal, seed=seed)
+    data, alpha = planted_token(n, T, d, signal=signal, trials=check_int("trials", trials, minimum=1),
+                                seed=seed)
     refs = joint_references(data, alpha)
     runs = {name: joint_fit(data, alpha, optimizer=name, steps=steps, segments=segments,
                             refs=refs, seed=seed, device=device, **kw)

@@ -30,19 +30,12 @@ from .. import svm as _svm
 from .. import train as _train
 from ..devices import cpu_threads
 from ..models import SelfAttentionNTP
+from ..bounds import smoothness_bound
 from ..train import record_grid
 
-__all__ = ["NTPAttentionRun", "ntp_attention_experiment", "smoothness_bound"]
+__all__ = ["NTPAttentionRun", "ntp_attention_experiment"]
 
 _nanmedian = _metrics.nanmedian
-
-
-def smoothness_bound(data):
-    r"""The smoothness constant of the log-loss in :math:`W` (Frobenius norm), per trial:
-    :math:`L = \tfrac14\max_i\max_{a,b}\|x_{ia} - x_{ib}\|^2\|z_i\|^2` (Chapter 16)."""
-    X, Z = data.X, data.Z
-    diff = np.linalg.norm(X[..., :, None, :] - X[..., None, :, :], axis=-1).max(axis=(-2, -1))
-    return 0.25 * (diff ** 2 * np.sum(Z * Z, axis=-1)).max(axis=-1)
 
 
 @dataclass
@@ -150,7 +143,7 @@ def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
                              device="auto"):
     r"""Train one self-attention layer by next-token prediction (:func:`attnsvm.train.fit` on
     :class:`attnsvm.models.SelfAttentionNTP`, all trials at once) with GD (step ``lr``, default
-    :math:`1/L` with :math:`L` of :func:`smoothness_bound`) and NGD (step ``lr_ngd``), each for
+    :math:`1/L` with :math:`L` of :func:`attnsvm.bounds.smoothness_bound`) and NGD (step ``lr_ngd``), each for
     ``steps`` steps, from :math:`W_0 \sim N(0, \mathrm{init\_scale}^2)` entrywise (fit's
     per-trial initialization streams), on ``trials`` data sets of
     :func:`attnsvm.data.ntp_sequences`.

@@ -19,9 +19,10 @@ module holds
 
 * data: :func:`score_data` (equal or distinct non-optimal scores), :func:`find_trap`
   (an instance with a locally optimal token choice other than ``opt``), :func:`svm_batch`;
-* exact, log-space metrics of a matrix ``W``: :func:`excess_loss`, :func:`nonopt_mass`,
-  :func:`min_margin`, :func:`one_minus_corr`, :func:`grad`, :func:`log_q`;
-* runs: :func:`random_inits`, :func:`run` (one batched ``attnsvm.train.fit`` call per
+* exact, log-space metrics of a matrix ``W`` come from the core: ``attnsvm.losses.excess_loss``,
+  ``risk_grad``, ``scale_to_excess``; ``attnsvm.metrics.nonopt_mass``, ``min_margin``,
+  ``one_minus_corr``, ``log_q``; the initializations ``attnsvm.data.random_inits``;
+* runs: :func:`run` (one batched ``attnsvm.train.fit`` call per
   optimizer, snapshots on), :func:`trajectory_metrics`, :func:`exp_rate`,
   :func:`sensitivity`, :func:`first_step`;
 * the chapter drivers and their result objects (``.summary()``, ``.claims()``):
@@ -40,22 +41,17 @@ import numpy as np
 
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
-from ..bounds import _lead
-from ..data import AttnData, Stream, prescribed_scores, stream
-from ..losses import get_loss, log_excess_loss
+from ..data import AttnData, Stream, prescribed_scores, random_inits
+from ..losses import excess_loss, risk_grad
+from ..metrics import log_q, min_margin, nonopt_mass, one_minus_corr
 
 __all__ = [
-    "score_data", "find_trap", "svm_batch", "grad", "excess_loss", "nonopt_mass", "min_margin",
-    "one_minus_corr", "scale_to_excess", "log_q", "random_inits", "run", "trajectory_metrics",
+    "score_data", "find_trap", "svm_batch", "run", "trajectory_metrics",
     "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
     "global_constants", "every_step", "global_run", "LABELS", "RatesRun", "rates_experiment",
     "SparsityRun", "sparsity_experiment", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
     "global_cx_experiment", "GlobalCxRun",
 ]
-
-
-#: the logistic loss of the rates chapters (:math:`\ell` and :math:`-\ell'` from attnsvm.losses)
-_LOGISTIC = get_loss("logistic")
 
 
 # ----------------------------------------------------------------------------- data
@@ -119,103 +115,7 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
 
 
-# ----------------------------------------------------------------------------- exact metrics
-def _margins(data, opt, W):
-    """m (..., B, n, T) = <A_it, W> (+inf at the optimal token), for W (..., B, d, d)."""
-    X, _, Z, _ = _lead(data)
-    opt = np.asarray(opt).reshape(X.shape[0], X.shape[1])
-    return tokens.selection_margins(W, X, Z, opt)
-
-
-def _log_q(data, opt, W):
-    m = _margins(data, opt, W)
-    mx = np.min(m, axis=-1, keepdims=True)
-    return -mx[..., 0] + np.log(np.sum(np.exp(-(m - mx)), axis=-1))
-
-
-def nonopt_mass(data, opt, W, *, log=False):
-    r"""Softmax mass on the non-optimal tokens, :math:`1 - s_{i,\mathrm{opt}_i}`, shape (..., B, n).
-
-    Computed in log space (:math:`\log(1-s_i) = \log q_i - \log(1+q_i)`), exact far below
-    :math:`10^{-16}`. ``log=True`` returns the logarithm.
-    """
-    lq = _log_q(data, opt, np.asarray(W, dtype=float))
-    out = lq - np.logaddexp(0.0, lq)
-    return out if log else np.exp(out)
-
-
-def excess_loss(data, opt, W, *, log=False):
-    r"""Excess logistic risk :math:`E(W) = \mathcal{L}(W) - \mathcal{L}^\star`, shape (..., B).
-
-    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)` (the infimum in the equal-score
-    model). Per sequence, with :math:`\delta_i = \gamma^\star_i - u_i = \sum_t s_{it}
-    (\gamma^\star_i - \gamma_{it})`, :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star)
-    = \log(1 + \sigma(-\gamma^\star)(e^{\delta} - 1))` is evaluated with ``log1p``/``expm1``;
-    accurate at any size. ``log=True`` returns :math:`\log E`.
-    """
-    W = np.asarray(W, dtype=float)
-    g, gs, mask, _ = bounds.opt_scores(data, opt)
-    m = _margins(data, opt, W)
-    lq = _log_q(data, opt, W)
-    log_s_t = -m - np.logaddexp(0.0, lq)[..., None]           # log s_it (t != opt)
-    Dl = np.where(mask, gs[..., None] - g, 1.0)
-    log_E = log_excess_loss(log_s_t, np.where(mask, np.log(np.maximum(Dl, 1e-300)), -np.inf), gs)
-    return log_E if log else np.exp(log_E)
-
-
-def scale_to_excess(data, opt, W_mm, target, *, k_max=64.0, iters=60):
-    r"""Per trial, the scale :math:`k` with :math:`E(kW_{mm}) = ` ``target``, by bisection on
-    :math:`[0, k_{\max}]` (:math:`E` decreases along :math:`kW_{mm}`, :math:`k \ge 0`), shape (B,).
-    Starts at a prescribed excess risk, e.g. at the edge of the region
-    :math:`\{E\le\varepsilon_0\}` or just outside it. ``target`` is a number or (B,) array in
-    :math:`(E(k_{\max}W_{mm}), E(0)]`; the upper end of the final bracket is returned."""
-    W_mm = np.asarray(W_mm, dtype=float)
-    target = np.broadcast_to(np.asarray(target, dtype=float), W_mm.shape[:1])
-    k_max = float(k_max)
-    if not (np.all(target > excess_loss(data, opt, k_max * W_mm))
-            and np.all(target <= excess_loss(data, opt, 0 * W_mm))):
-        raise ValueError("target must lie in (E(k_max W_mm), E(0)] for every trial")
-    lo, hi = np.zeros(W_mm.shape[0]), np.full(W_mm.shape[0], k_max)
-    for _ in range(check_int("iters", iters, minimum=1)):
-        k = (lo + hi) / 2
-        big = excess_loss(data, opt, k[:, None, None] * W_mm) > target
-        lo, hi = np.where(big, k, lo), np.where(big, hi, k)
-    return hi
-
-
-def min_margin(data, opt, W):
-    r"""Smallest margin :math:`\min_{i,t\neq\mathrm{opt}_i}\langle A_{it}, W\rangle`, shape (..., B)."""
-    return _margins(data, opt, np.asarray(W, dtype=float)).min(axis=(-2, -1))
-
-
-def grad(data, W):
-    r"""The logistic-risk gradient :math:`\nabla\mathcal{L}(W)` (B, d, d), from the chapter's
-    formula :math:`-\nabla\mathcal{L} = \frac1n\sum_i \beta_i \sum_t s_{it}(\gamma_{it} - u_i)
-    x_{it} z_i^\top` (numpy, float64)."""
-    X, y, Z, v = _lead(data)
-    W = np.asarray(W, dtype=float).reshape(X.shape[0], X.shape[-1], X.shape[-1])
-    a = np.einsum("bntd,bde,bne->bnt", X, W, Z)
-    s = metrics.softmax(a)
-    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
-    u = (s * g).sum(-1)
-    c = _LOGISTIC.neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
-    return -np.einsum("bnt,bntd,bne->bde", c, X, Z)
-
-
-def one_minus_corr(W, W_ref):
-    r""":math:`1 - \mathrm{corr}(W, W_{\mathrm{ref}}) = \tfrac12\|\hat W - \hat W_{\mathrm{ref}}\|_F^2`,
-    computed from the normalized difference (no cancellation), shape (...)."""
-    return 0.5 * metrics.direction_error(W, W_ref) ** 2
-
-
 # ----------------------------------------------------------------------------- experiments
-def random_inits(d, trials, *, radius, seed=0):
-    r"""``trials`` Gaussian matrices (trials, d, d) rescaled to Frobenius norm ``radius``."""
-    rng = stream(seed, "init")
-    W = rng.standard_normal((trials, d, d))
-    return radius * W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
-
-
 #: the default optimizer settings of the rates experiments
 DEFAULTS = {"gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_max=10.0),
             "adam": dict(lr=0.01)}
@@ -798,7 +698,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     projT = np.einsum("bij,bij->b", runs["ngd"].W[sl], Wmm_eq) * c["gamma_A"]
     ngd_progress = float(np.min((projT - proj0) / (lr_ngd * steps * c["kappa"])))
     W0_trap = W0[slices["trap, adversarial init"]][0]
-    trap_cos = float(metrics.corr(-grad(trap, W0_trap)[0], Wmm_tr[0]))
+    trap_cos = float(metrics.corr(-risk_grad(trap, W0_trap)[0], Wmm_tr[0]))
     return GlobalExperiment(runs=runs, slices=slices, W_mm=W_mm, W_alpha=W_a, W0=W0, eq=eq,
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
                             corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
@@ -823,12 +723,6 @@ def first_step(t, mask):
 
 
 # ----------------------------------------------------------------------------- global, under (Cx)
-def log_q(data, opt, W):
-    r""":math:`\log q_i(W) = \log\sum_{t\ne\mathrm{opt}_i}e^{-m_{it}(W)}` (log-sum-exp), shape
-    (..., B, n); :math:`s_i = 1/(1 + q_i)`."""
-    return _log_q(data, opt, np.asarray(W, dtype=float))
-
-
 def global_constants(data, opt, W_mm, W0):
     r"""The constants of the global theorem (book: ``thm-global-region``) per trial: the dict of
     :func:`constants` plus ``E0`` :math:`E(W_0)`, ``s0`` :math:`\min_i s_i(W_0)`, ``s0_lower``

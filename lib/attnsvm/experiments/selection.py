@@ -6,9 +6,9 @@ call these functions and plot.
 
 Data models
 -----------
-* :func:`unit_instances`: the setting of "Transformers as SVMs" (tokens, queries and head
+* ``attnsvm.data.unit_instances``: the setting of "Transformers as SVMs" (tokens, queries and head
   drawn :math:`N(0, I)` and normalized to unit length, labels random signs).
-* :func:`prompt_instances`: a planted token-selection model with a controlled *score gap*
+* ``attnsvm.data.prompt_instances``: a planted token-selection model with a controlled *score gap*
   for prompt attention (``d = 2`` gives the two-dimensional picture).
 
 Selections and SVMs
@@ -37,15 +37,13 @@ from typing import NamedTuple
 import numpy as np
 
 from .._checks import as_float_array, check_int, check_positive
-from ..data import AttnData, Stream, planted_prompt, random_unit, stream, stream_seed
+from ..data import AttnData, prompt_instances, stream, unit_instances
 from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import tokens as _tokens
 from .. import train as _train
 
 __all__ = [
-    "unit_instances",
-    "prompt_instances",
     "selected_sets",
     "balanced_factors",
     "factor_cost",
@@ -68,37 +66,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- data
-def unit_instances(n, T, d, *, trials=1, seed=0):
-    r"""Random instances in the setting of "Transformers as SVMs": tokens, queries and head
-    uniform unit vectors, random signs, queries drawn separately (cross-attention).
-
-    :func:`attnsvm.data.random_unit` with ``cross=True`` on the named data stream
-    ``"unit-instances"`` of ``seed``; trial ``b`` does not depend on ``trials``.
-
-    Returns
-    -------
-    AttnData, batched with ``trials`` trials.
-    """
-    trials = check_int("trials", trials, minimum=1)
-    return random_unit(n, T, d, cross=True, trials=trials,
-                       seed=stream_seed(seed, "unit-instances"))
-
-
-def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
-    r"""The planted prompt-attention model :func:`attnsvm.data.planted_prompt` (score gap
-    ``gap``, noise ``noise``), batched with ``trials`` trials, on the named data stream
-    ``"prompt-instances"`` of ``seed``.
-
-    Returns
-    -------
-    data : AttnData (``Z`` is unused by prompt attention; it holds the key direction)
-    planted : ndarray of int, shape (trials, n): the position of the relevant token
-    """
-    trials = check_int("trials", trials, minimum=1)
-    return planted_prompt(n, T, d, gap=gap, noise=noise, trials=trials,
-                          seed=Stream(seed, "prompt-instances"))
-
-
 # ----------------------------------------------------------------------------- selections
 def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
     r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
@@ -635,7 +602,7 @@ def prompt_loss_comparison(data, *, losses=("logistic", "exponential", "correlat
 
 
 def prompt_gap_sweep(n, T, d, *, gaps, trials=8, noise=0.1, seed=0, **kw):
-    r""":func:`prompt_joint` on :func:`prompt_instances` for each score gap in ``gaps``
+    r""":func:`prompt_joint` on :func:`attnsvm.data.prompt_instances` for each score gap in ``gaps``
     (same seed, so the same noise draws); returns a :class:`PromptGapSweep`
     (``{gap: PromptRun}``)."""
     out = PromptGapSweep()
@@ -866,7 +833,7 @@ class MultiTokenHorizons:
 
 
 def multi_token_horizons(n, T, ds, *, trials=40, horizons=(2000, 20000), seed=0, **kw):
-    r""":func:`multi_token_selection` on :func:`unit_instances` ``(n, T, d)`` for every ``d`` in
+    r""":func:`multi_token_selection` on :func:`attnsvm.data.unit_instances` ``(n, T, d)`` for every ``d`` in
     ``ds`` and every training horizon (number of steps) in ``horizons``, from the same instances
     and initializations (so a shorter run is the start of a longer one).
 
