@@ -61,7 +61,9 @@ __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", 
            "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
            "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
            "ngd_floorless_constants", "ngd_floorless_bound", "saturation_bound", "cone_margin_bound",
-           "sd_margin_radius", "smoothness_bound"]
+           "sd_margin_radius", "smoothness_bound", "support_constants", "residual_parts",
+           "residual_constants", "ngd_margin_offset", "gd_margin_offset", "squared_direction_bound",
+           "nonsupport_mass", "sharpness_constant"]
 
 
 
@@ -1035,3 +1037,204 @@ def smoothness_bound(data):
     X, Z = data.X, data.Z
     diff = np.linalg.norm(X[..., :, None, :] - X[..., None, :, :], axis=-1).max(axis=(-2, -1))
     return 0.25 * (diff ** 2 * np.sum(Z * Z, axis=-1)).max(axis=-1)
+
+
+# ------------------------------------------- strict complementarity: the squared orders (ch09)
+def support_constants(data, opt, *, tol=1e-7):
+    r"""The Att-SVM's support and the constants of the squared directional orders (book:
+    ``lem-sharpness``, ``lem-bounded-residual``), per trial.
+
+    Solves the Frobenius Att-SVM with its multipliers (:func:`attnsvm.svm.att_svm`), takes the
+    support :math:`S = \{k : \lambda_k > \mathrm{tol}\cdot\sum_l\lambda_l\}` and returns a dict:
+    ``W_mm`` (B, d, d); ``lam`` (B, n, T); ``support`` (B, n, T) bool; ``lam_min``
+    :math:`\min_{k\in S}\lambda_k`; ``active_err`` :math:`\max_{k\in S}|\langle A_k, W_{mm}\rangle - 1|`;
+    ``delta`` :math:`\min_{k\notin S}\langle A_k, W_{mm}\rangle - 1` (``inf`` when every
+    constraint is in :math:`S`); ``sigma_S`` the smallest positive singular value of the support
+    features (rows :math:`\mathrm{vec}\,A_k`, :math:`k\in S`); ``c_S``
+    :math:`\gamma_A^2\lambda_{\min}\sigma_S/\sqrt2` (the sharpness constant); ``K_N`` the number
+    of constraints off :math:`S`; ``kappa_phi`` :math:`\tfrac94\max_ib^+_i\Delta_i/\min_ib^-_i\Delta_i`;
+    ``Q_S``, ``Q_A`` (lists of (d^2, r) orthonormal bases of :math:`\mathrm{span}_S` and of
+    :math:`\mathcal{A}`). The hypothesis of strict complementarity is ``lam_min > 0``,
+    ``active_err`` small and ``delta > 0``; the caller checks it (nothing is assumed here).
+    """
+    from . import svm   # noqa: PLC0415 (svm is heavy; bounds is imported by the drivers)
+    X, _, Z, _ = tokens.trial_arrays(data)
+    B, n, T, d = X.shape
+    opt = np.asarray(opt).reshape(B, n)
+    U, Zq = lifted_factors(data, opt)
+    _, _, mask, _ = tokens.opt_scores(data, opt)
+    out = {k: np.empty(B) for k in ("lam_min", "active_err", "delta", "sigma_S", "c_S", "K_N",
+                                   "gamma_A")}
+    out.update(W_mm=np.empty((B, d, d)), lam=np.empty((B, n, T)), support=np.empty((B, n, T), bool),
+               Q_S=[], Q_A=[])
+    for b in range(B):
+        W, lam = svm.att_svm(X[b], Z[b], opt[b], return_dual=True)
+        A = np.einsum("ktd,ke->ktde", U[b], Zq[b])                      # (n, T, d, d)
+        m = np.einsum("ktde,de->kt", A, W)
+        S = mask[b] & (lam > tol * lam[mask[b]].sum())
+        out["W_mm"][b], out["lam"][b], out["support"][b] = W, lam, S
+        out["lam_min"][b] = lam[S].min()
+        out["active_err"][b] = np.abs(m[S] - 1).max()
+        N = mask[b] & ~S
+        out["delta"][b] = m[N].min() - 1 if N.any() else np.inf
+        out["K_N"][b] = N.sum()
+        MS = A[S].reshape(-1, d * d)
+        u, sv, vt = np.linalg.svd(MS, full_matrices=False)
+        r = sv > 1e-10 * sv[0]
+        out["sigma_S"][b] = sv[r].min()
+        out["Q_S"].append(vt[r].T)
+        MA = A[mask[b]].reshape(-1, d * d)
+        _, sa, va = np.linalg.svd(MA, full_matrices=False)
+        out["Q_A"].append(va[sa > 1e-10 * sa[0]].T)
+        out["gamma_A"][b] = 1 / np.linalg.norm(W)
+    out["c_S"] = out["gamma_A"] ** 2 * out["lam_min"] * out["sigma_S"] / np.sqrt(2)
+    c = constants(data, opt, out["W_mm"])
+    out["kappa_phi"] = 2.25 * c["bD_plus"] / c["bD_minus"]
+    return out
+
+
+def residual_parts(W, sc):
+    r"""The parts of :math:`W = a\,u^\star + h` (:math:`u^\star = W_{mm}/\|W_{mm}\|_F`,
+    :math:`h \perp W_{mm}`) that the squared orders track (book: ``lem-bounded-residual``):
+    ``a`` :math:`\langle W, u^\star\rangle`, ``hS`` :math:`\|P_Sh\|_F`, ``hN``
+    :math:`\|(P_{\mathcal{A}} - P_S)W\|_F`, ``hP`` :math:`\|P^\perp W\|_F`, each of shape
+    ``W.shape[:-2]`` (the trial axis last); ``sc`` from :func:`support_constants`."""
+    W = np.asarray(W, dtype=float)
+    B, d = sc["W_mm"].shape[0], sc["W_mm"].shape[-1]
+    w = W.reshape(W.shape[:-2] + (d * d,))
+    if w.shape[-2] != B:
+        raise ValueError(f"W must have the trial axis (B = {B}) just before (d, d), got {W.shape}")
+    u = (sc["W_mm"] * sc["gamma_A"][:, None, None]).reshape(B, d * d)
+    a = np.einsum("...bk,bk->...b", w, u)
+    out = {k: np.empty(w.shape[:-1]) for k in ("hS", "hN", "hP")}
+    for b in range(B):
+        wb = w[..., b, :]
+        pS = wb @ sc["Q_S"][b]
+        pA = wb @ sc["Q_A"][b]
+        out["hS"][..., b] = np.sqrt(np.maximum(np.sum(pS ** 2, -1) - a[..., b] ** 2, 0))
+        out["hN"][..., b] = np.sqrt(np.maximum(np.sum(pA ** 2, -1) - np.sum(pS ** 2, -1), 0))
+        out["hP"][..., b] = np.sqrt(np.maximum(np.sum(wb ** 2, -1) - np.sum(pA ** 2, -1), 0))
+    out["a"] = a
+    return out
+
+
+def residual_constants(W_t0, offset, ell_bar, sc, consts):
+    r"""The constants of ``lem-bounded-residual``, per trial, for a run of steps along
+    :math:`-\nabla\mathcal{L}` of lengths :math:`\ell_s \le \bar\ell` (``ell_bar``) from
+    :math:`W_{t_0}` whose margin obeys :math:`m_{\min}(W_t) \ge B + \gamma_A L_t`
+    (``offset`` :math:`= B`, :func:`ngd_margin_offset` or :func:`gd_margin_offset`):
+
+    .. math::
+
+        D_a = \gamma_A a_{t_0} - B,\quad D_{\mathcal{A}} = \gamma_A\|P_{\mathcal{A}}W_{t_0}\|_F - B,\quad
+        X = \tfrac32\delta D_{\mathcal{A}} + \frac{R_A^2D_{\mathcal{A}}}{\gamma_A^2\delta},
+
+    .. math::
+
+        M = \frac{2R_AK_N\kappa_\varphi}{\gamma_A^2\delta}
+            \exp\Big(X + \frac{\gamma_A\delta\bar\ell}{2} - \frac{\gamma_A\delta\|P_{\mathcal{A}}W_{t_0}\|_F}{2}\Big),
+        \qquad
+        \bar H^2 = \Big(\frac{D_a}{c_S}\Big)^2 + \big(\|h_N(t_0)\|_F + M\big)^2 + \|P^\perp W_{t_0}\|_F^2 .
+
+    Returns a dict of (B,) arrays ``D_a, D_A, X, M, H2`` (``M`` is computed in log space and may
+    be ``inf``).
+    """
+    p = residual_parts(W_t0, sc)
+    gA, RA, dl = sc["gamma_A"], consts["R_A"], sc["delta"]
+    offset = np.asarray(offset, dtype=float)
+    nA = np.sqrt(p["a"] ** 2 + p["hS"] ** 2 + p["hN"] ** 2)
+    D_a = gA * p["a"] - offset
+    D_A = gA * nA - offset
+    X = 1.5 * dl * D_A + RA ** 2 * D_A / (gA ** 2 * dl)
+    with np.errstate(over="ignore"):
+        logM = (np.log(2 * RA * np.maximum(sc["K_N"], 1e-300) * sc["kappa_phi"] / (gA ** 2 * dl))
+                + X + gA * dl * ell_bar / 2 - gA * dl * nA / 2)
+        M = np.where(sc["K_N"] > 0, np.exp(logM), 0.0)
+        H2 = (D_a / sc["c_S"]) ** 2 + (p["hN"] + M) ** 2 + p["hP"] ** 2
+    return dict(D_a=D_a, D_A=D_A, X=X, M=M, H2=H2)
+
+
+def ngd_margin_offset(E_t0, eta_bar, consts):
+    r"""NGD's margin offset :math:`B = \log(2\varepsilon_0/E(W_{t_0})) - 2c_\psi E(W_{t_0})/(\mu\varepsilon_0)`
+    of ``thm-ngd-no-floor`` (:math:`m_{\min}(W_t) \ge B + \gamma_A\sum_{s<t}\eta_s`), per trial."""
+    c = consts
+    _, c_psi = ngd_floorless_constants(eta_bar, R_A=c["R_A"], gamma_A=c["gamma_A"],
+                                       Delta_max=c["Delta_max"], b_minus=c["b_minus"],
+                                       b_plus=c["b_plus"])
+    E_t0 = np.asarray(E_t0, dtype=float)
+    return np.log(2 * c["eps0"] / E_t0) - 2 * c_psi * E_t0 / (c["mu"] * c["eps0"])
+
+
+def gd_margin_offset(E_t0, eta, consts):
+    r"""GD's margin offset :math:`B = \log(2\varepsilon_0/E(W_{t_0})) - C` of ``thm-gd-direction``
+    (:math:`m_{\min}(W_t) \ge B + \gamma_A\sum_{s<t}\|W_{s+1} - W_s\|_F`), per trial."""
+    C = gd_error_constant(E_t0, eta=eta, eps0=consts["eps0"], H=consts["H"])
+    return np.log(2 * consts["eps0"] / np.asarray(E_t0, dtype=float)) - C
+
+
+def squared_direction_bound(m_min, H2, gamma_A):
+    r"""The squared-order bound of ``lem-bounded-residual`` (iv):
+    :math:`1 - \mathrm{corr}(W_t, W_{mm}) \le \gamma_A^2\bar H^2/(2\,m^2)` for any lower bound
+    :math:`m > 0` on :math:`m_{\min}(W_t)` (``nan`` where ``m_min <= 0``)."""
+    m = np.asarray(m_min, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m > 0, gamma_A ** 2 * H2 / (2 * m ** 2), np.nan)
+
+
+def nonsupport_mass(data, opt, W, sc):
+    r"""The mass :math:`\pi = \sum_{k\notin S}p_k(W)` of the NGD direction's weights off the
+    Att-SVM's support (book: ``lem-bounded-residual``, part 2), with
+    :math:`-\nabla\mathcal{L} = \sum_ka_kA_k`, :math:`a_{it} = \frac1n\phi_i'(q_i)e^{-m_{it}}`,
+    :math:`p = a/\sum a`, and the lemma's bound
+    :math:`\kappa_\varphi\sum_{k\notin S}e^{-(m_k - m_{\min})}`. ``W`` (..., B, d, d); returns
+    ``(pi, pi_bound)``, each (..., B)."""
+    m = tokens.opt_margins(data, opt, np.asarray(W, dtype=float))        # (..., B, n, T), inf at opt
+    _, gs, mask, _ = tokens.opt_scores(data, opt)
+    go = np.where(mask, tokens.opt_scores(data, opt)[0], np.inf).min(-1)  # gamma°_i (B, n)
+    Delta = gs - go
+    lq = np.logaddexp.reduce(np.where(mask, -m, -np.inf), axis=-1)        # log q_i (..., B, n)
+    q = np.exp(lq)
+    u = gs - Delta * q / (1 + q)
+    la = (np.log(_LOGISTIC.neg_deriv_np(u)) + np.log(Delta) - 2 * np.log1p(q))[..., None] - m
+    la = np.where(mask, la, -np.inf)
+    off = mask & ~sc["support"]
+    lse_all = np.logaddexp.reduce(la.reshape(la.shape[:-2] + (-1,)), axis=-1)
+    lse_off = np.logaddexp.reduce(np.where(off, la, -np.inf).reshape(la.shape[:-2] + (-1,)), axis=-1)
+    pi = np.exp(lse_off - lse_all)
+    mmin = np.where(mask, m, np.inf).min(axis=(-2, -1))
+    gaps = np.where(off, m - mmin[..., None, None], np.inf)
+    return pi, sc["kappa_phi"] * np.exp(-gaps).sum(axis=(-2, -1))
+
+
+def sharpness_constant(data, opt, sc):
+    r"""The best constant of ``lem-sharpness``, per trial:
+    :math:`c^\star = \min\{\max_{k\in S}(-\langle A_k, h\rangle) : h\in\mathcal{A}_S,\
+    \langle h, W_{mm}\rangle = 0,\ \|h\|_F = 1\}`, exactly, as :math:`1/\max\|h\|_F` over the
+    vertices of the polytope :math:`\{h : \langle A_k, h\rangle \ge -1\ \forall k\in S\}` of that
+    subspace (bounded under strict complementarity). The lemma's :math:`c_S` is at most
+    :math:`c^\star`."""
+    from itertools import combinations   # noqa: PLC0415
+    U, Zq = lifted_factors(data, opt)
+    B, d = U.shape[0], U.shape[-1]
+    out = np.empty(B)
+    for b in range(B):
+        A = np.einsum("ktd,ke->ktde", U[b], Zq[b])[sc["support"][b]].reshape(-1, d * d)
+        QS = sc["Q_S"][b]
+        u = QS.T @ (sc["W_mm"][b].ravel() * sc["gamma_A"][b])            # u* in the basis
+        _, _, vt = np.linalg.svd(u[None, :])
+        QV = QS @ vt[1:].T                                               # span_S ∩ W_mm^perp
+        G = A @ QV                                                       # (|S|, r - 1)
+        r1 = G.shape[1]
+        if r1 == 0:
+            out[b] = np.inf
+            continue
+        best = 0.0
+        for J in combinations(range(G.shape[0]), r1):
+            GJ = G[list(J)]
+            if abs(np.linalg.det(GJ)) < 1e-12 * max(1.0, np.abs(GJ).max() ** r1):
+                continue
+            y = np.linalg.solve(GJ, -np.ones(r1))
+            if np.all(G @ y >= -1 - 1e-9):
+                best = max(best, float(np.linalg.norm(y)))
+        out[b] = 1 / best if best > 0 else np.inf
+    return out
