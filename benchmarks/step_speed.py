@@ -11,18 +11,17 @@ and "KQ" and the rules "ngd" and "gd", at ``B = 100`` and ``B = 1000``.
   block, ``X^T q`` as ``(X * q).sum(-2)``, the rule of :mod:`attnsvm.optim` of that day.
 * The new step is the engine's own (:class:`attnsvm.train._Step` on
   :class:`attnsvm.train._MarginTerms`, built from the options of :func:`attnsvm.train.fit`):
-  the compiled token loops of :mod:`attnsvm.compiled` where a C compiler is present (the
-  benchmark says which path ran), else the eager torch path; ``--eager`` times the eager path.
+  the eager torch path (on the CPU it is the only one; the CUDA-graph path of :func:`fit`
+  replays this same step on CUDA).
 
 Both start from the same parameters and data; the benchmark checks they agree (relative
 difference of the updated parameters) before timing them. Times are process CPU times, best
 of ``--repeats`` blocks of ``--steps`` steps (robust to other load on a shared machine).
 
-Memory model (bytes moved per step, float64), see :func:`bytes_per_step`: the compiled step
-reads the tokens twice (``Xt`` in the first pass, ``X`` in the second), the token values ``G``
-twice, writes and reads the rescaled probabilities (B,n,T) once, makes ~30 passes over (B,n)
-vectors and ~10 over the (B,d,d) blocks (W, the gradient, the rule, the update). The eager
-step makes ~14 passes over the (B,n,T) block instead.
+Memory model (bytes moved per step, float64), see :func:`bytes_per_step`: the step reads the
+tokens twice (``X`` for the scores, ``Xt`` for :math:`X^\top q`), makes ~14 passes over the
+(B,n,T) block, ~30 over (B,n) vectors and ~10 over the (B,d,d) blocks (W, the gradient, the
+rule, the update).
 The achieved bandwidth is that model over the measured step time; the machine's copy
 bandwidth is a large ``numpy`` copy (read + write) timed in the same process.
 
@@ -35,13 +34,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 
 import numpy as np
 import torch
 
-from attnsvm import compiled
 from attnsvm.data import random_unit
 from attnsvm.losses import get_loss
 from attnsvm.train import FitConfig, _MarginTerms, _Step
@@ -135,10 +132,10 @@ def engine_step(data, param, rule, lr):
     return _Step(cfg, terms, terms.params), terms.full, terms.params
 
 
-def bytes_per_step(B, param, n=N, t=T, d=D, compiled_path=True):
+def bytes_per_step(B, param, n=N, t=T, d=D):
     """A model of the bytes the new step moves (float64); see the module docstring."""
     tokens = 2 * n * t * d
-    bnt = (4 if compiled_path else 14) * n * t
+    bnt = 14 * n * t
     small = 30 * n + 10 * d * d + (8 * d * d if param == "KQ" else 0)
     return F64 * B * (tokens + bnt + small)
 
@@ -197,15 +194,9 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="only W/ngd at B=1000")
-    ap.add_argument("--eager", action="store_true", help="time the eager torch path")
     args = ap.parse_args()
-    if args.eager:
-        os.environ[compiled.ENV] = "0"
     torch.set_num_threads(1)
-    st = compiled.status(T=T, d=D)
-    path = "compiled" if st["enabled"] else "eager"
-    print(f"new step: the {path} path" + (f" ({st['path']})" if st["enabled"] else
-                                           f" ({st['why']})"))
+    print("new step: the eager torch path")
     bw = copy_bandwidth()
     print(f"problem: n={N} T={T} d={D}, logistic loss, fixed linear head, float64, 1 CPU thread; "
           f"process CPU time per step, best of {args.repeats} x {args.steps} steps")
@@ -219,7 +210,7 @@ def main():
     last = None
     for B, param, rule in cases:
         t_ref, t_new, rel = compare(B, param, rule, args.steps, args.repeats)
-        nb = bytes_per_step(B, param, compiled_path=st["enabled"])
+        nb = bytes_per_step(B, param)
         ach = nb / t_new
         print(f"B={B:5d} {param:2s} {rule:3s}: reference {t_ref * 1e3:7.3f} ms  new {t_new * 1e3:7.3f} ms"
               f"  speedup {t_ref / t_new:5.2f}  bytes/step {nb / 1e6:6.2f} MB  achieved "

@@ -26,7 +26,6 @@ import time
 import numpy as np
 import torch
 
-from attnsvm import compiled
 from attnsvm.data import random_unit
 from attnsvm.metrics import corr
 from attnsvm.train import fit
@@ -107,9 +106,7 @@ def main():
     torch.set_num_threads(1)
     steps, B, R = args.steps, args.trials, min(args.ref_trials, args.trials)
     print(f"problem: n={N} T={T} d={D}, {steps} steps, ngd_param lr=0.1, float64, 1 CPU thread")
-    st = compiled.status(T=T, d=D)
-    print("engine step: " + ("compiled (attnsvm.compiled)" if st["enabled"]
-                             else f"eager torch ({st['why']})"))
+    print("engine step: eager torch")
     if hasattr(os, "getloadavg"):
         print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
               "(timings are process CPU times; heavy load still perturbs them somewhat)")

@@ -37,7 +37,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
                "bounds", "claims", "experiments",
-               "graphs", "datasets", "compiled")
+               "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

@@ -163,13 +163,13 @@ def notebook_source_hash(path: Path) -> str:
 
 def library_hash(root: Path) -> str:
     """Hash of every source file of the library the notebooks import (``lib/attnsvm``): its
-    Python modules and the C source of its compiled step (``csrc/*.c``).
+    Python modules.
 
     The build tool itself (``lib/attnsvm_book``), the tests and the tools are not part of it:
     editing them re-executes nothing.
     """
     lib = Path(root) / LIBRARY_DIR
-    files = sorted(p for p in lib.rglob("*") if p.suffix in (".py", ".c") and p.is_file()
+    files = sorted(p for p in lib.rglob("*") if p.suffix == ".py" and p.is_file()
                    and "__pycache__" not in p.parts)
     return _sha(*(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() for p in files))
 

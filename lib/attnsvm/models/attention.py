@@ -8,7 +8,6 @@ import math
 
 import torch
 
-from .. import compiled
 from .._checks import check_choice, check_int
 from ..losses import grad_coefficients
 from ._init import _broadcast_init, _stack
@@ -35,8 +34,7 @@ def _exp_small(x):
 
 def _top_two(a, G):
     r"""The token loop of :func:`softmax_jacobian`: the top token, :math:`\hat s` and its sums
-    (each (..., 1) but ``sh`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` and :math:`g_{t^\star}`.
-    :func:`attnsvm.compiled.jacobian_terms` is its compiled twin."""
+    (each (..., 1) but ``sh`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` and :math:`g_{t^\star}`."""
     a_top, top = a.max(-1, keepdim=True)
     am = a.scatter(-1, top, -math.inf)                      # the scores without the top one
     a2 = am.amax(-1, keepdim=True)
@@ -143,7 +141,6 @@ class AttentionClassifier:
         if width is not None and head != "mlp":
             raise ValueError("width applies only to head='mlp'")
         self.train_v = bool(train_v)
-        self._work = {}                                    # compiled path: (B, n, T) -> buffers
         self.scoring = PARAMETERIZATIONS[param]          # the score parameterization
         self.psi = HEADS[head]                             # the head
         base, headp = self.scoring.names, self.psi.names
@@ -284,36 +281,23 @@ class AttentionClassifier:
         X, y = batch["X"], batch["y"]
         Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
         h = None
-        fast = self._compiled(params, batch)
-        if fast:                             # the compiled twin of the token loop
-            B, n, T = batch["G"].shape
-            ws = self._work.get((B, n, T))
-            if ws is None:                   # this model's workspace for the token loop
-                ws = self._work[(B, n, T)] = compiled.workspace(B, n, T)
-            terms, extra = self.scoring.compiled_terms(params, batch, ws)
-            sh, top, Ssh, shG, gap, G_top, e_gap = terms
-            log_s_top, lam2, s_top, f = jacobian_scalars(gap, e_gap, Ssh, shG, G_top)
-        else:
-            W = self.matrix(params) if self.scoring.query else None
-            a = self.scores(params, batch, W)
-            if self.head == "linear":
-                G = batch.get("G")
-                if G is None or self.train_v:
-                    G = self.head_values(params, X)
-            else:                            # the head linearized at h_i (models.heads)
-                s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
-                h = token_sums(X, s, Xt)                               # (B,n,d)
-                psi, w = self.psi.linearize(params, h)
-                G = token_products(X, w)                               # g~_it = w_i^T x_it
-            rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
+        W = self.matrix(params) if self.scoring.query else None
+        a = self.scores(params, batch, W)
+        if self.head == "linear":
+            G = batch.get("G")
+            if G is None or self.train_v:
+                G = self.head_values(params, X)
+        else:                                # the head linearized at h_i (models.heads)
+            s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
+            h = token_sums(X, s, Xt)                                   # (B,n,d)
+            psi, w = self.psi.linearize(params, h)
+            G = token_products(X, w)                                   # g~_it = w_i^T x_it
+        rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
         u = y * (f if h is None else psi)
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
         lw = logc + lam2
         sig = lw.amax(-1)
         coef = _exp_small(lw - sig.unsqueeze(-1)) * -y
-        if fast:
-            return u, *self.scoring.compiled_grads(params, batch, terms, extra, f, s_top, coef,
-                                                   sig)
         rho.mul_(coef.unsqueeze(-1))                            # q, in place
         xbar = token_sums(X, rho, Xt)                           # (B,n,d)
         grads, scales = self.scoring.grads(params, xbar, batch, sig)
@@ -327,25 +311,6 @@ class AttentionClassifier:
                 grads[name] = g
                 scales[name] = sv
         return u, grads, scales
-
-    def _compiled(self, params, batch):
-        """Whether :mod:`attnsvm.compiled` serves this gradient: a bilinear score (``W`` or
-        ``K``, ``Q``), the fixed linear head with its token values ``G`` and the transposed
-        tokens ``Xt`` in the batch, float64 CPU tensors (see
-        :func:`attnsvm.compiled.applicable`)."""
-        if (not self.scoring.query or self.head != "linear" or self.train_v
-                or batch.get("G") is None or batch.get("Xt") is None):
-            return False
-        X, Xt, Z, G = batch["X"], batch["Xt"], batch["Z"], batch["G"]
-        tensors, m = self.scoring.compiled_inputs(params)
-        if X.ndim != 4:
-            return False
-        B, n, T, d = X.shape
-        shapes = [(Xt, (B, n, d, T)), (Z, (B, n, d)), (G, (B, n, T)), (batch["y"], (B, n))]
-        shapes += [(t, (B, d, m or d)) for t in tensors]      # W (B,d,d); K, Q (B,d,m)
-        if any(tuple(t.shape) != shape for t, shape in shapes):
-            return False
-        return compiled.applicable(X, Xt, Z, G, *tensors, T=T, d=d, m=m, n=n)
 
     def autograd_grad(self, params, batch, loss):
         r"""Autograd version of :meth:`grad`, the reference the tests compare with away from

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import compiled
-
 __all__ = ["WScores", "KQScores", "PromptScores", "PARAMETERIZATIONS", "token_products",
            "token_sums"]
 
@@ -68,24 +66,6 @@ class WScores:
     def grads(self, params, xbar, batch, sig):
         return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
 
-    # -- the compiled path (attnsvm.compiled): the token loops without forming xbar
-    @staticmethod
-    def compiled_inputs(params):
-        """The parameter tensors the compiled passes read, and the inner dimension (0: none)."""
-        return (params["W"],), 0
-
-    @staticmethod
-    def compiled_terms(params, batch, out):
-        """Pass 1: the seven token-loop terms of :func:`attnsvm.compiled.jacobian_terms`, and what
-        pass 2 needs besides (nothing here)."""
-        return compiled.jacobian_terms(batch["Xt"], batch["Z"], params["W"], batch["G"],
-                                       out=out), None
-
-    def compiled_grads(self, params, batch, terms, extra, f, s_top, c, sig):
-        """Pass 2: the gradients from the terms and the per-sequence ``f``, ``s_top``, ``c``."""
-        gW = compiled.weighted_grad(batch["X"], batch["Z"], batch["G"], terms, f, s_top, c)
-        return self.grads_from_gW(params, gW, sig)
-
     @staticmethod
     def grads_from_gW(params, gW, sig):
         r"""The gradients from :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top` (B,d,d)."""
@@ -112,23 +92,6 @@ class KQScores:
 
     def grads(self, params, xbar, batch, sig):
         return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
-
-    # -- the compiled path: W = K Q^T and its gradient are never formed
-    @staticmethod
-    def compiled_inputs(params):
-        return (params["K"], params["Q"]), params["K"].shape[-1]
-
-    @staticmethod
-    def compiled_terms(params, batch, out):
-        *terms, Qz = compiled.jacobian_terms_kq(batch["Xt"], batch["Z"], params["K"], params["Q"],
-                                                batch["G"], out=out)
-        return tuple(terms), Qz
-
-    @staticmethod
-    def compiled_grads(params, batch, terms, Qz, f, s_top, c, sig):
-        gK, gQ = compiled.weighted_grad_kq(batch["X"], batch["Z"], batch["G"], terms, f, s_top, c,
-                                           Qz, params["K"])
-        return {"K": gK, "Q": gQ}, {"K": sig, "Q": sig}
 
     @staticmethod
     def grads_from_gW(params, gW, sig):
