@@ -26,7 +26,7 @@ class _App:
 
 
 def _config(url):
-    return types.SimpleNamespace(extlinks={}, html_theme_options={
+    return types.SimpleNamespace(extlinks={}, html_static_path=[], html_theme_options={
         "repository_url": url, "repository_branch": "main", "use_repository_button": False,
         "use_issues_button": False})
 
@@ -35,6 +35,8 @@ def test_without_a_repository_url_nothing_links_to_a_repository():
     app, config = _App(), _config("")
     assets._on_config_inited(app, config)
     assert "repo" not in config.extlinks
+    assert config.html_static_path == [str(assets.STATIC)]  # the book's CSS and script
+    assert {"attnsvm.css", "attnsvm.js"} <= {f.name for f in assets.STATIC.iterdir()}
     assert not any(config.html_theme_options[k] for k in assets.REPOSITORY_BUTTONS
                    if k in config.html_theme_options)
     (node,), msgs = app.roles["repo"]("repo", ":repo:`tests/test_svm.py`", "tests/test_svm.py",
@@ -70,3 +72,69 @@ def _pins(name):
         if m:
             pins[m.group(1).lower().replace("_", "-")] = m.group(2)
     return pins
+
+
+def _result(nb="notebooks/ch09_rates.ipynb", params=None, profile="quick"):
+    from attnsvm_book import NotebookResult
+
+    return NotebookResult(nb, profile, params or {}, "/x/" + nb, 12.5, False, "cpu", "ok",
+                          worker="tcp://127.0.0.1:35649 (vm)")
+
+
+def test_execution_report_has_status_up_front_and_no_worker_address():
+    from attnsvm_book.build import report_markdown
+
+    r = _result(params={"steps": 3000, "device": "cuda"})
+    md = report_markdown({"generated": "now", "packages": {"numpy": "2"},
+                          "notebooks": [dataclasses_asdict(r)]})
+    header = md.splitlines()[0]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[:2] == ["Notebook", "Status"] and "Worker" not in cols and "Parameters" not in cols
+    assert "127.0.0.1" not in md and "tcp://" not in md
+    # the parameters are in a table of their own, and the notebook links to its page
+    assert "`steps=3000`, `device='cuda'`" in md
+    assert "[ch09_rates](../notebooks/ch09_rates.ipynb)" in md
+
+
+def dataclasses_asdict(r):
+    import dataclasses
+
+    return dataclasses.asdict(r)
+
+
+def test_every_notebook_page_names_its_profile_under_its_title():
+    from attnsvm_book.build import PROFILE_LINE_TAG, with_profile_line
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "x = 1",
+         "outputs": []},
+        {"cell_type": "markdown", "metadata": {}, "source": "# Title\n\nText."},
+        {"cell_type": "markdown", "metadata": {}, "source": "More."}]}
+    profiles = {"quick": {"description": "CPU, minutes"}, "paper": {"description": "GPU"}}
+    out = with_profile_line(nb, _result(), profiles)
+    kinds = [c["metadata"].get("tags", []) for c in out["cells"]]
+    assert kinds.index([PROFILE_LINE_TAG]) == 2  # right after the title's cell
+    line = out["cells"][2]["source"]
+    assert "`quick` profile (CPU, minutes)" in line and "own parameter defaults" in line
+    assert "`paper`" in line and "execution_report.md" in line
+    again = with_profile_line(out, _result(params={"n": 5}, profile="paper"), profiles)
+    tagged = [c for c in again["cells"] if PROFILE_LINE_TAG in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and "`paper` profile (GPU), executed with `n=5`" in tagged[0]["source"]
+    assert len(again["cells"]) == 4 and nb["cells"][1]["source"] == "# Title\n\nText."
+
+
+def test_the_api_reference_has_one_page_per_module():
+    import attnsvm
+    from attnsvm_book.apidoc import API_MARKER, api_pages
+
+    index_text = (REPO / "book" / "api.md").read_text()
+    assert API_MARKER in index_text
+    pages, index = api_pages("api", index_text)
+    assert len(pages) == len(attnsvm._SUBMODULES) and API_MARKER not in index
+    for k, sub in enumerate(attnsvm._SUBMODULES, start=1):
+        name = f"{k:02d}_{sub}.md"
+        assert f"```{{attnsvm-api}} attnsvm.{sub}\n" in pages[name]
+        assert f"(api/{name})" in index
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    back = [c for part in toc["parts"] for c in part["chapters"] if c["file"] == "book/api"]
+    assert back and back[0]["sections"] == [{"glob": "book/api/*"}]

@@ -1,12 +1,17 @@
 """The book's API reference, generated from the library's public modules at build time.
 
 A Sphinx extension (``_config.yml``: ``sphinx.extra_extensions``) with one directive,
-``attnsvm-api``, used by ``book/api.md``. It walks the public modules of ``attnsvm`` (the
-top-level ``_SUBMODULES`` and the modules of the ``attnsvm.experiments`` package, whatever their
-layout) and writes, for each module, a section with its summary and one ``autofunction`` /
-``autoclass`` per name of its ``__all__``. A name that several modules re-export is documented
-once, where its object is defined, and listed as an alias elsewhere. Docstrings are numpydoc
-(rendered by the ``numpydoc`` extension).
+``attnsvm-api``. It walks the public modules of ``attnsvm`` (the top-level ``_SUBMODULES`` and
+the modules of its packages, whatever their layout) and writes, for each module, a section with
+its summary and one ``autofunction`` / ``autoclass`` per name of its ``__all__``. A name that
+several modules re-export is documented once, where it is first listed, and listed as an alias
+elsewhere. Docstrings are numpydoc (rendered by the ``numpydoc`` extension).
+
+One page per top-level module: the build (:func:`api_pages`) writes, into the staged book,
+``book/api/NN_<name>.md`` for each entry of ``attnsvm._SUBMODULES`` (the page holds
+``{attnsvm-api} attnsvm.<name>``: that module and its submodules), and replaces the marker
+:data:`API_MARKER` of ``book/api.md`` by the list of those pages with their summaries. The table
+of contents takes the pages by a glob (``book/api/*``), so a new module gets its page.
 """
 from __future__ import annotations
 
@@ -14,7 +19,10 @@ import importlib
 import inspect
 import pkgutil
 
-__all__ = ["public_modules", "module_rst", "setup"]
+__all__ = ["public_modules", "module_rst", "api_groups", "api_pages", "API_MARKER", "setup"]
+
+#: where ``book/api.md`` lists the per-module pages (replaced by the build)
+API_MARKER = "<!-- api-modules -->"
 
 #: modules of the package that the reference leaves out (the build is not in the library)
 SKIP: tuple = ()
@@ -38,6 +46,39 @@ def public_modules() -> list[str]:
             out.append(full)
         out.extend(subs)
     return out
+
+
+def api_groups() -> dict[str, list[str]]:
+    """``{top-level module: [it and its public submodules]}``, in the order of ``_SUBMODULES``."""
+    groups: dict[str, list[str]] = {}
+    for full in public_modules():
+        top = ".".join(full.split(".")[:2])
+        groups.setdefault(top, []).append(full)
+    return groups
+
+
+def _summary(modname: str) -> str:
+    doc = inspect.getdoc(importlib.import_module(modname)) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def api_pages(api_dir, index_text: str) -> tuple[dict, str]:
+    """The per-module pages of the reference and the index page's text.
+
+    Returns ``({file name: MyST text}, index text)``: one page per top-level module
+    (``NN_<name>.md``, numbered in the order of ``_SUBMODULES``, for the glob of ``_toc.yml``),
+    and ``index_text`` with :data:`API_MARKER` replaced by a list of links to them (relative to
+    the index page, whose pages sit in the folder ``api_dir``, e.g. ``"api"``).
+    """
+    pages, items = {}, []
+    for k, (top, mods) in enumerate(api_groups().items(), start=1):
+        name = f"{k:02d}_{top.split('.', 1)[1]}.md"
+        subs = [m for m in mods if m != top]
+        more = (" Submodules: " + ", ".join(f"`{m}`" for m in subs) + ".") if subs else ""
+        pages[name] = (f"# `{top}`\n\n{_summary(top)}{more}\n\n"
+                       f"```{{attnsvm-api}} {top}\n```\n")
+        items.append(f"* [`{top}`]({api_dir}/{name}): {_summary(top)}")
+    return pages, index_text.replace(API_MARKER, "\n".join(items))
 
 
 def _home(obj) -> str | None:
@@ -88,15 +129,27 @@ def _directive():
     from sphinx.util.nodes import nested_parse_with_titles
 
     class AttnsvmApi(SphinxDirective):
-        """Expand to the reference of every public module (see the module docstring)."""
+        """Expand to the reference of the public modules (see the module docstring).
+
+        With an argument (``attnsvm.svm``): that top-level module and its submodules, each a
+        section; the names they re-export from modules documented earlier in the order of
+        :func:`public_modules` are listed as aliases of those (on their own pages).
+        """
 
         has_content = False
+        optional_arguments = 1
 
         def run(self):
+            group = self.arguments[0] if self.arguments else None
             seen: dict = {}
             lines = []
             for modname in public_modules():
-                lines += module_rst(modname, seen)
+                mine = group is None or modname == group or modname.startswith(group + ".")
+                rst = module_rst(modname, seen)
+                if mine and modname == group:  # the page's title and summary name it already
+                    rst = rst[rst.index("```{eval-rst}"):]
+                if mine:
+                    lines += rst
             node = nodes.section()
             node.document = self.state.document
             src = self.get_source_info()[0]

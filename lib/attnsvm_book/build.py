@@ -41,14 +41,17 @@ from pathlib import Path
 
 from ._core import (BUILD_DIR, DAMAGED, STAGED_FILES, BuildError, BuildLock, NotebookFailed,
                     _atomic_write_text, _literal, _read_json, cache_key, cache_miss_reason,
-                    environment_hash, find_root, library_hash, notebook_parameters, render,
+                    environment_hash, find_root, library_hash, load_profiles,
+                    notebook_parameters, render,
                     toc_notebooks, write_record)
+from .apidoc import API_MARKER, api_pages
 from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
 from .params import resolve_profile
 from .prose import check_glued_prose
 
 __all__ = ["NotebookResult", "execute_notebooks", "build", "stage", "write_report",
-           "report_markdown", "package_versions", "REPORT_MARKER", "REPORT_TEMPLATE"]
+           "report_markdown", "package_versions", "profile_line", "with_profile_line",
+           "REPORT_MARKER", "REPORT_TEMPLATE", "PROFILE_LINE_TAG"]
 
 REPORT_TEMPLATE = "book/execution_report.md"
 REPORT_MARKER = "<!-- execution-report-table -->"
@@ -204,21 +207,67 @@ def write_report(results: list[NotebookResult], path: Path) -> dict:
     return report
 
 
+def _notebook_link(nb: str) -> str:
+    """A link to a notebook's page from ``book/execution_report.md``, named by its stem."""
+    return f"[{Path(nb).stem}](../{nb})"
+
+
 def report_markdown(report: dict) -> str:
-    """The table of the rendered execution report page."""
-    rows = ["| Notebook | Profile | Parameters | Runtime (s) | Cached | Device | Worker | Status |",
-            "|---|---|---|---|---|---|---|---|"]
+    """The tables of the rendered execution report page.
+
+    Narrow enough to read at 1366 px: the status comes right after the notebook, the parameters
+    (long) get a table of their own, and where a notebook ran is shown by its device only (the
+    Dask worker's address stays in ``execution-report.json``).
+    """
+    rows = ["| Notebook | Status | Runtime (s) | Cached | Device | Profile |",
+            "|---|---|---:|---|---|---|"]
+    params_rows = ["| Notebook | Parameters |", "|---|---|"]
     for r in report["notebooks"]:
-        params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items()) or "defaults"
+        params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items())
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
-        rows.append(f"| {r['notebook']} | {r['profile']} | {params} | {secs} | "
-                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
-                    f"{r.get('worker') or ''} | {r['status']} |")
+        rows.append(f"| {_notebook_link(r['notebook'])} | {r['status']} | {secs} | "
+                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | {r['profile']} |")
+        params_rows.append(f"| {Path(r['notebook']).stem} | "
+                           f"{params or 'its own defaults (the quick values)'} |")
     pk = ["| Package | Version |", "|---|---|"]
     pk += [f"| {k} | {v} |" for k, v in report["packages"].items()]
     return ("\n".join(rows) + f"\n\nGenerated {report['generated']}. Runtime is the wall-clock "
             "time of the execution that produced the page (for a cached notebook, the time it "
-            "took when it was executed).\n\n" + "\n".join(pk) + "\n")
+            "took when it was executed).\n\n**Parameters** that the profile passed to each "
+            "notebook (papermill):\n\n" + "\n".join(params_rows) + "\n\n"
+            + "\n".join(pk) + "\n")
+
+
+PROFILE_LINE_TAG = "attnsvm-profile-line"
+
+
+def profile_line(r: NotebookResult, profiles: dict) -> str:
+    """The line under a notebook page's title naming the profile that produced the page."""
+    desc = (profiles.get(r.profile) or {}).get("description")
+    what = f"the `{r.profile}` profile" + (f" ({desc})" if desc else "")
+    given = ", ".join(f"`{k}={v!r}`" for k, v in r.parameters.items())
+    params = f" with {given}" if given else " with the notebook's own parameter defaults"
+    other = [p for p in profiles if p != r.profile]
+    alt = (f" Other profiles: {', '.join(f'`{p}`' for p in other)} "
+           f"(`make book PROFILE={other[0]}`).") if other else ""
+    return (f"*Every figure and number on this page comes from {what}, executed{params}.{alt} "
+            f"Device and runtime: the [execution report](../book/execution_report.md).*")
+
+
+def with_profile_line(nb: dict, r: NotebookResult, profiles: dict) -> dict:
+    """``nb`` (an executed notebook's JSON) with :func:`profile_line` under its title.
+
+    The line is a markdown cell tagged ``attnsvm-profile-line`` after the first markdown cell
+    (the one holding the page's title), so Sphinx still takes the title from the page's top.
+    """
+    cells = [c for c in nb.get("cells", [])
+             if PROFILE_LINE_TAG not in c.get("metadata", {}).get("tags", [])]
+    at = next((k + 1 for k, c in enumerate(cells) if c.get("cell_type") == "markdown"), 0)
+    line = {"cell_type": "markdown", "metadata": {"tags": [PROFILE_LINE_TAG]},
+            "source": profile_line(r, profiles)}
+    if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
+        line["id"] = PROFILE_LINE_TAG  # cell ids exist from nbformat 4.5 on
+    return {**nb, "cells": cells[:at] + [line] + cells[at:]}
 
 
 def _sync_file(src: Path, dst: Path) -> None:
@@ -250,17 +299,26 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
             dst = stage_dir / src.relative_to(root)
             _sync_file(src, dst)
             wanted.add(dst)
+    profiles = load_profiles(root)
     for r in results:
         dst = stage_dir / r.notebook
         if r.executed_path is None:
             raise BuildError(f"{r.notebook} has no executed copy to stage")
         try:
-            json.loads(Path(r.executed_path).read_bytes())
+            nb = json.loads(Path(r.executed_path).read_bytes())
         except (OSError, ValueError) as exc:
             raise BuildError(f"{r.notebook}: its executed copy {r.executed_path} is unreadable "
                              f"({type(exc).__name__}); build again to re-execute it") from None
-        _sync_file(Path(r.executed_path), dst)
+        _sync_text(json.dumps(with_profile_line(nb, r, profiles), indent=1) + "\n", dst)
         wanted.add(dst)
+    # the API reference: one page per top-level module, listed on book/api.md (apidoc)
+    api_index = root / "book" / "api.md"
+    if api_index.is_file() and API_MARKER in api_index.read_text():
+        pages, index = api_pages("api", api_index.read_text())
+        _sync_text(index, stage_dir / "book" / "api.md")
+        for name, text in pages.items():
+            _sync_text(text, stage_dir / "book" / "api" / name)
+            wanted.add(stage_dir / "book" / "api" / name)
     page = stage_dir / REPORT_TEMPLATE
     template = (root / REPORT_TEMPLATE).read_text()
     if REPORT_MARKER not in template:
