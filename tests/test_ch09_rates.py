@@ -182,7 +182,7 @@ def test_observed_rates():
     data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
     W_mm = rates.svm_batch(data, opt)
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    runs = rates.run(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
+    runs = rates.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
     s = {k: np.median(A.metrics.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
@@ -266,7 +266,7 @@ def test_polyak_star_unbounded_outside_region():
 
 
 def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
-    """The notebook's runs (rates.run with drop_nonfinite): on the diverging instance above the
+    """The notebook's runs (rates.fit_settings with drop_nonfinite): on the diverging instance above the
     failing trial is dropped, recorded in config, NaN in the history and in the metrics, and the
     other trials are exactly the runs without it; a rule not named still raises."""
     data, opt = rates.score_data(4, 3, 5, trials=3, seed=2)
@@ -274,8 +274,8 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     W0 = A.data.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=4)
     settings = {"polyak_star": dict(lr=1.0)}
     with pytest.raises(A.train.NonFiniteError):
-        rates.run(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
-    h = rates.run(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
+        rates.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
+    h = rates.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
                   drop_nonfinite=("polyak_star",))["polyak_star"]
     dropped = h.config["dropped_trials"]
     live = np.setdiff1d(np.arange(3), dropped)
@@ -785,8 +785,11 @@ def test_sharpness_lemma(sc_inst):
     attains c*, and the consequence m_min(W) <= gamma_A a - c_S ||P_S h|| holds at 400 random W.
 
     What it catches: c*/c_S is 1.98-2.68 on these six trials (asserted <= 3), so the lemma with
-    c_S multiplied by 2.7 is false on every trial (and by 2 on one): a constant wrong by a factor
-    above 2.7 fails this test."""
+    c_S multiplied by 2.7 is false on every trial (and by 2 on one; checked: c_S doubled in
+    `support_constants` fails here): a constant wrong by a factor above 2.7 fails this test. The
+    constant is not that tight in general: over the 72 trials of seeds 0-11 of the same fixture
+    (both score settings) c*/c_S ranges over 1.84-8.0 (with the previous generator, a random
+    head, this fixture's equal-score trials gave up to 3.3)."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     cstar = A.bounds.sharpness_constant(data, opt, sc)
     assert np.all(sc["c_S"] <= cstar * (1 + 1e-9)) and np.all(cstar <= 3 * sc["c_S"]), cstar / sc["c_S"]
