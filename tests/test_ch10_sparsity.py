@@ -121,7 +121,8 @@ def test_gd_slope_minus_one():
     data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
     W_mm = rates.svm_batch(data, opt)
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    h = rates.run(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60, device="cpu")["gd"]
+    h = rates.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60,
+                           device="cpu")["gd"]
     m = rates.trajectory_metrics(data, opt, W_mm, h)
     assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
 

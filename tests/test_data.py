@@ -205,7 +205,7 @@ def test_every_public_generator_is_registered():
     from attnsvm import data
     # keyed_*/sized_trials: random_unit under the entropy-key seedings of Parts I's sweeps and
     # of Chapter 4 (their own contract: test_keyed_and_sized_trials_do_not_depend_on_trials)
-    helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "zen_of_python", "tokenize",
+    helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "support_sets", "zen_of_python", "tokenize",
                "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
                # the chapters' named draws: registered generators on a named stream (same arrays
                # as the driver functions they replace: tests/test_data.py::test_named_draws)

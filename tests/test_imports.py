@@ -19,8 +19,13 @@ third-party dependency, see ``DEFERRABLE``).
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import subprocess
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "lib"
 PKG = "attnsvm"
@@ -278,3 +283,182 @@ def test_planted_upward_arrows_are_found(tmp_path):
     assert bad == ["core module attnsvm.core imports driver attnsvm.experiments",
                    "core module attnsvm.core imports driver attnsvm.experiments.two",
                    "driver attnsvm.experiments.one imports driver attnsvm.experiments.two"]
+
+
+# ----------------------------------------------------------------------------- one home per concept
+#: the name endings of a driver's entry points (any other public function of a driver must return
+#: one of the driver's result classes)
+ENTRY_SUFFIXES = ("_experiment", "_study", "_sweep")
+
+#: public names of drivers that are neither result classes nor entry points: mathematics or
+#: helpers still to move to a core home or to make private (issue 28). The test fails when one of
+#: them is gone or has become an entry point, so that its entry is deleted with it; a new name
+#: that is not an entry point or a result class fails at once.
+DRIVER_PENDING = {
+    "convergence": {"ray_alignment", "ray_alignment_limit", "toy_2d", "find_choices"},
+    "feasibility": {"singular_gap"},
+    "geometry": {"margin_ratios", "margin_gaps", "check_sd_bound", "gap_slopes", "phase_fit",
+                 "att_margin_gap", "compare_att_svms"},
+    "joint": {"joint_references"},
+    "nets": {"MultiHeadAttention", "attention_stats", "ViT", "read_safetensors", "WordPieceTokenizer",
+             "MiniLM", "load_minilm", "TextClassifier", "encode_frozen", "make_optimizer"},
+    "ntp": {"linear_limits", "ufm_geometry"},
+    "rates": {"score_data", "svm_batch", "find_trap", "fit_settings", "trajectory_metrics", "exp_rate",
+              "sensitivity", "first_step", "global_constants", "every_step", "q_monotone",
+              "first_in_region", "global_run"},
+    "regpath": {"log_excess", "project_ball", "reg_path", "path_constants"},
+    "selection": {"selected_sets", "balanced_factors", "factor_cost", "imbalance"},
+}
+
+
+def _is_result_class(node):
+    """A dataclass, a NamedTuple or a dict subclass: a container of a driver's results."""
+    decos = {d.func.id if isinstance(d, ast.Call) and isinstance(d.func, ast.Name) else getattr(d, "id", None)
+             for d in node.decorator_list}
+    bases = {getattr(b, "id", getattr(b, "attr", None)) for b in node.bases}
+    return "dataclass" in decos or bool(bases & {"NamedTuple", "dict"})
+
+
+def driver_surface(path):
+    """``(result classes, other public names)`` of a driver module, read with ``ast``.
+
+    Public: a module-level name without a leading underscore. A result class is a dataclass, a
+    NamedTuple, a dict subclass or a subclass of one of these defined in the module; an entry point
+    is a function named ``*_experiment``, ``*_study`` or ``*_sweep``, or one that returns a result
+    class of the module (``return Result(...)``). Module-level UPPER_CASE constants are the
+    documented settings of the entry points and count as neither.
+    """
+    tree = ast.parse(Path(path).read_text())
+    results = {n.name for n in tree.body if isinstance(n, ast.ClassDef) and _is_result_class(n)}
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and {getattr(b, "id", None) for b in n.bases} & results:
+            results.add(n.name)
+    other = []
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and not n.name.startswith("_") and n.name not in results:
+            other.append(n.name)
+        elif isinstance(n, ast.FunctionDef) and not n.name.startswith("_"):
+            returned = {r.value.func.id for r in ast.walk(n) if isinstance(r, ast.Return)
+                        and isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name)}
+            if not (n.name.endswith(ENTRY_SUFFIXES) or returned & results):
+                other.append(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            other += [t.id for t in targets if isinstance(t, ast.Name) and not t.id.startswith("_")
+                      and t.id != "__all__" and not t.id.isupper()]
+    return results, other
+
+
+def _drivers():
+    return {p.stem: p for p in sorted((SRC / PKG / "experiments").glob("*.py")) if p.stem != "__init__"}
+
+
+def test_drivers_expose_only_result_classes_and_entry_points():
+    """Drivers own no mathematics: their public names are result classes and entry points (the
+    names of DRIVER_PENDING are the debt still to move, and may only shrink)."""
+    new, gone = [], []
+    for name, path in _drivers().items():
+        other = set(driver_surface(path)[1])
+        pending = DRIVER_PENDING.get(name, set())
+        new += [f"{name}.{n}" for n in sorted(other - pending)]
+        gone += [f"{name}.{n}" for n in sorted(pending - other)]
+    assert not new, ("driver names that are neither a result class nor an entry point (move the "
+                     "mathematics to a core module, or make it private): " + ", ".join(new))
+    assert not gone, "remove these resolved entries from DRIVER_PENDING: " + ", ".join(gone)
+
+
+def test_driver_surface_can_fail(tmp_path):
+    """A planted helper in a driver is caught; a result class, its entry point and an
+    ``*_experiment`` are not."""
+    p = tmp_path / "toy.py"
+    p.write_text("from dataclasses import dataclass\n\n@dataclass\nclass Run:\n    x: int\n\n"
+                 "def toy_experiment():\n    return 1\n\ndef compare():\n    return Run(1)\n\n"
+                 "def excess(W):\n    return W\n\nLIMIT = 3\nlabels = {}\n")
+    results, other = driver_surface(p)
+    assert results == {"Run"} and other == ["excess", "labels"]
+
+
+def public_definitions(src=SRC, pkg=PKG):
+    """Public module-level function and class names -> the modules of ``lib/attnsvm`` that
+    define them."""
+    out = defaultdict(list)
+    for m, path in _modules(src, pkg).items():
+        for n in ast.parse(path.read_text()).body:
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_"):
+                out[n.name].append(m)
+    return out
+
+
+def test_no_function_is_defined_twice():
+    """One definition per name in the library (a re-export is an import, not a definition)."""
+    twice = {k: v for k, v in public_definitions().items() if len(v) > 1}
+    assert not twice, f"defined in more than one module: {twice}"
+
+
+def test_one_definition_test_can_fail(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "def f():\n    pass\n",
+                      "pkg/b.py": "def f():\n    return 1\n\ndef _g():\n    pass\n",
+                      "pkg/c.py": "def _g():\n    pass\n"})
+    assert dict(public_definitions(tmp_path, "pkg")) == {"f": ["pkg.a", "pkg.b"]}
+
+
+#: shape pairs of ``duplicates`` inside lib/attnsvm reviewed as not one concept written twice,
+#: by the files and the names of the definitions both sides lie in (line numbers move)
+REVIEWED_PAIRS = {
+    # the table of step rules: one row per optimizer, alike by construction
+    ("train.py", "OPTIMIZERS", "train.py", "OPTIMIZERS"),
+    # input checks of different things (shape, a real number, an integer): alike raise lines
+    ("_checks.py", "check_positive", "_checks.py", "check_int"),
+    ("_checks.py", "as_float_array", "_checks.py", "check_positive"),
+}
+
+
+def _enclosing(path, line):
+    """The name of the module-level definition (def, class or assignment) holding ``line``."""
+    for n in ast.parse(path.read_text()).body:
+        if n.lineno <= line <= (n.end_lineno or n.lineno):
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+                return n.name
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
+                return n.targets[0].id
+    return None
+
+
+def duplicate_pairs(root):
+    """The pairs ``duplicates`` reports inside ``root`` that it does not mark as boilerplate:
+    ``(file, name, file, name)`` with the definitions each side lies in."""
+    out = subprocess.run(["duplicates", "--repo", str(root), "--most", "200", "--seconds", "60"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "incomplete:" not in out, out
+    pairs = []
+    for row in out.splitlines():
+        m = re.match(r"D\d+ (\S+):(\d+)-\d+ ~ (\S+):(\d+)-\d+(.*)", row)
+        if m and "boilerplate" not in m.group(5):
+            a, b = root / m.group(1), root / m.group(3)
+            pairs.append((m.group(1), _enclosing(a, int(m.group(2))), m.group(3),
+                          _enclosing(b, int(m.group(4)))))
+    return pairs
+
+
+_needs_duplicates = pytest.mark.skipif(shutil.which("duplicates") is None,
+                                       reason="the duplicates tool is not installed here")
+
+
+@_needs_duplicates
+def test_duplicate_pairs_can_fail(tmp_path):
+    """A function written twice under other names is reported, with the definitions it lies in."""
+    body = ("    a = x + 1\n    b = a * y\n    c = b - z\n    d = c / (a + 2)\n"
+            "    e = d ** 2 + b\n    f = e - a * c\n    return f + d\n")
+    _write(tmp_path, {"one.py": "def first(x, y, z):\n" + body,
+                      "two.py": "def second(p, q, r):\n" + body.replace("x", "p").replace("y", "q")
+                      .replace("z", "r")})
+    assert duplicate_pairs(tmp_path) in ([("one.py", "first", "two.py", "second")],
+                                         [("two.py", "second", "one.py", "first")])
+
+
+@_needs_duplicates
+def test_no_code_written_twice_in_the_library():
+    """``duplicates`` finds no pair of places sharing 6+ lines of the same shape in lib/attnsvm
+    that it does not mark as boilerplate, other than the REVIEWED_PAIRS."""
+    bad = [p for p in duplicate_pairs(SRC / PKG) if p not in REVIEWED_PAIRS]
+    assert not bad, f"code written twice (make one definition serve both): {bad}"

@@ -49,7 +49,7 @@ from scipy.special import lambertw
 
 from . import metrics, tokens
 from ._checks import as_float_array, check_int, check_positive
-from .data import _support
+from .data import support_sets
 from .losses import get_loss
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
@@ -386,7 +386,7 @@ def finite_part_bound(gap_j, P):
     :math:`P_{F_L}L - L^*` in row :math:`j` is at most
     :math:`2\log(1 + \delta_j/(p_{\min,j} - \delta_j))` in absolute value. Returns the bound per
     row (``inf`` where :math:`\delta_j \ge p_{\min,j}`), shape of ``gap_j``."""
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     gap_j = as_float_array("gap_j", gap_j, shape=P.shape[:-1])
     if np.any(gap_j < -1e-12):
         raise ValueError("gap_j must be nonnegative (a KL divergence)")

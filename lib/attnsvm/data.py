@@ -66,7 +66,7 @@ __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Str
            "ntp_sequences", "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
            "random_inits", "unit_instances", "prompt_instances",
            "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
-           "support_patterns", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
+           "support_patterns", "support_sets", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
 
 
 class TrialsData:
@@ -1128,7 +1128,8 @@ def ntp_synthetic(m, V, d, *, support=3, concentration=1.0, trials=None, seed=0)
     return _generate(one, trials, seed, cls=NTPData)
 
 
-def _support(P):
+def support_sets(P):
+    """``P`` (..., V) checked to hold probability vectors, and its supports ``P > 0``."""
     P = as_float_array("P", P, min_ndim=2)
     if np.any(P < 0) or not np.allclose(P.sum(-1), 1.0, atol=1e-10):
         raise ValueError("P must hold probability vectors (nonnegative rows summing to 1)")
@@ -1191,7 +1192,7 @@ def ntp_patterns(m, V, n_patterns, *, support=3, concentration=1.0, floor=1e-2, 
 def support_patterns(P):
     """Pattern labels: contexts ``j`` and ``j'`` get the same label iff they have the same support
     set (labels in order of first occurrence). ``P`` is (m, V) (one data set)."""
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     if P.ndim != 2:
         raise ValueError(f"P must be (m, V), got shape {P.shape}")
     labels, seen = np.zeros(P.shape[0], dtype=int), {}

@@ -42,7 +42,7 @@ from scipy.special import log_softmax
 
 from ._checks import as_float_array, check_choice, check_int
 from .data import AttnData
-from .metrics import attention, log_q, softmax
+from .metrics import log_q, softmax
 from .tokens import opt_margins, opt_scores, token_scores, trial_arrays
 
 __all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor",
@@ -362,10 +362,6 @@ def ntp_attention_objective(W, X, Z, ypos, mask=None):
 
 # ----------------------------------------------------------------------------- attention risk (numpy)
 
-#: the logistic loss of the equal-score model (Part III)
-_LOGISTIC = get_loss("logistic")
-
-
 def check_instance(data):
     """``data``, checked to be one unbatched :class:`attnsvm.data.AttnData` instance."""
     if not isinstance(data, AttnData):
@@ -381,18 +377,34 @@ def nonneg_loss(loss):
     return get_loss(check_choice("loss", loss, ("logistic", "exponential")))
 
 
-def loss_value(W, data, *, loss="logistic"):
-    r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`."""
+def _risk(X, y, Z, v, W, loss):
+    r"""The margins :math:`u_i = \sum_t s_{it}\gamma_{it}` (B, n) and the gradient
+    :math:`\nabla\mathcal{L}(W) = \frac1n\sum_i \ell'(u_i)\sum_t s_{it}(\gamma_{it} - u_i)
+    x_{it} z_i^\top` (B, d, d) of every trial (arrays with a leading trials axis): the one numpy
+    risk gradient of the library."""
+    a = np.einsum("bntd,bde,bne->bnt", X, W, Z)
+    s = softmax(a)
+    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
+    u = (s * g).sum(-1)
+    c = nonneg_loss(loss).neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
+    return u, -np.einsum("bnt,bntd,bne->bde", c, X, Z)
+
+
+def _one(W, data):
     data = check_instance(data)
     W = as_float_array("W", W, shape=(data.d, data.d))
-    ell = nonneg_loss(loss).value_np
-    s = attention(data.X, W, data.Z)
-    g = token_scores(data.X, data.y, data.v)
-    return float(np.mean(ell((s * g).sum(-1))))
+    return trial_arrays(data), W[None]
+
+
+def loss_value(W, data, *, loss="logistic"):
+    r""":math:`\mathcal{L}(W) = \frac1n\sum_i \ell(y_i v^\top X_i^\top \mathrm{softmax}(X_i W z_i))`
+    of one instance."""
+    return loss_grad(W, data, loss=loss)[0]
 
 
 def loss_grad(W, data, *, loss="logistic"):
-    r"""Loss and gradient of the W-parameterization (fixed head), numpy:
+    r"""Loss and gradient of the W-parameterization (fixed head) of one instance, numpy
+    (:func:`risk_grad` for every trial):
 
     .. math::
 
@@ -404,15 +416,9 @@ def loss_grad(W, data, *, loss="logistic"):
     L : float
     G : ndarray (d, d)
     """
-    data = check_instance(data)
-    W = as_float_array("W", W, shape=(data.d, data.d))
-    ell, nd = nonneg_loss(loss).value_np, nonneg_loss(loss).neg_deriv_np
-    s = attention(data.X, W, data.Z)
-    g = token_scores(data.X, data.y, data.v)
-    u = (s * g).sum(-1)
-    q = -nd(u)[:, None] * s * (g - u[:, None]) / data.n          # (n, T)
-    G = np.einsum("nt,ntd,ne->de", q, data.X, data.Z)
-    return float(np.mean(ell(u))), G
+    arrays, W = _one(W, data)
+    u, G = _risk(*arrays, W, loss)
+    return float(np.mean(nonneg_loss(loss).value_np(u[0]))), G[0]
 
 
 def excess_loss(data, opt, W, *, log=False):
@@ -454,15 +460,11 @@ def scale_to_excess(data, opt, W_mm, target, *, k_max=64.0, iters=60):
     return hi
 
 
-def risk_grad(data, W):
-    r"""The logistic-risk gradient :math:`\nabla\mathcal{L}(W)` (B, d, d), from the chapter's
-    formula :math:`-\nabla\mathcal{L} = \frac1n\sum_i \beta_i \sum_t s_{it}(\gamma_{it} - u_i)
-    x_{it} z_i^\top` (numpy, float64)."""
+def risk_grad(data, W, *, loss="logistic"):
+    r"""The risk gradient :math:`\nabla\mathcal{L}(W)` (B, d, d) of every trial, from the
+    chapter's formula :math:`-\nabla\mathcal{L} = \frac1n\sum_i \beta_i \sum_t s_{it}(\gamma_{it}
+    - u_i) x_{it} z_i^\top`, :math:`\beta_i = -\ell'(u_i)` (numpy, float64; logistic loss by
+    default)."""
     X, y, Z, v = trial_arrays(data)
     W = np.asarray(W, dtype=float).reshape(X.shape[0], X.shape[-1], X.shape[-1])
-    a = np.einsum("bntd,bde,bne->bnt", X, W, Z)
-    s = softmax(a)
-    g = y[..., None] * np.einsum("bntd,bd->bnt", X, v)
-    u = (s * g).sum(-1)
-    c = _LOGISTIC.neg_deriv_np(u)[..., None] * s * (g - u[..., None]) / X.shape[1]
-    return -np.einsum("bnt,bntd,bne->bde", c, X, Z)
+    return _risk(X, y, Z, v, W, loss)[1]

@@ -381,12 +381,6 @@ class LocalRun:
         }
 
 
-def _masses(S, alpha):
-    """S (K, B, n, T), alpha (B, n) -> mean over n of S[..., alpha] (K, B)."""
-    idx = np.broadcast_to(alpha[None, :, :, None], S.shape[:-1] + (1,))
-    return np.take_along_axis(S, idx, axis=-1)[..., 0].mean(-1)
-
-
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
 def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimizer="ngd",
                      lr=0.1, init_scale=0.01, loss="logistic", cross=True,
@@ -419,7 +413,7 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
                                                           out.W_sel, 1.0), elem_ndim=2), np.nan)
     S = _metrics.attention(data.X[None], snaps, data.Z[None])     # (K, B, n, T)
     return LocalRun(steps=h.steps, corr_opt=corr_opt, corr_sel=corr_sel,
-                    mass_opt=_masses(S, opt), mass_sel=_masses(S, sel), loss=h.loss,
+                    mass_opt=_metrics.opt_mass(S, opt), mass_sel=_metrics.opt_mass(S, sel), loss=h.loss,
                     loss_floor_opt=loss_floor(data, loss=loss),
                     loss_floor_sel=loss_floor(data, sel, loss=loss), outcomes=out, data=data,
                     W_final=h.W,
@@ -565,7 +559,7 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
                                                                    W_mm, 1.0), elem_ndim=2),
                             np.nan)
     return ConeRun(steps=h.steps, corr_alpha=_metrics.corr(snaps, W_a, elem_ndim=2),
-                   corr_opt=corr_opt, mass_alpha=_masses(S, alpha),
+                   corr_opt=corr_opt, mass_alpha=_metrics.opt_mass(S, alpha),
                    kept=np.all(h.selected[-1] == alpha, axis=-1), selected=h.selected[-1],
                    alpha=alpha, lambda_alpha=lam,
                    corr_init=_metrics.corr(W0, W_a, elem_ndim=2),

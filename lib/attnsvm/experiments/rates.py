@@ -22,7 +22,7 @@ module holds
 * exact, log-space metrics of a matrix ``W`` come from the core: ``attnsvm.losses.excess_loss``,
   ``risk_grad``, ``scale_to_excess``; ``attnsvm.metrics.nonopt_mass``, ``min_margin``,
   ``one_minus_corr``, ``log_q``; the initializations ``attnsvm.data.random_inits``;
-* runs: :func:`run` (one batched ``attnsvm.train.fit`` call per
+* runs: :func:`fit_settings` (one batched ``attnsvm.train.fit`` call per
   optimizer, snapshots on), :func:`trajectory_metrics`, :func:`exp_rate`,
   :func:`sensitivity`, :func:`first_step`;
 * the chapter drivers and their result objects (``.summary()``, ``.claims()``):
@@ -46,7 +46,7 @@ from ..losses import excess_loss, risk_grad
 from ..metrics import log_q, min_margin, nonopt_mass, one_minus_corr
 
 __all__ = [
-    "score_data", "find_trap", "svm_batch", "run", "trajectory_metrics",
+    "score_data", "find_trap", "svm_batch", "fit_settings", "trajectory_metrics",
     "exp_rate", "sensitivity", "first_step", "first_in_region", "q_monotone",
     "global_constants", "every_step", "global_run", "LABELS", "RatesRun", "rates_experiment",
     "SparsityRun", "sparsity_experiment", "GLOBAL_GROUPS", "GlobalExperiment", "global_experiment",
@@ -121,7 +121,7 @@ DEFAULTS = {"gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_
             "adam": dict(lr=0.01)}
 
 
-def run(data, W_mm, *, settings=None, steps=10000, init=None, n_records=120, seed=0,
+def fit_settings(data, W_mm, *, settings=None, steps=10000, init=None, n_records=120, seed=0,
         device="auto", drop_nonfinite=()):
     r"""Train every optimizer of ``settings`` (name -> ``fit`` keyword arguments) on all trials at
     once: one ``attnsvm.train.fit`` call per optimizer, snapshots of ``W`` on the record grid.
@@ -184,7 +184,7 @@ def trajectory_metrics(data, opt, W_mm, hist):
     ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
     ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
     non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
-    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`run`) are NaN.
+    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`fit_settings`) are NaN.
     """
     dropped = hist.config.get("dropped_trials", [])
     if dropped:
@@ -487,7 +487,7 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
                      cap_factor=10.0, seed=0, device="auto"):
     r"""Chapter 9's experiment on equal-score instances (:func:`score_data`) from random starts
     of norm ``radius``: GD, NGD, the capped Polyak step, Adam and the exact (L - L*) Polyak step
-    (:func:`run`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
+    (:func:`fit_settings`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
     trials of ``eta_ngd``, ``thm_steps`` steps); and step-size sweeps of ``sweep_steps`` steps
     (GD and NGD steps times 1/``lr_factor``, 1, ``lr_factor``; the Polyak cap times
     1/``cap_factor``, 1, ``cap_factor``; :func:`sensitivity`).
@@ -505,14 +505,14 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
                 "polyak_star": dict(lr=1.0)}              # eta_t = (L - L*)/||grad||^2, exact L - L*
     # the (L - L*) Polyak step has no upper bound on its step outside the region: a random start
     # can diverge there (see the chapter); such a trial is dropped from that rule's statistics
-    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device,
+    runs = fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device,
                drop_nonfinite=("polyak_star",))
     M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
     t = M["gd"]["t"]
     W0_proj = np.einsum("bij,bij->b", W0, W_mm) * c["gamma_A"]        # <W_0, W_mm/||W_mm||>
     lo, hi = bounds.ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
     eta_thm = float(np.min(c["eta_ngd"]))
-    h_thm = run(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps, init=W0,
+    h_thm = fit_settings(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps, init=W0,
                 n_records=60, seed=seed, device=device)["ngd"]
     sweep = dict(init=W0, steps=sweep_steps, seed=seed, device=device)
     sweeps = {"gd": sensitivity(data, opt, W_mm, optimizer="gd",
@@ -1115,7 +1115,7 @@ class SparsityRun:
 def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1,
                         eta_max=100.0, lr_adam=0.01, cx_steps=3000, seed=0, device="auto"):
     r"""Chapter 10's experiment: GD, NGD, the capped Polyak step and Adam on equal-score
-    instances (:func:`score_data`, :func:`run`) from random starts of norm ``radius``, and GD and
+    instances (:func:`score_data`, :func:`fit_settings`) from random starts of norm ``radius``, and GD and
     NGD at the global theorem's steps on orthogonal-query instances from the same starts
     (:func:`global_run`, ``cx_steps`` steps, checked at every step).
 
@@ -1130,7 +1130,7 @@ def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd
                 "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam)}
     # the (L - L*) Polyak step has no upper bound on its step outside the region: a random start
     # can diverge there (see the chapter); such a trial is dropped from that rule's statistics
-    runs = run(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device,
+    runs = fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed, device=device,
                drop_nonfinite=("polyak_star",))
     M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
     cx_data, cx_opt = score_data(n, T, d, trials=trials, queries="orthogonal", seed=seed)

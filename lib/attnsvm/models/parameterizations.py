@@ -45,12 +45,25 @@ def token_sums(X, q, Xt=None):
     return torch.bmm(q.reshape(-1, 1, T), X.reshape(-1, T, d)).view(lead + (d,))
 
 
-class WScores:
+class _Bilinear:
+    r"""A bilinear score :math:`a = X M z` with the matrix :math:`M` of :meth:`matrix`: the scores
+    and the gradients through :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top` (the subclass
+    gives ``grads_from_gW``)."""
+
+    query = True                                    # uses the queries z_i
+
+    def scores(self, params, batch, W=None):
+        return _bilinear_scores(batch["X"], batch["Z"], self.matrix(params) if W is None else W)
+
+    def grads(self, params, xbar, batch, sig):
+        return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
+
+
+class WScores(_Bilinear):
     """:math:`a = X W z` with ``W`` (B,d,d)."""
 
     name = "W"
     names = ("W",)
-    query = True                                    # uses the queries z_i
 
     @staticmethod
     def shapes(d, m):
@@ -60,24 +73,17 @@ class WScores:
     def matrix(params):
         return params["W"]
 
-    def scores(self, params, batch, W=None):
-        return _bilinear_scores(batch["X"], batch["Z"], self.matrix(params) if W is None else W)
-
-    def grads(self, params, xbar, batch, sig):
-        return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
-
     @staticmethod
     def grads_from_gW(params, gW, sig):
         r"""The gradients from :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top` (B,d,d)."""
         return {"W": gW}, {"W": sig}
 
 
-class KQScores:
+class KQScores(_Bilinear):
     """:math:`a = X K Q^\\top z` with ``K``, ``Q`` (B,d,m)."""
 
     name = "KQ"
     names = ("K", "Q")
-    query = True
 
     @staticmethod
     def shapes(d, m):
@@ -86,12 +92,6 @@ class KQScores:
     @staticmethod
     def matrix(params):
         return params["K"] @ params["Q"].transpose(-1, -2)
-
-    def scores(self, params, batch, W=None):
-        return _bilinear_scores(batch["X"], batch["Z"], self.matrix(params) if W is None else W)
-
-    def grads(self, params, xbar, batch, sig):
-        return self.grads_from_gW(params, torch.bmm(xbar.transpose(-1, -2), batch["Z"]), sig)
 
     @staticmethod
     def grads_from_gW(params, gW, sig):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._checks import as_float_array
+from ..data import NTPSeqData, support_sets
 
 
 #: Clarabel settings used for every cone program (tight; the defaults are 1e-8).
@@ -190,3 +191,52 @@ class _Problem:
         if self.kind == "att":
             return np.einsum("kd,kd->k", self.U @ W, self.Zs)
         return self.U @ W
+
+
+# ----------------------------------------------------------------------------- next-token data
+def _check_ntp(H, P):
+    """Validate NTP data: contexts ``H`` (m, d) and next-token distributions ``P`` (m, V)."""
+    H = as_float_array("H", H, ndim=2)
+    P = as_float_array("P", P, ndim=2)
+    if P.shape[0] != H.shape[0]:
+        raise ValueError(f"P must have one row per context: H has {H.shape[0]}, P has {P.shape[0]}")
+    P, _ = support_sets(P)
+    return H, P
+
+
+def _check_seq_data(data):
+    """``data``, checked to be an :class:`attnsvm.data.NTPSeqData`."""
+    if not isinstance(data, NTPSeqData):
+        raise ValueError(f"data must be an attnsvm.data.NTPSeqData, got {type(data).__name__}")
+    return data
+
+
+def _index_sets(mask):
+    """The indices of the True entries of each row of ``mask``, as tuples."""
+    return [tuple(int(t) for t in np.flatnonzero(row)) for row in mask]
+
+
+def _ntp_rows(H, support):
+    """Equality generators (z, z', j) and inequality generators (z, v, j)."""
+    m, d = H.shape
+    V = support.shape[1]
+    eq, ineq = [], []
+    for j in range(m):
+        S = np.flatnonzero(support[j])
+        out = np.flatnonzero(~support[j])
+        for a in S[1:]:
+            eq.append((a, S[0], j))
+        for z in S:
+            for v in out:
+                ineq.append((z, v, j))
+    return eq, ineq, V
+
+
+def _gen_matrix(rows, H, V):
+    """Vectorized generators (e_a - e_b) h_j^T as rows of shape (len(rows), V*d)."""
+    d = H.shape[1]
+    G = np.zeros((len(rows), V, d))
+    for k, (a, b, j) in enumerate(rows):
+        G[k, a] += H[j]
+        G[k, b] -= H[j]
+    return G.reshape(len(rows), V * d)

@@ -17,13 +17,12 @@ import numpy as np
 from scipy.optimize import minimize
 
 from .._checks import as_float_array
-from ..data import _support
+from ..data import support_sets
 from ..devices import cpu_threads
 from ..graphs import top_component
 from ..losses import ntp_attention_objective
-from ._common import InfeasibleError, SolverError, per_trial
-from .graph import _check, _sets
-from .ntp import _check_ntp, _gen_matrix, _ntp_rows
+from ._common import (InfeasibleError, SolverError, _check_ntp, _check_seq_data, _gen_matrix, _index_sets,
+                      _ntp_rows, per_trial)
 
 __all__ = ["ntp_finite", "projector_F", "logit_finite", "logit_project_F", "graph_finite",
            "graph_subspace"]
@@ -93,7 +92,7 @@ def logit_project_F(L, P):
     r"""Orthogonal projection of logit matrices onto :math:`F_L = \mathrm{span}\{e_j(e_z - e_{z'})^\top
     : z, z' \in S_j\}`: row :math:`j` of the result is :math:`L_j` on :math:`S_j` minus its mean
     over :math:`S_j`, and zero off :math:`S_j`. ``L`` and ``P`` are (..., m, V)."""
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     L = as_float_array("L", L, min_ndim=2, finite=False)
     Ls = np.where(sup, L, 0.0)
     mu = Ls.sum(-1, keepdims=True) / sup.sum(-1, keepdims=True)
@@ -105,7 +104,7 @@ def logit_finite(P):
     :math:`L^*_{jz} = \log p_{jz} - |S_j|^{-1}\sum_{z'\in S_j}\log p_{jz'}`; zero elsewhere. It is
     the only matrix in :math:`F_L` whose in-support differences are the log-odds
     :math:`\log(p_{jz}/p_{jz'})`."""
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     return logit_project_F(np.log(np.where(sup, P, 1.0)), P)
 
 
@@ -114,13 +113,13 @@ def graph_subspace(data, tol=1e-10):
 
     One trial only. :math:`r = 0` when every top component is a single token.
     """
-    data = _check(data)
+    data = _check_seq_data(data)
     if data.batched:
         raise ValueError("graph_subspace takes one trial (use data.trial(b))")
     mask = top_component(data)
     X, Z = data.X, data.Z
     gens = []
-    for i, s in enumerate(_sets(mask)):
+    for i, s in enumerate(_index_sets(mask)):
         for a in s[1:]:
             gens.append(np.outer(X[i, a] - X[i, s[0]], Z[i]).ravel())
     if not gens:
@@ -146,7 +145,7 @@ def graph_finite(data, *, gtol=1e-12):
     -------
     W : ndarray, shape (d, d) or (B, d, d) (zero when :math:`F = \{0\}`)
     """
-    data = _check(data)
+    data = _check_seq_data(data)
     if data.batched:
         return np.stack([graph_finite(data.trial(b), gtol=gtol) for b in range(data.trials)])
     import torch  # deferred: torch is heavy to import

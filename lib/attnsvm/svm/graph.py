@@ -26,22 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import NTPSeqData
 from ..graphs import top_component
-from ._common import InfeasibleError, _constraints, _Problem, per_trial
+from ._common import InfeasibleError, _check_seq_data, _constraints, _index_sets, _Problem, per_trial
 from .attsvm import _solve
 
 __all__ = ["graph_svm"]
-
-
-def _check(data):
-    if not isinstance(data, NTPSeqData):
-        raise ValueError(f"data must be an attnsvm.data.NTPSeqData, got {type(data).__name__}")
-    return data
-
-
-def _sets(mask):
-    return [tuple(int(t) for t in np.flatnonzero(row)) for row in mask]
 
 
 def graph_svm(data, *, solver=None):
@@ -66,7 +55,7 @@ def graph_svm(data, *, solver=None):
         If ``data`` is not NTP data, or no sequence has a token outside its top component
         (there is nothing to separate).
     """
-    data = _check(data)
+    data = _check_seq_data(data)
     if data.batched:
         return np.stack(per_trial(lambda b: graph_svm(data.trial(int(b)), solver=solver),
                                   np.arange(data.trials)))
@@ -75,7 +64,7 @@ def graph_svm(data, *, solver=None):
         raise ValueError("every sequence lies in its top component: the graph SVM has no margin "
                          "constraint")
     X, Z = data.X, data.Z
-    sets = _sets(mask)
+    sets = _index_sets(mask)
 
     def solve(upto):
         c = _constraints(X[:upto], None, sets[:upto])

@@ -16,47 +16,11 @@ import warnings
 import numpy as np
 
 from .._checks import as_float_array, check_choice
-from ..data import _support, support_patterns
-from ._common import InfeasibleError, SolverError, per_trial
+from ..data import support_patterns, support_sets
+from ._common import InfeasibleError, SolverError, _check_ntp, _gen_matrix, _ntp_rows, per_trial
 from .geometry import _run
 
 __all__ = ["ntp_svm", "logit_svm", "logit_margin"]
-
-
-def _ntp_rows(H, support):
-    """Equality generators (z, z', j) and inequality generators (z, v, j)."""
-    m, d = H.shape
-    V = support.shape[1]
-    eq, ineq = [], []
-    for j in range(m):
-        S = np.flatnonzero(support[j])
-        out = np.flatnonzero(~support[j])
-        for a in S[1:]:
-            eq.append((a, S[0], j))
-        for z in S:
-            for v in out:
-                ineq.append((z, v, j))
-    return eq, ineq, V
-
-
-def _gen_matrix(rows, H, V):
-    """Vectorized generators (e_a - e_b) h_j^T as rows of shape (len(rows), V*d)."""
-    d = H.shape[1]
-    G = np.zeros((len(rows), V, d))
-    for k, (a, b, j) in enumerate(rows):
-        G[k, a] += H[j]
-        G[k, b] -= H[j]
-    return G.reshape(len(rows), V * d)
-
-
-def _check_ntp(H, P):
-    H = as_float_array("H", H, ndim=2)
-    P = as_float_array("P", P, ndim=2)
-    if P.shape[0] != H.shape[0]:
-        raise ValueError(f"P must have one row per context: H has {H.shape[0]}, P has {P.shape[0]}")
-    if np.any(P < 0) or not np.allclose(P.sum(1), 1.0, atol=1e-10):
-        raise ValueError("P must hold probability vectors (nonnegative rows summing to 1)")
-    return H, P
 
 
 def ntp_svm(H, P):
@@ -133,7 +97,7 @@ def logit_margin(L, P):
     with an out-of-support token. ``L`` and ``P`` are (..., m, V); returns shape (...). A matrix
     with equal in-support logits and margin :math:`\gamma > 0` becomes feasible for
     :func:`logit_svm` when divided by :math:`\gamma`."""
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     L = as_float_array("L", L, min_ndim=2)
     if L.shape[-2:] != P.shape[-2:]:
         raise ValueError(f"L must be (..., m, V) with (m, V) = {P.shape[-2:]}, got {L.shape}")
@@ -171,7 +135,7 @@ def logit_svm(P, norm="fro"):
         If every context has full support (no margin constraint).
     """
     norm = check_choice("norm", norm, ("fro", "nuc"))
-    P, sup = _support(P)
+    P, sup = support_sets(P)
     if P.ndim == 3:
         return np.stack([logit_svm(P[b], norm) for b in range(P.shape[0])])
     if P.ndim != 2:
