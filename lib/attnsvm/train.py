@@ -30,7 +30,9 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import os
 import sys
+import warnings
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -40,11 +42,21 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, LinearData
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import Context, make_rule
+from .optim import Context, Descent, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
-           "OPTIONS"]
+           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
+
+#: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
+ENGINES = ("auto", "eager", "graph")
+#: a file to which every :func:`fit` appends one line ``<device> <engine path>`` (the build sets it
+#: per notebook, so its execution report can say which engine path produced the numbers)
+ENGINE_LOG_ENV = "ATTNSVM_ENGINE_LOG"
+#: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
+GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
+#: steps per captured block of the graph path
+GRAPH_BLOCK = 32
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -300,6 +312,7 @@ class FitConfig:
     dtype: object = torch.float64
     progress: bool | None = None
     num_threads: int | None = None
+    engine: str = "auto"
     # derived by build() (not options of fit)
     rule: str = field(default="", repr=False, init=False)
     rule_obj: object = field(default=None, repr=False, init=False)
@@ -396,6 +409,7 @@ class FitConfig:
         self.grid = record_grid(self.steps, self.record_every, self.n_records)
         if self.progress is None:
             self.progress = self.steps >= 20000 and sys.stderr.isatty()
+        check_choice("engine", self.engine, ENGINES)
 
     def _check_init_and_penalty(self):
         if self.init_scale is not None:
@@ -562,6 +576,11 @@ class _FiniteGuard:
     def write(self, step, u):
         torch.sum(u, -1, out=self.buf[step - self.first])
 
+    def write_block(self, step, sums):
+        """The values of steps ``step, step + 1, ...`` at once (``sums`` (S, B))."""
+        i = step - self.first
+        self.buf[i:i + sums.shape[0]].copy_(sums)
+
     def full(self, upto):
         return upto - self.first == self.CHECK
 
@@ -721,6 +740,17 @@ def fit(data, **options):
         CPU threads for the run (restored afterwards). Default: 1 for small problems
         (``B n T max(T, d) < 2^18``), where intra-op threading only adds overhead; else torch's
         setting.
+    engine : {"auto", "eager", "graph"}
+        How the step loop runs. ``"auto"`` (default): on CUDA, when the step can be replayed
+        (full batch, a rule of :class:`attnsvm.optim.Descent` with a constant step size or the
+        Polyak step, a model name, not spectral steepest descent), the steps between two records
+        replay a captured CUDA graph of the eager step in blocks of :data:`GRAPH_BLOCK` steps
+        (``torch.cuda.CUDAGraph`` over the run's own parameter tensors; the finite guard's
+        values written per block); elsewhere the eager loop. ``"eager"``: always the eager loop.
+        ``"graph"``: the block path where the step can be replayed (else ValueError); off CUDA
+        each block is executed eagerly (the same bookkeeping, testable on a CPU).
+        ``History.config["engine"]`` says which path ran (``"cuda-graph"``, ``"graph-eager"``,
+        ``"eager"``); ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path of ``"auto"`` off.
 
     Returns
     -------
@@ -774,13 +804,65 @@ def run(cfg, data):
     params = terms.params
     record = _Recorder(cfg, terms)
     step = _Step(cfg, terms, params)
-    _loop(cfg, terms.trials, params, record, step, lambda: terms.final_check(params), terms.small)
-    return record.history(params)
+    engine = _engine(cfg)
+    engine = _loop(cfg, terms.trials, params, record, step, lambda: terms.final_check(params),
+                   terms.small, engine)
+    hist = record.history(params)
+    hist.config["engine"] = engine
+    _log_engine(cfg.dev, engine)
+    return hist
 
 
-def _loop(cfg, B, params, record, step, final_u, small):
+def _graph_blocker(cfg):
+    """Why the step of ``cfg`` cannot be replayed from a captured graph (None: it can). A graph
+    replays the kernels of one capture, so every value the step computes on the host from the
+    step number must stay the same: no mini-batches (keyed by the step), no decaying step size,
+    no rule with host-side state (Adam's bias correction, mirror descent, PRGD's phases), no SVD;
+    model objects may synchronize in their own code."""
+    rule = cfg.rule_obj
+    if cfg.objective:
+        return "a model object (its own objective may synchronize with the host)"
+    if cfg.batch_size is not None:
+        return "mini-batches (drawn from the step number on the host)"
+    if not isinstance(rule, Descent):
+        return f"optimizer={cfg.optimizer!r} keeps per-step state on the host"
+    if getattr(rule.step, "decay", 0):
+        return "a decaying step size (computed on the host at each step)"
+    if getattr(rule.direction, "norm", None) == "spectral":
+        return "spectral steepest descent (an SVD per step)"
+    return None
+
+
+def _engine(cfg):
+    """The engine path of a run: ``"cuda-graph"`` (CUDA, ``engine`` "auto" or "graph", a step
+    that can be replayed), ``"graph-eager"`` (``engine="graph"`` off CUDA: the same blocks and
+    static buffers, each block executed eagerly instead of replayed) or ``"eager"``."""
+    if cfg.engine == "eager":
+        return "eager"
+    why = _graph_blocker(cfg)
+    if cfg.engine == "graph":
+        if why is not None:
+            raise ValueError(f"engine='graph' cannot run this step: {why}")
+        return "cuda-graph" if cfg.dev.type == "cuda" else "graph-eager"
+    off = os.environ.get(GRAPH_ENV, "1").strip().lower() in ("0", "false", "no", "off")
+    return "cuda-graph" if cfg.dev.type == "cuda" and why is None and not off else "eager"
+
+
+def _log_engine(dev, engine):
+    path = os.environ.get(ENGINE_LOG_ENV)
+    if path:
+        try:
+            with open(path, "a") as fh:
+                fh.write(f"{dev.type} {engine}\n")
+        except OSError:
+            pass          # the log is a report, never a reason for a run to fail
+
+
+def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
     """The step loop shared by both kinds of model: records on the grid, the finite guard, the
-    progress bar and the thread setting (``small``: 1 CPU thread unless ``num_threads``)."""
+    progress bar and the thread setting (``small``: 1 CPU thread unless ``num_threads``).
+    ``engine`` "cuda-graph" or "graph-eager" runs the steps between records in blocks
+    (:func:`_graph_loop`). Returns the engine path that ran."""
     steps, dev = cfg.steps, cfg.dev
     guard = _FiniteGuard(B, cfg.kw)
     is_rec = np.zeros(steps + 1, dtype=bool)
@@ -800,7 +882,10 @@ def _loop(cfg, B, params, record, step, final_u, small):
             torch.set_num_threads(num_threads)
         with torch.no_grad():
             record(params)
-            for k in range(steps):
+            if engine != "eager":
+                engine = _graph_loop(cfg, B, params, record, step, guard, is_rec, engine,
+                                     pbar.update if pbar is not None else None)
+            for k in range(steps if engine == "eager" else 0):
                 guard.write(k, step(params, k))
                 if is_rec[k + 1] or guard.full(k + 1):
                     guard.check(k + 1)
@@ -813,6 +898,105 @@ def _loop(cfg, B, params, record, step, final_u, small):
         torch.set_num_threads(old_threads)
         if pbar is not None:
             pbar.close()
+    return engine
+
+
+def _graph_loop(cfg, B, params, record, step, guard, is_rec, engine, progress=None):
+    """The steps of :func:`_loop` in blocks of :data:`GRAPH_BLOCK` steps.
+
+    Between two events (a record step, a full ring of the finite guard) the steps run as whole
+    blocks of a :class:`_GraphBlock` (replayed from one CUDA graph, or executed eagerly for
+    ``engine="graph-eager"``), the rest one at a time; every step writes its finite-guard value
+    and the parameters stay in the same static tensors throughout. The guard is checked and
+    the records taken at the same steps as in the eager loop. A capture that fails warns and
+    the run goes on eagerly (returns ``"eager"`` then, else ``engine``)."""
+    steps, S = cfg.steps, int(GRAPH_BLOCK)
+    rec_steps = np.flatnonzero(is_rec)
+    block = None
+    k = 0
+    while k < steps:
+        k0 = k
+        nxt = int(rec_steps[np.searchsorted(rec_steps, k, side="right")])
+        end = min(nxt, guard.first + guard.CHECK)
+        if end - k >= S and block is None:
+            try:
+                block = _GraphBlock(step, params, S, B, cfg.kw, capture=engine == "cuda-graph")
+            except Exception as exc:  # noqa: BLE001 (any capture failure: the eager path)
+                warnings.warn(f"attnsvm.fit: the CUDA-graph capture failed, running eagerly "
+                              f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=4)
+                engine, S = "eager", steps + 1
+        while end - k >= S:
+            block.replay()
+            guard.write_block(k, block.sums)
+            k += S
+        while k < end:
+            guard.write(k, _step_into(step, params, k))
+            k += 1
+        guard.check(end)
+        if is_rec[end]:
+            record(params)
+        if progress is not None:
+            progress(end - k0)
+    return engine
+
+
+def _step_into(step, params, k):
+    """One eager step whose new parameters are copied into the tensors of ``params`` (the
+    static buffers of the graph path); returns what the finite guard checks."""
+    new = dict(params)
+    check = step(new, k)
+    for name, t in params.items():
+        if new[name] is not t:
+            t.copy_(new[name])
+    return check
+
+
+class _GraphBlock:
+    """``S`` consecutive steps of the eager step (:class:`_Step`, unchanged) over static
+    tensors: the run's parameter tensors, updated in place at the end of the block, and
+    ``sums`` (S, B), the finite-guard value of each step. ``capture=True`` (CUDA) records the
+    block once into a ``torch.cuda.CUDAGraph`` (after a warm-up step on copies, on a side stream)
+    and :meth:`replay` replays it; ``capture=False`` executes the same callable eagerly at each
+    :meth:`replay` (the bookkeeping of the graph path, testable on a CPU). The step's host-side
+    state is restored after the capture, which ran its Python once without applying it."""
+
+    def __init__(self, step, params, S, B, kw, capture):
+        self.step, self.params, self.S = step, params, S
+        self.sums = torch.empty((S, B), **kw)
+        self.graph = None
+        if capture:
+            self._capture()
+
+    def _body(self):
+        new = dict(self.params)
+        for j in range(self.S):
+            torch.sum(self.step(new, j), -1, out=self.sums[j])
+        for name, t in self.params.items():
+            if new[name] is not t:
+                t.copy_(new[name])
+
+    def _capture(self):
+        state = self.step.state
+        saved = dict(state)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):              # warm-up on copies: the run is not advanced
+            self.step({n: t.clone() for n, t in self.params.items()}, 0)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self._body()
+        finally:
+            state.clear()
+            state.update(saved)
+        self.graph = graph
+
+    def replay(self):
+        if self.graph is None:
+            self._body()
+        else:
+            self.graph.replay()
 
 
 # ----------------------------------------------------------------------------- the model's terms

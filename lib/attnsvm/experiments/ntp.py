@@ -36,14 +36,14 @@ def _log_grid(steps, n, *extra):
     return np.unique(np.r_[np.round(np.logspace(0, np.log10(steps), n)), extra]).astype(np.int64)
 
 
-def _fit_at(data, rec, **kw):
-    """:func:`attnsvm.train.fit` on the CPU recording at ``rec`` (fit adds 0 and ``steps`` to a
-    grid); the History and the indices of ``rec`` in its records."""
-    h = _train.fit(data, record_every=rec, device="cpu", **kw)
+def _fit_at(data, rec, device="cpu", **kw):
+    """:func:`attnsvm.train.fit` on ``device`` recording at ``rec`` (fit adds 0 and ``steps`` to
+    a grid); the History and the indices of ``rec`` in its records."""
+    h = _train.fit(data, record_every=rec, device=device, **kw)
     return h, np.searchsorted(h.steps, rec)
 
 
-def linear_limits(data, *, rules, W_star=None, W_mm=None):
+def linear_limits(data, *, rules, W_star=None, W_mm=None, device="cpu"):
     r"""Train the linear NTP decoder (:class:`attnsvm.models.NTPLinear`, from 0, with
     :func:`attnsvm.train.fit`) with each rule and measure both limits of Theorem 2.
 
@@ -55,6 +55,7 @@ def linear_limits(data, *, rules, W_star=None, W_mm=None):
         ``eps=1e-8``), ``lr`` a float or one step per trial, ``record_steps`` (optional, default 50
         log-spaced steps) the steps kept
     W_star, W_mm : optional precomputed :math:`W^*` and :math:`W^{mm}` (B, V, d)
+    device : the device of the runs (:func:`attnsvm.train.fit`'s ``device``)
 
     Returns
     -------
@@ -76,7 +77,7 @@ def linear_limits(data, *, rules, W_star=None, W_mm=None):
         rec = kw.pop("record_steps", None)
         rec = _log_grid(steps, 50) if rec is None else np.unique(np.asarray(rec, dtype=np.int64))
         extra = dict(betas=(0.9, 0.999), eps=1e-8) if rule == "adam" else {}
-        h, idx = _fit_at(data, rec, model=NTPLinear(), optimizer=rule, steps=steps,
+        h, idx = _fit_at(data, rec, device, model=NTPLinear(), optimizer=rule, steps=steps,
                          init="zeros", snapshots=True, **extra, **kw)
         its = h.snapshots[idx]
         flat = its.reshape(its.shape[:-2] + (-1,))
@@ -202,11 +203,11 @@ def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
 
 
 def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
-                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0):
+                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
     r"""Chapter 15: the linear NTP decoder on ``trials`` data sets of
     :func:`attnsvm._data.ntp_synthetic`, GD with :math:`\eta = 1/(2L)` (:func:`attnsvm._losses.ce_smoothness`,
     one per trial) for ``steps`` steps (recorded at 50 log-spaced steps, ``steps_fast`` and
-    ``steps // 100``), NGD and Adam for ``steps_fast`` steps.
+    ``steps // 100``), NGD and Adam for ``steps_fast`` steps, on ``device``.
 
     Returns
     -------
@@ -214,7 +215,7 @@ def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
     """
     data = _data.ntp_synthetic(m, V, d, support=support, trials=trials, seed=seed)
     W_star, W_mm = _svm.ntp_finite(data.H, data.P), _svm.ntp_svm(data.H, data.P)
-    out = linear_limits(data, W_star=W_star, W_mm=W_mm, rules=_rules(
+    out = linear_limits(data, W_star=W_star, W_mm=W_mm, device=device, rules=_rules(
         data, steps, steps_fast, lr_ngd, lr_adam, 50, steps // 100))
     return NTPLinearRun(data, W_star, W_mm, _svm.projector_F(data), out["runs"], out["res"],
                         config=dict(m=m, V=V, d=d, support=support, trials=trials, steps=steps,
@@ -261,11 +262,11 @@ class ZenRun(NTPLinearRun):
 
 
 def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
-                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0):
+                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
     r"""Chapter 15: the linear NTP decoder on the Zen of Python (:func:`attnsvm._data.ntp_corpus`,
     contexts of ``k`` words, ``vocab_size`` tokens, :math:`d = m +` ``extra_dims``, ``trials``
     draws of the embeddings), trained as in :func:`ntp_linear_experiment` (GD recorded at 40
-    log-spaced steps and ``steps_fast``).
+    log-spaced steps and ``steps_fast``), on ``device``.
 
     Returns
     -------
@@ -274,7 +275,8 @@ def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
     m = len(_data.ntp_corpus(k=k, vocab_size=vocab_size, trials=1, seed=seed).contexts)
     zen = _data.ntp_corpus(k=k, vocab_size=vocab_size, d=m + extra_dims, trials=trials, seed=seed)
     data = zen.data
-    out = linear_limits(data, rules=_rules(data, steps, steps_fast, lr_ngd, lr_adam, 40))
+    out = linear_limits(data, device=device,
+                        rules=_rules(data, steps, steps_fast, lr_ngd, lr_adam, 40))
     return ZenRun(data, out["W_star"], out["W_mm"], _svm.projector_F(data), out["runs"],
                   out["res"], config=dict(k=k, vocab_size=vocab_size, extra_dims=extra_dims,
                                           trials=trials, steps=steps, steps_fast=steps_fast,
@@ -355,10 +357,10 @@ def ufm_geometry(P, pi, groups, run):
             "sv": sv / sv[..., :1]}
 
 
-def _train_ufm(P, pi, *, d, steps, lr, init_scale, seed, rec):
+def _train_ufm(P, pi, *, d, steps, lr, init_scale, seed, rec, device="cpu"):
     """GD on :class:`attnsvm.models.NTPUFM` (:func:`attnsvm.train.fit`, per-trial random start of
     scale ``init_scale``), kept at the steps ``rec``: dict ``steps``, ``W``, ``H``, ``loss``."""
-    h, idx = _fit_at({"P": P, "pi": pi}, rec, model=NTPUFM(d), optimizer="gd", lr=lr,
+    h, idx = _fit_at({"P": P, "pi": pi}, rec, device, model=NTPUFM(d), optimizer="gd", lr=lr,
                      steps=steps, init="random", init_scale=init_scale, seed=seed,
                      snapshots=("W", "H"))
     if not np.all(np.isfinite(h.loss)):
@@ -462,12 +464,13 @@ class UFMRun:
 
 
 def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_scale=0.01,
-                   lr=0.5, steps=100000, seed=0):
+                   lr=0.5, steps=100000, seed=0, device="cpu"):
     r"""Chapter 15: GD on the NTP unconstrained-features model (:class:`attnsvm.models.NTPUFM`)
     from a small random start, on ``trials`` draws of :func:`attnsvm._data.ntp_patterns`
     (``patterns`` support sets, the same in every trial), recorded at 40 log-spaced steps and
     read by :func:`ufm_geometry`; a control run (``seed + 1``, ``pattern_seed=1``: other
-    support sets of the same sizes) gives the cross-pattern correlations.
+    support sets of the same sizes) gives the cross-pattern correlations. Both run on
+    ``device``.
 
     Returns
     -------
@@ -475,7 +478,7 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     """
     P, pi, groups = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                           seed=seed)
-    kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale)
+    kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale, device=device)
     geo = ufm_geometry(P, pi, groups, _train_ufm(P, pi, seed=seed, rec=_log_grid(steps, 40), **kw))
     P2, pi2, groups2 = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                              seed=seed + 1, pattern_seed=1)
