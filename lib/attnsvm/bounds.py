@@ -37,7 +37,10 @@ notebooks evaluate them here).
 * the saturation lemma and its cone version (Chapter 4): :func:`saturation_bound`,
   :func:`cone_margin_bound`; the steepest-descent margin bound of ``thm-sd-margin``
   (Chapter 13): :func:`sd_margin_radius`; the smoothness constant of the next-token log-loss
-  (Chapter 16): :func:`smoothness_bound`;
+  (Chapter 16): :func:`smoothness_bound`; steepest descent on the equal-score model in its own
+  norm (book: ``thm-sd-att``, Chapter 14): :func:`sd_att_constants`, :func:`sd_att_margin_bound`;
+  the regularization path of next-token attention (book: ``thm-ntpattn-path``, Chapter 16):
+  :func:`ntp_path_constants`, :func:`ntp_path_bounds`;
 * the theorems' hypotheses and bounds checked along a recorded run from each trial's first step
   :math:`t_0` in the region: :func:`gd_step_condition`, :func:`ngd_linear_holds`,
   :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
@@ -60,6 +63,7 @@ __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", 
            "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min",
            "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
            "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
+           "sd_att_constants", "sd_att_margin_bound", "ntp_path_constants", "ntp_path_bounds",
            "ngd_floorless_constants", "ngd_floorless_bound", "saturation_bound", "cone_margin_bound",
            "sd_margin_radius", "smoothness_bound", "support_constants", "residual_parts",
            "residual_constants", "ngd_margin_offset", "gd_margin_offset", "squared_direction_bound",
@@ -1238,3 +1242,181 @@ def sharpness_constant(data, opt, sc):
                 best = max(best, float(np.linalg.norm(y)))
         out[b] = 1 / best if best > 0 else np.inf
     return out
+
+
+# ----------------------------------- steepest descent on the equal-score model (Chapter 14)
+def _dual_q(norm):
+    """The exponent q of the dual of the entrywise l_p norm (``"spectral"``: ``"nuc"``)."""
+    if norm == "spectral":
+        return "nuc"
+    p = np.inf if norm in ("inf", np.inf) else (2.0 if norm == "fro" else float(norm))
+    if p < 1:
+        raise ValueError(f"norm must be a real p >= 1, 'inf', 'fro' or 'spectral', got {norm!r}")
+    return 1.0 if p == np.inf else (np.inf if p == 1 else p / (p - 1))
+
+
+def sd_att_constants(data, opt, W_norm, norm):
+    r"""The constants of the steepest-descent theorem on the equal-score model (book:
+    ``thm-sd-att``), per trial, for the entrywise :math:`\ell_p` norm (``norm`` a real
+    :math:`p \ge 1`, ``"inf"`` or ``"fro"``) or the spectral norm (``"spectral"``).
+
+    ``gamma`` :math:`\gamma_{\|\cdot\|} = 1/\|W^{\|\cdot\|}_{mm}\|` (``W_norm``: the own-norm
+    Att-SVM of each trial, (B, d, d)); ``B`` :math:`\max_{i,t\ne\mathrm{opt}_i}\|A_{it}\|_*`, with
+    :math:`\|u z^\top\|_* = \|u\|_q\|z\|_q` for the entrywise dual :math:`\ell_q` and
+    :math:`\|u\|_2\|z\|_2` for the nuclear norm (rank one); ``H`` :math:`H_{\|\cdot\|} =
+    3B^2\max_i(3b^+_i/b^-_i + \Delta_i/(4b^-_i))` (the :math:`H` of :func:`constants` with
+    :math:`R_A` replaced by :math:`B`); ``mu`` :math:`\frac23\gamma_{\|\cdot\|}`; ``eps0`` as in
+    :func:`constants`; ``eta_max`` :math:`\min(\log 2/B,\ \mu/H_{\|\cdot\|})`.
+    """
+    q = _dual_q(norm)
+    W_norm = np.asarray(W_norm, dtype=float)
+    U, Z = lifted_factors(data, opt)
+    W_norm = W_norm.reshape(U.shape[0], U.shape[-1], U.shape[-1])
+    c = constants(data, opt, W_norm)
+    _, _, mask, _ = tokens.opt_scores(data, opt)
+    if q == "nuc":
+        nu, nz = np.linalg.norm(U, axis=-1), np.linalg.norm(Z, axis=-1)
+    else:
+        nu, nz = np.linalg.norm(U, ord=q, axis=-1), np.linalg.norm(Z, ord=q, axis=-1)
+    B = np.where(mask, nu * nz[..., None], 0.0).max(axis=(1, 2))
+    if norm == "spectral":
+        nW = np.linalg.norm(W_norm, ord=2, axis=(-2, -1))
+    else:
+        p = np.inf if q == 1.0 else (1.0 if q == np.inf else q / (q - 1))
+        nW = np.linalg.norm(W_norm.reshape(W_norm.shape[0], -1), ord=p, axis=-1)
+    gamma = 1.0 / nW
+    H = c["H"] * (B / c["R_A"]) ** 2
+    mu = 2.0 / 3.0 * gamma
+    return dict(gamma=gamma, B=B, H=H, mu=mu, eps0=c["eps0"],
+                eta_max=np.minimum(np.log(2) / B, mu / H))
+
+
+def sd_att_margin_bound(etas, E_t0, norm_t0, *, gamma, eps0, H, B):
+    r"""The own-norm margin-gap bound of normalized steepest descent on the equal-score model
+    (book: ``thm-sd-att``), from a step :math:`t_0` with :math:`E(W_{t_0}) \le \varepsilon_0`,
+    for steps :math:`\eta_s \le \min(\log 2/B,\ \mu/H)`, :math:`\mu = \frac23\gamma`:
+
+    .. math::
+
+        \gamma - \bar\gamma(W_t) \le r_t = \frac{\gamma N_0 + c_0 + \tfrac12 H Q_t}{N_0 + S_t},
+        \quad c_0 = \frac{E(W_{t_0})}{\varepsilon_0} - \log\frac{2\varepsilon_0}{E(W_{t_0})},
+
+    with :math:`N_0 = \|W_{t_0}\|`, :math:`S_t = \sum_{t_0\le s<t}\eta_s`,
+    :math:`Q_t = \sum_{t_0\le s<t}\eta_s^2` (all norms the method's own).
+
+    Parameters
+    ----------
+    etas : array_like (K,), the steps from :math:`t_0` on (> 0, within the theorem's bound)
+    E_t0, norm_t0 : float, :math:`E(W_{t_0})` (in :math:`(0, \varepsilon_0]`) and :math:`N_0`
+    gamma, eps0, H, B : float, from :func:`sd_att_constants` (one trial)
+
+    Returns
+    -------
+    ndarray (K + 1,): :math:`r_t` at :math:`t = t_0, \dots, t_0 + K`.
+    """
+    etas = np.asarray(etas, dtype=float)
+    if etas.ndim != 1 or np.any(etas <= 0):
+        raise ValueError("etas must be a 1-d array of positive steps")
+    gamma, eps0, H, B = (float(check_positive(k, v)) for k, v in
+                         (("gamma", gamma), ("eps0", eps0), ("H", H), ("B", B)))
+    if np.any(etas > min(np.log(2) / B, 2 * gamma / (3 * H)) * (1 + 1e-12)):
+        raise ValueError("etas must be at most min(log 2/B, mu/H) (the step condition of thm-sd-att)")
+    E_t0, N0 = float(E_t0), float(check_positive("norm_t0", norm_t0))
+    if not 0 < E_t0 <= eps0:
+        raise ValueError(f"E_t0 must lie in (0, eps0] (the region), got {E_t0}")
+    S = np.concatenate([[0.0], np.cumsum(etas)])
+    Q = np.concatenate([[0.0], np.cumsum(etas ** 2)])
+    c0 = E_t0 / eps0 - np.log(2 * eps0 / E_t0)
+    return (gamma * N0 + c0 + 0.5 * H * Q) / (N0 + S)
+
+
+# ------------------------------------------- the regularization path of NTP attention (Chapter 16)
+def _lse(a):
+    m = a.max()
+    return float(m + np.log(np.exp(a - m).sum()))
+
+
+def ntp_path_constants(data, W_star, W_G, mask, Q):
+    r"""The constants of the regularization-path theorem of Chapter 16 (book:
+    ``thm-ntpattn-path``), for one trial of next-token data.
+
+    With the scores :math:`s_{it} = x_{it}^\top W^* z_i` of the finite part and
+    :math:`\mathrm{LSE}_i = \log\sum_{t\in O_i}e^{s_{it}}`:
+
+    * ``C_Omega`` :math:`C_\Omega = \frac1n\sum_i\sum_{b\notin O_i}e^{s_{ib} - \mathrm{LSE}_i}`;
+    * ``D_star`` :math:`D_* = \max_{i,\,b\notin O_i}(\mathrm{LSE}_i - s_{ib})`;
+    * ``M`` :math:`\max_{i,t}\|x_{it}\|\,\|z_i\|`;
+    * ``kappa`` :math:`\kappa`, the smallest eigenvalue on :math:`F` of the Hessian of
+      :math:`L_O` at :math:`W^*` (:math:`\frac1n\sum_i` of the covariance of the features
+      :math:`x_{it}z_i^\top`, :math:`t\in O_i`, under :math:`\mathrm{softmax}_{O_i}(s_i)`);
+    * ``g`` :math:`\|W^G_{mm}\|_F`, ``W_star_norm`` :math:`\|W^*\|_F`, ``n``.
+
+    Parameters
+    ----------
+    data : attnsvm.data.NTPSeqData, one trial
+    W_star, W_G : (d, d) the finite part and the graph SVM
+    mask : bool (n, T), the top components :math:`O_i` (:func:`attnsvm.graphs.top_component`)
+    Q : (d*d, r) an orthonormal basis of :math:`F` (:func:`attnsvm.svm.graph_subspace`), r >= 1
+    """
+    X, Z = np.asarray(data.X, dtype=float), np.asarray(data.Z, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    W_star = as_float_array("W_star", W_star, ndim=2)
+    Q = as_float_array("Q", Q, ndim=2)
+    if Q.shape[1] == 0:
+        raise ValueError("Q must have at least one column (F = {0} has no finite part)")
+    n = X.shape[0]
+    s = np.einsum("ntd,de,ne->nt", X, W_star, Z)
+    C, D = 0.0, -np.inf
+    Hq = np.zeros((Q.shape[1], Q.shape[1]))
+    for i in range(n):
+        O = mask[i]
+        lse = _lse(s[i, O])
+        if (~O).any():
+            C += np.exp(s[i, ~O] - lse).sum() / n
+            D = max(D, float((lse - s[i, ~O]).max()))
+        p = np.exp(s[i, O] - lse)
+        J = np.einsum("td,e->tde", X[i, O], Z[i]).reshape(O.sum(), -1) @ Q       # (|O_i|, r)
+        Jc = J - p @ J
+        Hq += (Jc.T * p) @ Jc / n
+    if not np.isfinite(D):
+        raise ValueError("every sequence lies in its top component: no path to describe")
+    M = float((np.linalg.norm(X, axis=-1) * np.linalg.norm(Z, axis=-1)[:, None]).max())
+    return dict(C_Omega=float(C), D_star=D, M=M, kappa=float(np.linalg.eigvalsh(Hq)[0]),
+                g=float(np.linalg.norm(W_G)), W_star_norm=float(np.linalg.norm(W_star)), n=n)
+
+
+def ntp_path_bounds(R, consts):
+    r"""The bounds of the regularization-path theorem of Chapter 16 (book: ``thm-ntpattn-path``)
+    at radii ``R``, from :func:`ntp_path_constants`. With
+    :math:`\rho = \sqrt{R^2 - \|W^*\|^2}/g` and :math:`\varepsilon_R = C_\Omega e^{-\rho}`:
+
+    * ``eps`` :math:`\varepsilon_R`, the bound on both parts of the excess loss of :math:`W_R`;
+    * ``r1`` :math:`\sqrt{e\,\varepsilon_R/\kappa}` and ``r2``
+      :math:`e^{2Mr_1}\,2M\varepsilon_R\,(1 + (\|W^*\| + r_1)/(g(\rho - K^{(1)}_R)))/\kappa`,
+      two bounds on :math:`\|P_FW_R - W^*\|_F` (``r`` their minimum);
+    * ``K`` :math:`K_R = \log(nC_\Omega) + n\varepsilon_R + D_* + 2Mr`: every graph margin of
+      :math:`P_\perp W_R` is at least :math:`\rho - K_R`;
+    * ``beta`` :math:`1 - (\sqrt{R^2-\|W^*\|^2} - gK_R)/\sqrt{R^2 - (\|W^*\| - r)_+^2}`, the bound
+      on :math:`1 - \mathrm{corr}(P_\perp W_R, W^G_{mm})`;
+    * ``K_inf`` :math:`\log(nC_\Omega) + D_*`: :math:`R\,\beta_R \to gK_\infty`;
+    * ``valid``: the hypotheses :math:`R > \|W^*\|`, :math:`\varepsilon_R < \kappa/(4eM^2)` and
+      :math:`\rho > K_R` (where they fail the other entries are NaN).
+    """
+    R = np.atleast_1d(np.asarray(R, dtype=float))
+    if np.any(R <= 0):
+        raise ValueError("R must contain positive radii")
+    c = consts
+    n, g, w, M, kap = c["n"], c["g"], c["W_star_norm"], c["M"], c["kappa"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.sqrt(np.where(R > w, R ** 2 - w ** 2, np.nan)) / g
+        eps = c["C_Omega"] * np.exp(-rho)
+        r1 = np.sqrt(np.e * eps / kap)
+        K1 = np.log(n * c["C_Omega"]) + n * eps + c["D_star"] + 2 * M * r1
+        r2 = np.exp(2 * M * r1) * 2 * M * eps * (1 + (w + r1) / (g * (rho - K1))) / kap
+        r = np.minimum(r1, np.where(rho > K1, r2, np.inf))
+        K = np.log(n * c["C_Omega"]) + n * eps + c["D_star"] + 2 * M * r
+        beta = 1 - (g * rho - g * K) / np.sqrt(R ** 2 - np.maximum(w - r, 0) ** 2)
+    valid = (R > w) & (eps < kap / (4 * np.e * M ** 2)) & (rho > K1)
+    nan = np.where(valid, 0.0, np.nan)
+    return dict(rho=rho + nan, eps=eps + nan, r1=r1 + nan, r2=r2 + nan, r=r + nan, K=K + nan,
+                beta=beta + nan, K_inf=float(np.log(n * c["C_Omega"]) + c["D_star"]), valid=valid)
