@@ -234,3 +234,14 @@ def test_every_glued_figure_passes_the_figure_check(full_build):
                 problems += [f"{entry['notebook']} {name}: {p}" for p in meta[A.plot.CHECK_KEY]]
     assert checked >= 38, checked
     assert not problems, "\n".join(problems)
+
+
+def test_log_axes_keep_reference_lines_in_axes_coordinates():
+    """axhline spans x in axes coordinates (0 to 1): on a log x-axis its x = 0 is not a data
+    point to drop (dropping it erased the line, e.g. sign descent's level in figure 33)."""
+    fig, ax = A.plot.figure()
+    ax.plot([1, 10, 100], [1, 2, 3])
+    ax.set_xscale("log")
+    line = ax.axhline(1.5, ls=":")
+    A.plot._drop_unshowable(fig)
+    assert len(line.get_xdata()) == 2

@@ -194,6 +194,8 @@ def _drop_unshowable(fig) -> None:
         if not (logx or logy):
             continue
         for art in ax.get_children():
+            if art.get_transform() is not ax.transData:
+                continue  # axhline, axvline, ...: in axes coordinates along one direction
             if isinstance(art, Line2D):
                 x = np.asarray(art.get_xdata(), dtype=float)
                 y = np.asarray(art.get_ydata(), dtype=float)
