@@ -205,7 +205,7 @@ def test_every_public_generator_is_registered():
     from attnsvm import data
     # keyed_*/sized_trials: random_unit under the entropy-key seedings of Parts I's sweeps and
     # of Chapter 4 (their own contract: test_keyed_and_sized_trials_do_not_depend_on_trials)
-    helpers = {"trial_seed", "stream", "stream_seed", "support_patterns", "support_sets", "zen_of_python", "tokenize",
+    helpers = {"trial_seed", "stream", "stream_seed", "keyed_stream", "support_patterns", "support_sets", "zen_of_python", "tokenize",
                "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
                # the chapters' named draws: registered generators on a named stream (same arrays
                # as the driver functions they replace: tests/test_data.py::test_named_draws)
@@ -235,6 +235,28 @@ def test_named_draws():
     W = data.random_inits(5, 2, radius=3.0, seed=4)
     np.testing.assert_allclose(W[1, 2, :3], [1.40038813, -0.78008679, -0.08711253], atol=1e-8)
     np.testing.assert_allclose(np.linalg.norm(W, axis=(-2, -1)), 3.0, rtol=1e-12)
+
+
+def test_every_draw_goes_through_the_seeding_module():
+    """One seeding scheme: no module of lib/attnsvm but attnsvm.data makes a numpy generator
+    (``default_rng(``) or seeds the global numpy state; every stream is in STREAMS or
+    KEYED_STREAMS, and the README's table lists them all."""
+    import re
+    from pathlib import Path
+    from attnsvm import data
+    lib = Path(data.__file__).resolve().parent
+    seeding = {Path(data.__file__).resolve()}
+    bad = [f"{p.relative_to(lib)}:{k + 1}" for p in sorted(lib.rglob("*.py")) if p.resolve() not in seeding
+           for k, line in enumerate(p.read_text().splitlines())
+           if re.search(r"default_rng\(|np\.random\.seed\(|RandomState\(", line)]
+    assert not bad, f"random generators made outside attnsvm.data: {bad}"
+    readme = (lib.parents[1] / "README.md").read_text()
+    missing = [n for n in list(data.STREAMS) + list(data.KEYED_STREAMS) if f"`{n}`" not in readme]
+    assert not missing, f"streams missing from the README's table: {missing}"
+    with pytest.raises(ValueError, match="keyed streams"):
+        data.keyed_stream("no-such-stream", 1)
+    np.testing.assert_array_equal(data.keyed_stream("fit-init", 3, 1, 0).standard_normal(4),
+                                  np.random.default_rng([3, 1, 0]).standard_normal(4))
 
 
 def test_keyed_and_sized_trials_do_not_depend_on_trials():

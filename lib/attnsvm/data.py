@@ -66,7 +66,8 @@ __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Str
            "ntp_sequences", "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
            "random_inits", "unit_instances", "prompt_instances",
            "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
-           "support_patterns", "support_sets", "Corpus", "ntp_corpus", "zen_of_python", "tokenize"]
+           "support_patterns", "support_sets", "Corpus",
+           "KEYED_STREAMS", "keyed_stream", "ntp_corpus", "zen_of_python", "tokenize"]
 
 
 class TrialsData:
@@ -357,6 +358,25 @@ STREAMS = {
 }
 if len(set(STREAMS.values())) != len(STREAMS):      # pragma: no cover - a table error
     raise RuntimeError("attnsvm.data.STREAMS: two stream names share a key")
+
+#: streams keyed by an entropy tuple: name -> (its key, what draws from it). The keys are those the
+#: engine and the drivers used before the table, so their draws are unchanged (``default_rng(b)``
+#: and ``default_rng([b])`` are the same generator).
+KEYED_STREAMS = {
+    "fit-init": ("(seed, b, 0)", "attnsvm.train.fit: the initial parameters of trial b"),
+    "fit-noise": ("(seed, b, 1)", "attnsvm.train.fit: the mini-batch and noise seed of trial b"),
+    "regpath-start": ("(seed, b, k, i)", "experiments.regpath: start i of instance b at radius k"),
+    "geometry-init": ("(b,)", "experiments.geometry.attention_geometry: the initial W of trial b"),
+    "dataset-split": ("(seed,)", "attnsvm.datasets: the seeded subsets of the real data sets"),
+}
+
+
+def keyed_stream(name, *key):
+    """A ``numpy.random.Generator`` on the keyed stream ``name`` (one of :data:`KEYED_STREAMS`)
+    at the entropy key ``key`` (integers >= 0): ``default_rng(list(key))``."""
+    if name not in KEYED_STREAMS:
+        raise ValueError(f"name must be one of the keyed streams {sorted(KEYED_STREAMS)}, got {name!r}")
+    return np.random.default_rng([check_int("key", k, minimum=0) for k in key])
 
 
 def stream_seed(seed, name, b=None):

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import keyed_stream
+
 __all__ = [
     "DATA_ENV",
     "DataNotFoundError",
@@ -251,7 +253,7 @@ def load_image_dataset(name="digits", root=None, *, n_train=None, n_test=None, s
     images and up to ``n_train`` of the rest for training. MNIST and CIFAR-10 use their own
     splits, subsampled (seeded) to ``n_train`` / ``n_test`` when given.
     """
-    rng = np.random.default_rng(seed)
+    rng = keyed_stream("dataset-split", seed)
     if name == "digits":
         X, y = load_digits_images()
         perm = rng.permutation(len(X))
@@ -364,7 +366,7 @@ def load_text_dataset(name="sentiment", root=None, *, n_train=512, n_test=256, s
     """A seeded, class-balanced train/test subset of ``"sentiment"`` (the shipped corpus,
     negative vs positive), ``"mnli"`` (three classes, sentence pairs) or ``"civil_comments"``
     (toxic vs not)."""
-    rng = np.random.default_rng(seed)
+    rng = keyed_stream("dataset-split", seed)
     if name == "sentiment":
         classes = ("negative", "positive")
         texts, y = load_sentiment(classes)

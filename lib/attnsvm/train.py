@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
-from .data import AttnData, LinearData
+from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, Descent, make_rule
@@ -621,7 +621,7 @@ def _tensors(cfg, data):
     else:
         v0 = None
     keys = _trial_keys(cfg.seed, B)
-    rngs = [np.random.default_rng(list(k) + [0]) for k in keys]
+    rngs = [keyed_stream("fit-init", *k, 0) for k in keys]
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
@@ -638,7 +638,7 @@ def _tensors(cfg, data):
         if np.any(o < 0) or np.any(o >= data.T):
             raise ValueError(f"opt entries must lie in [0, {data.T})")
         opt_t = torch.as_tensor(np.broadcast_to(o, (B, n)).copy(), device=dev)
-    keys32 = torch.as_tensor([int(np.random.default_rng(list(k) + [1]).integers(2 ** 32))
+    keys32 = torch.as_tensor([int(keyed_stream("fit-noise", *k, 1).integers(2 ** 32))
                               for k in keys], dtype=torch.int64, device=dev)
     return full, params, ref_t, opt_t, keys32
 
@@ -1103,7 +1103,7 @@ class _ObjectiveTerms:
     def __init__(self, cfg):
         net, batch, B = cfg.net, cfg.obj_batch, cfg.trials
         self.cfg, self.net, self.batch, self.trials = cfg, net, batch, B
-        rngs = [np.random.default_rng(list(k) + [0]) for k in _trial_keys(cfg.seed, B)]
+        rngs = [keyed_stream("fit-init", *k, 0) for k in _trial_keys(cfg.seed, B)]
         self.params = dict(net.init_params(batch, rngs, init=cfg.init, init_scale=cfg.init_scale,
                                            **cfg.kw))
         missing = [k for k in net.trainable if k not in self.params]

@@ -696,7 +696,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     dev = resolve_device(device)
     batch = {k: torch.as_tensor(getattr(data, k), device=dev) for k in ("X", "y", "Z")}
     W0 = model.init_params(d, torch.as_tensor(data.v, device=dev),
-                           [np.random.default_rng(b) for b in range(trials)], device=dev)
+                           [_data.keyed_stream("geometry-init", b) for b in range(trials)], device=dev)
     batch["G"] = model.head_values(W0, batch["X"])
     rules = {f"md{p:g}": _md(p, lr_md, 0.0) for p in ps}
     rules.update({"sign": _sd("inf", lr_sign, 0.0), "adam": _adam(lr_adam, 0.99),

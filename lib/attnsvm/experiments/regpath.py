@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
-from ..data import AttnData, keyed_instances
+from ..data import AttnData, keyed_instances, keyed_stream
 from ..losses import LOSSES, log_excess_loss
 from ..tokens import optimal_tokens, token_scores
 from ..devices import cpu_threads, resolve_device
@@ -272,7 +272,7 @@ def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
     for k, Rk in enumerate(Rs):
         for b in range(B):
             for i in range(inits):
-                G = np.random.default_rng((seed, b, k, i)).standard_normal((d, d))
+                G = keyed_stream("regpath-start", seed, b, k, i).standard_normal((d, d))
                 nrm = _ball_norm(G, norm)
                 s = 1.0 if init_scale == "sphere" else float(init_scale)
                 W0[k, b, i] = G / nrm * Rk * s
