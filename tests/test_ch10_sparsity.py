@@ -60,8 +60,13 @@ def test_nonopt_mass_matches_softmax(inst):
 
 def test_ngd_sparsity_bounds(inst):
     """The mass bound of cor-sparsity-rates along NGD at the theorem's step, over a run long
-    enough for the bound to fall (by 10-80% here), and its rate: the fitted exponential rate of the
-    largest mass is at least eta mu / 2 (the theorem) and at most 4x that (observed tightness)."""
+    enough for the bound to fall (by 10-80% here), and its rate: the fitted exponential rate of
+    E is at least eta mu / 2 (thm-ngd-linear contracts E by 1 - eta mu / 2 at every step, and a
+    least-squares slope of such a sequence is at most log(1 - eta mu / 2)), and that of the
+    largest mass at most 4x eta mu / 2 (observed tightness). The mass's own fitted rate is not
+    bounded below by the theorem over so short a window: the mass and E agree only up to the
+    factors b+/b- of the sandwich (one heterogeneous trial of the exact-score draw decays at a
+    twentieth of eta mu / 2 while staying under the bound)."""
     data, opt, W_mm, c, W0 = inst
     eta = float(c["eta_ngd"].min())
     steps = 3000
@@ -73,7 +78,9 @@ def test_ngd_sparsity_bounds(inst):
     mass = A.metrics.nonopt_mass(data, opt, h.snapshots)                     # (K, B, n)
     assert np.all(mass.max(-1) <= bound * (1 + 1e-9))
     r = rates.exp_rate(h.steps, np.log(mass.max(-1)))
-    assert np.all(r >= eta * c["mu"] / 2) and np.all(r <= 4 * eta * c["mu"] / 2)
+    rE = rates.exp_rate(h.steps, A.losses.excess_loss(data, opt, h.snapshots, log=True))
+    assert np.all(rE >= -np.log1p(-eta * c["mu"] / 2) * (1 - 1e-9))
+    assert np.all(r <= 4 * eta * c["mu"] / 2)
 
 
 def test_ngd_rate_bracket(inst):

@@ -318,15 +318,41 @@ def test_containers_share_the_trials_base():
             D.trial(0).take([0])
 
 
-def test_prescribed_scores_exact_scores():
+@pytest.mark.parametrize("kw", [
+    dict(gamma_opt=1.5, gamma_other=-0.5),
+    dict(),                                                    # the rates chapters' default
+    dict(gamma_opt=[1.0, 2.0, 0.3, 1e-3, 7.0], gamma_other=[0.0, -1.0, 0.1, -1e-3, 3.3]),
+    dict(distinct=True, gamma_opt=0.7, gamma_other=-0.2),
+    dict(queries="orthogonal", gamma_opt=0.1),
+])
+def test_prescribed_scores_exact_scores(kw):
+    """The scores y_i x_it . v equal the prescribed c_it with ``==`` (not to a tolerance): the
+    equal-score theorems rest on equal scores, and at saturation a 1e-16 difference outweighs
+    the gradient terms they compare (notes/paper_claims.md). The same instance rotated by a
+    random rotation (same law) misses ``==`` in most scores, so the check can fail."""
+    from attnsvm import tokens
     from attnsvm.data import prescribed_scores
-    D, opt = prescribed_scores(5, 4, 6, gamma_opt=1.5, gamma_other=-0.5, trials=3, seed=2)
-    g = D.gamma
-    np.testing.assert_allclose(np.take_along_axis(g, opt[..., None], -1)[..., 0], 1.5, atol=1e-12)
-    mask = np.ones_like(g, dtype=bool)
-    np.put_along_axis(mask, opt[..., None], False, axis=-1)
-    np.testing.assert_allclose(g[mask], -0.5, atol=1e-12)
+    n = 5
+    D, opt = prescribed_scores(n, 4, 6, trials=40, seed=2, **kw)
+    for g in (D.gamma, tokens.token_scores(D.X, D.y, D.v),
+              D.y[..., None] * np.einsum("bntd,bd->bnt", D.X, D.v)):
+        top = np.take_along_axis(g, opt[..., None], -1)[..., 0]
+        assert np.all(top == np.broadcast_to(np.asarray(kw.get("gamma_opt", 1.0), float), (n,)))
+        mask = np.ones_like(g, dtype=bool)
+        np.put_along_axis(mask, opt[..., None], False, axis=-1)
+        if not kw.get("distinct"):
+            other = np.broadcast_to(np.asarray(kw.get("gamma_other", 0.0), float), (n,))
+            assert np.all(g == np.where(mask, other[:, None], g))
+    assert np.all(D.v == np.eye(6)[0]) and np.all(D.y ** 2 == 1.0)
     np.testing.assert_array_equal(D.opt, opt)
+    R = np.linalg.qr(np.random.default_rng(0).standard_normal((6, 6)))[0]
+    g_rot = tokens.token_scores(D.X @ R.T, D.y, D.v @ R.T)
+    np.testing.assert_allclose(g_rot, D.gamma, atol=1e-12)
+    assert np.mean(g_rot != D.gamma) > 0.3                     # a rotation breaks ==
+
+
+def test_prescribed_scores_bad_gammas():
+    from attnsvm.data import prescribed_scores
     with pytest.raises(ValueError, match="gamma_opt"):
         prescribed_scores(3, 3, 3, gamma_opt=0.0, gamma_other=0.0)
 

@@ -831,9 +831,18 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
     r"""Attention instances with prescribed token scores (cross-attention queries).
 
     Token :math:`x_{it} = P_{v^\perp} g_{it} + y_i c_{it} v` with
-    :math:`g_{it}\sim N(0, I_d/d)`, a uniform unit head :math:`v`, uniform unit queries
-    :math:`z_i`, labels :math:`y_i = \pm 1` and a uniform optimal position
-    :math:`\mathrm{opt}_i`. Guarantee (exact, for every draw): the token scores are
+    :math:`g_{it}\sim N(0, I_d/d)`, the head :math:`v = e_1` (the first coordinate axis),
+    uniform unit queries :math:`z_i`, labels :math:`y_i = \pm 1` and a uniform optimal position
+    :math:`\mathrm{opt}_i`. The model is invariant under a rotation of the token space
+    (:math:`x \mapsto Rx`, :math:`v \mapsto Rv`, :math:`W \mapsto RW`), so this is the law of a
+    uniform unit head up to that rotation; fixing :math:`v = e_1` makes the scores exact in
+    floating point: :math:`x_{it,1} = y_i c_{it}` and :math:`P_{v^\perp} g_{it}` is
+    :math:`g_{it}` with its first coordinate set to :math:`0`, so every term of
+    :math:`\sum_k x_{it,k} v_k` but one is an exact zero and
+    :math:`y_i\, x_{it}^\top v = y_i^2 c_{it} = c_{it}` holds with ``==`` (a uniform random
+    head made them equal only to about :math:`10^{-16}`, which at saturation outweighs the
+    gradient terms the equal-score theorems rest on: ``notes/paper_claims.md``).
+    Guarantee (exact, for every draw): the token scores are
     :math:`\gamma_{it} = c_{it}` with :math:`c_{i,\mathrm{opt}_i} = \gamma^\star`
     (``gamma_opt``) and, for the other tokens, :math:`\gamma^\circ` (``gamma_other``, the
     equal-score model, ``distinct=False``) or, with ``distinct=True``, values drawn uniformly in
@@ -886,17 +895,16 @@ def prescribed_scores(n, T, d, *, gamma_opt=1.0, gamma_other=0.0, distinct=False
         raise ValueError(f"spread must be in (0, 1), got {spread}")
 
     def one(rng):
-        v = rng.standard_normal(d)
-        v /= np.linalg.norm(v, axis=-1, keepdims=True)
-        G = rng.standard_normal((n, T, d)) / np.sqrt(d)
-        G -= np.einsum("ntd,d->nt", G, v)[..., None] * v
+        v = np.zeros(d)
+        v[0] = 1.0                                          # the head e_1: exact scores
+        X = rng.standard_normal((n, T, d)) / np.sqrt(d)     # P_{v^perp} g: coordinate 0 below
         y = rng.choice([-1.0, 1.0], size=n)
         opt = rng.integers(T, size=n)
         c = np.repeat(g_oth[:, None], T, axis=1)
         if distinct:
             c = g_oth[:, None] + spread * (g_opt - g_oth)[:, None] * rng.uniform(size=(n, T))
         np.put_along_axis(c, opt[:, None], g_opt[:, None], axis=-1)
-        X = G + (y[:, None] * c)[..., None] * v
+        X[..., 0] = y[:, None] * c                          # y_i x_it . e_1 = c_it exactly
         Z = rng.standard_normal((n, d))
         if queries == "orthogonal":                        # signed distinct coordinate axes
             Z = np.zeros((n, d))
