@@ -17,7 +17,7 @@ STAMP    = $(VENV)/.installed
 PYTEST_WORKERS ?= auto
 XDIST    = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: book test test-fast test-slow lint venv bench paper-cpu pdf clean help
+.PHONY: book test test-fast test-slow lint venv bench paper-cpu gpu-profile pdf clean help
 
 help:
 	@echo "make book [PROFILE=quick|paper]   build the book; HTML in _build/html"
@@ -27,6 +27,7 @@ help:
 	@echo "make lint                         ruff check lib tests benchmarks tools"
 	@echo "make bench                        run the benchmarks in benchmarks/ (minutes)"
 	@echo "make paper-cpu                    time the paper profile on this CPU (about an hour)"
+	@echo "make gpu-profile                  the paper profile on a CUDA machine, the build's scheduling (< 10 min)"
 	@echo "make pdf                          the whole book as one PDF (needs Chromium: apt-get install chromium)"
 
 venv: $(STAMP)
@@ -66,6 +67,9 @@ bench: $(STAMP)
 
 paper-cpu: $(STAMP)
 	$(BIN)/python benchmarks/paper_profile.py --out _build/paper_profile.md --json _build/paper_profile.json
+
+gpu-profile: $(STAMP)
+	$(BIN)/python benchmarks/gpu_profile.py --json _build/gpu_profile.json
 
 clean:
 	rm -rf _build

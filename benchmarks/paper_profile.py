@@ -12,7 +12,11 @@ one finishes, and the table gives the *projected* time, that run's time multipli
 factor (an overestimate by the fixed costs, such as SVM solves and imports, times the factor
 minus one). A finished ``paper`` run's checked claims (the glued words of
 :mod:`attnsvm.claims`; the runs are not strict, so a false claim is reported, not raised) are
-counted, the failing ones named.
+counted, the failing ones named; for a stopped run, the claims of the scaled run that finished
+(by default steps / 10, an intermediate size between ``quick`` and ``paper``) are reported in
+its place, marked with the factor. ``--scaled-limit`` gives the scaled runs their own limit
+(``--limit 1 --scaled-limit 600 --only ch09_rates`` checks ch09's claims at steps / 10 without
+waiting for the full run).
 A notebook whose data files are not on disk (it raises
 :class:`attnsvm.datasets.DataNotFoundError`) is reported as skipped, with the error's message.
 
@@ -108,10 +112,11 @@ def _progress(path: Path) -> dict:
 
 
 def execute(root: Path, notebook: str, params: dict, limit: float | None, threads: int | None,
-            workdir: Path, tag: str) -> dict:
-    """One papermill execution of ``notebook`` with ``params``; wall seconds and how it ended."""
+            workdir: Path, tag: str, env: dict | None = None) -> dict:
+    """One papermill execution of ``notebook`` with ``params``; wall seconds and how it ended.
+    ``env``: variables set for the execution (e.g. ``CUDA_VISIBLE_DEVICES``)."""
     out = workdir / f"{Path(notebook).stem}.{tag}.ipynb"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(threads)
@@ -184,12 +189,15 @@ def table(records: list[dict], limit: float) -> str:
             cell = f"failed: {p.get('why')}"
         qcell = "not run" if q is None else (_fmt_s(q["seconds"]) if q["status"] == "finished"
                                              else f"{q['status']}: {q.get('why')}")
-        claims = (p or {}).get("claims") or {}
+        claims, at = (p or {}).get("claims") or {}, ""
+        if not claims and (p or {}).get("projection", {}).get("claims"):
+            claims = p["projection"]["claims"]
+            at = f"at steps / {p['projection']['factor']}: "
         failing = sorted(k for k, w in claims.items() if w == "fails")
         ccell = ("" if not claims else
-                 f"all {len(claims)} hold" if not failing else
-                 f"{len(claims) - len(failing)} of {len(claims)} hold; fail: "
-                 + ", ".join(f"`{k}`" for k in failing))
+                 at + (f"all {len(claims)} hold" if not failing else
+                       f"{len(claims) - len(failing)} of {len(claims)} hold; fail: "
+                       + ", ".join(f"`{k}`" for k in failing)))
         lines.append(f"| `{Path(nb).stem}` | {cell} | {ccell} | {qcell} |")
     return "\n".join(lines)
 
@@ -199,8 +207,11 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=360.0, help="seconds per paper-profile run")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=None, help="notebook stems")
-    ap.add_argument("--factors", type=int, nargs="*", default=[20, 200],
-                    help="step divisors for projecting a stopped paper run")
+    ap.add_argument("--factors", type=int, nargs="*", default=[10, 20, 200],
+                    help="step divisors for projecting a stopped paper run (and checking its "
+                         "claims at that size)")
+    ap.add_argument("--scaled-limit", type=float, default=None,
+                    help="seconds per scaled run (default: --limit)")
     ap.add_argument("--profiles", nargs="*", default=["quick", "paper"])
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
@@ -233,12 +244,14 @@ def main(argv=None):
             print(f"  {prof:5s} {Path(nb).stem:28s} {rec['status']:8s} {rec['seconds']:8.1f} s"
                   f"  cells {rec['done']}/{rec['cells']}", flush=True)
             for f in (args.factors if rec["status"] == "stopped" else []):
-                small = execute(root, nb, scale_steps(params[prof][nb], f), args.limit, threads,
-                                Path(tmp), f"{prof}-div{f}")
+                small = execute(root, nb, scale_steps(params[prof][nb], f),
+                                args.scaled_limit or args.limit, threads, Path(tmp),
+                                f"{prof}-div{f}")
                 print(f"  {prof}/{f:<4d}{Path(nb).stem:28s} {small['status']:8s} "
                       f"{small['seconds']:8.1f} s", flush=True)
                 if small["status"] == "finished":
-                    rec["projection"] = {"factor": f, "seconds": small["seconds"]}
+                    rec["projection"] = {"factor": f, "seconds": small["seconds"],
+                                         "claims": small.get("claims") or {}}
                     break
                 if small["status"] != "stopped":
                     rec["projection_failed"] = f"steps / {f}: {small.get('why')}"

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ._checks import as_float_array, check_choice, check_int, check_positive
+from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
@@ -50,9 +51,6 @@ __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid"
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
 ENGINES = ("auto", "eager", "graph")
-#: a file to which every :func:`fit` appends one line ``<device> <engine path>`` (the build sets it
-#: per notebook, so its execution report can say which engine path produced the numbers)
-ENGINE_LOG_ENV = "ATTNSVM_ENGINE_LOG"
 #: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
 GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 #: steps per captured block of the graph path

@@ -45,7 +45,8 @@ from ._core import (BUILD_DIR, DAMAGED, STAGED_FILES, BuildError, BuildLock, Not
                     notebook_parameters, render,
                     toc_notebooks, write_record)
 from .apidoc import API_MARKER, api_pages
-from .parallel import Progress, device_resolver, make_job, run_jobs, threads_per_worker
+from .parallel import (Progress, device_resolver, gpu_count, make_job, run_jobs,
+                       threads_per_worker, worker_plan)
 from .params import resolve_profile
 from .prose import check_glued_prose
 
@@ -74,6 +75,7 @@ class NotebookResult:
     status: str  # "ok", "failed", "skipped"
     error: str | None = None
     worker: str | None = None  # where it was executed (a Dask worker's address, or in-process)
+    engine: str | None = None  # the engine paths of its fit calls ("eager", "cuda-graph", ...)
 
 
 
@@ -81,7 +83,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
                       build_dir: Path | None = None, kernel_name: str = "python3",
                       toc: str | os.PathLike | None = None, log=print, workers: int | None = 1,
                       scheduler: str | None = None, resources: dict | None = None,
-                      progress_bar: bool | None = None) -> list[NotebookResult]:
+                      progress_bar: bool | None = None, gpus: int | None = None) -> list[NotebookResult]:
     """Execute the notebooks of ``_toc.yml`` under ``profile``, using the cache.
 
     Returns one :class:`NotebookResult` per notebook, in the order of the table of contents.
@@ -95,7 +97,11 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
     ``{"GPU": 1}``) is what each task needs of a worker. Either way: one progress line per
     notebook as it finishes, each success cached at once (atomically), a failure reported with
     its notebook, cell and exception while the others still run, and the report names the worker
-    and device of each execution.
+    and device of each execution and the engine path of its ``fit`` calls.
+
+    On a local cluster with CUDA cards (``gpus``, default: those torch sees), the workers follow
+    :func:`attnsvm_book.parallel.worker_plan`: a notebook with a ``device`` parameter runs on a GPU
+    worker (one per card by default), every other notebook on a CPU worker, which sees no card.
     """
     root = Path(root)
     build_dir = Path(build_dir or root / BUILD_DIR)
@@ -111,7 +117,13 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
     lib_h, env_h = library_hash(root), environment_hash(root)
     parallel = scheduler is not None or (workers is not None and int(workers) > 1)
     resolve = device_resolver(scheduler, resources)
-    threads = None if (scheduler is not None or not parallel) else threads_per_worker(workers)
+    # a local cluster on a machine with CUDA: GPU workers for the notebooks that use the device,
+    # CPU workers (which see no card) for the rest (parallel.worker_plan)
+    plan = (worker_plan(workers, gpus if gpus is not None else gpu_count())
+            if parallel and scheduler is None else None)
+    gpu_plan = bool(plan) and any(w["resources"] for w in plan)
+    threads = (None if (scheduler is not None or not parallel)
+               else threads_per_worker(len(plan) if gpu_plan else workers))
     results: dict[str, NotebookResult] = {}
     jobs, keys = [], {}
     progress = Progress(len(toc), log=log, bar=progress_bar if parallel else False)
@@ -124,7 +136,13 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         params = table[nb]
         defaults = notebook_parameters(root / nb)
         dev_param = str(params.get("device", _literal(defaults.get("device", "'auto'"))))
-        device = resolve(dev_param)
+        uses_device = "device" in params or "device" in defaults
+        job_resources = None
+        if gpu_plan:
+            job_resources = {"GPU": 1} if uses_device else {"CPU": 1}
+            device = resolve(dev_param) if uses_device else "cpu"   # a CPU worker sees no card
+        else:
+            device = resolve(dev_param)
         key = cache_key(root, nb, params, device, lib_h, env_h)
         out_path, record_path, failed_path = paths(nb)
         record = _read_json(record_path)
@@ -133,7 +151,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         if miss is None and not (force and wanted):
             results[nb] = NotebookResult(nb, profile, params, str(out_path), record["seconds"],
                                          True, record["device"], "ok",
-                                         worker=record.get("worker"))
+                                         worker=record.get("worker"), engine=record.get("engine"))
             progress.step(f"{nb}: cached ({record['seconds']:.1f} s when executed, "
                           f"{record['device']})")
             continue
@@ -150,7 +168,8 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         keys[nb] = (key, device)
         jobs.append(make_job(root, nb, params, out_path, failed_path, device=dev_param,
                              kernel_name=kernel_name, threads=threads,
-                             resolved=None if scheduler else device, strict_claims=True))
+                             resolved=None if scheduler else device, strict_claims=True,
+                             resources=job_resources))
 
     def on_result(job, res):
         nb = job["notebook"]
@@ -160,7 +179,8 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         on = f" on {worker}" if parallel and worker else ""
         if res["status"] != "ok":
             results[nb] = NotebookResult(nb, profile, params, None, res["seconds"], False,
-                                         res["device_label"], "failed", res["error"], worker)
+                                         res["device_label"], "failed", res["error"], worker,
+                                         res.get("engine"))
             secs = "" if res["seconds"] is None else f" after {res['seconds']:.1f} s"
             progress.step(f"{nb}: FAILED{secs}{on} -- {res['error']}")
             return
@@ -169,13 +189,15 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
             key = cache_key(root, nb, params, res["device"], lib_h, env_h)
         write_record(record_path, out_path,
                      {"key": key, "seconds": res["seconds"], "device": res["device_label"],
-                      "worker": worker, "parameters": params})
+                      "worker": worker, "parameters": params, "engine": res.get("engine")})
         results[nb] = NotebookResult(nb, profile, params, str(out_path), res["seconds"], False,
-                                     res["device_label"], "ok", worker=worker)
+                                     res["device_label"], "ok", worker=worker,
+                                     engine=res.get("engine"))
         progress.step(f"{nb}: executed in {res['seconds']:.1f} s ({res['device_label']}){on}")
 
     try:
-        run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources)
+        run_jobs(jobs, on_result, workers=workers, scheduler=scheduler, resources=resources,
+                 plan=plan if gpu_plan else None)
     finally:
         progress.close()
     return [results[nb] for nb in toc]

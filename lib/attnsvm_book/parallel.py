@@ -32,18 +32,58 @@ from pathlib import Path
 from ._core import _describe_failure, _device_label, _execute_one, resolve_device
 
 __all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
-           "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver"]
+           "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver",
+           "gpu_count", "worker_plan", "GPU_PER_CARD_ENV", "engine_summary"]
+
+#: GPU workers per card of the local cluster (default 1; more only where measured to help,
+#: e.g. under CUDA MPS)
+GPU_PER_CARD_ENV = "ATTNSVM_GPU_WORKERS_PER_CARD"
 
 #: environment variables that cap the threads of BLAS libraries and torch in a kernel
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
-_ENV_LOCK = threading.Lock()
+_ENV_LOCK = threading.RLock()    # re-entered: the thread caps and the engine log nest
 
 
 def default_workers() -> int:
     """The default number of local workers: the number of cores."""
     return max(1, os.cpu_count() or 1)
+
+
+def gpu_count() -> int:
+    """The CUDA cards this machine's workers can use (0 without torch or CUDA)."""
+    try:
+        import torch  # deferred: the build imports torch only when it schedules devices
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def worker_plan(workers: int, gpus: int, per_card: int | None = None) -> list[dict]:
+    """The workers of a local cluster: ``[{"name", "resources", "env"}, ...]``.
+
+    Without CUDA cards (``gpus=0``): ``workers`` plain workers (no resources, environment
+    unchanged), the cluster of every build so far. With ``gpus`` cards: ``per_card`` GPU workers
+    per card (default :data:`GPU_PER_CARD_ENV` or 1), each seeing only its card
+    (``CUDA_VISIBLE_DEVICES``) and offering the resource ``GPU=1``, and CPU workers for the
+    rest of ``workers`` (at least one), which see no card (``CUDA_VISIBLE_DEVICES=""``, so a
+    notebook's ``device="auto"`` is the CPU there) and offer ``CPU=1``. A notebook that uses the
+    device asks for ``GPU``, the others for ``CPU`` (:func:`attnsvm_book.build.execute_notebooks`),
+    so no more than ``per_card`` contexts share a card."""
+    workers, gpus = max(1, int(workers)), max(0, int(gpus))
+    if gpus == 0:
+        return [{"name": f"cpu-{i}", "resources": None, "env": {}} for i in range(workers)]
+    if per_card is None:
+        per_card = int(os.environ.get(GPU_PER_CARD_ENV, "1") or 1)
+    if per_card < 1:
+        raise ValueError(f"GPU workers per card must be >= 1, got {per_card} "
+                         f"(${GPU_PER_CARD_ENV})")
+    plan = [{"name": f"gpu{c}-{j}", "resources": {"GPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": str(c)}}
+            for c in range(gpus) for j in range(per_card)]
+    plan += [{"name": f"cpu-{i}", "resources": {"CPU": 1}, "env": {"CUDA_VISIBLE_DEVICES": ""}}
+             for i in range(max(1, workers - len(plan)))]
+    return plan
 
 
 def threads_per_worker(workers: int) -> int:
@@ -69,18 +109,21 @@ def parse_resources(text: str | None) -> dict | None:
 
 def make_job(root, notebook: str, parameters: dict, out_path, failed_path, *, device: str = "auto",
              kernel_name: str = "python3", threads: int | None = None, name: str | None = None,
-             resolved: str | None = None, strict_claims: bool = False) -> dict:
+             resolved: str | None = None, strict_claims: bool = False,
+             resources: dict | None = None) -> dict:
     """A job for :func:`run_job` (plain, picklable values only).
 
     ``device`` is the notebook's ``device`` parameter; ``resolved`` is what it resolves to on
     this machine, given when the job runs here (in-process or on a local cluster) so that the
     worker need not import torch to find out; on a remote cluster the worker resolves it.
     ``strict_claims``: a false checked claim fails the notebook (the book's build).
+    ``resources``: what the job needs of a Dask worker (``{"GPU": 1}`` or ``{"CPU": 1}`` on a
+    cluster of :func:`worker_plan`).
     """
     return {"root": str(root), "notebook": notebook, "parameters": dict(parameters),
             "out_path": str(out_path), "failed_path": str(failed_path), "device": str(device),
             "kernel_name": kernel_name, "threads": threads, "name": name or notebook,
-            "resolved": resolved, "strict_claims": bool(strict_claims)}
+            "resolved": resolved, "strict_claims": bool(strict_claims), "resources": resources}
 
 
 @contextlib.contextmanager
@@ -112,10 +155,44 @@ def _worker_label() -> str:
         return f"in-process (pid {os.getpid()}, {host})"
 
 
+@contextlib.contextmanager
+def _engine_log():
+    """Point :data:`attnsvm._env.ENGINE_LOG_ENV` at a fresh file while a kernel starts (it
+    inherits it; every ``fit`` in the notebook appends ``<device> <engine>``); yields a function
+    that returns what was logged (:func:`engine_summary`) once the notebook has run."""
+    import tempfile
+
+    from attnsvm._env import ENGINE_LOG_ENV
+
+    fd, path = tempfile.mkstemp(prefix="attnsvm-engines-", suffix=".log")
+    os.close(fd)
+    with _ENV_LOCK:
+        old = os.environ.get(ENGINE_LOG_ENV)
+        os.environ[ENGINE_LOG_ENV] = path
+    try:
+        yield lambda: engine_summary(Path(path).read_text().splitlines())
+    finally:
+        with _ENV_LOCK:
+            if old is None:
+                os.environ.pop(ENGINE_LOG_ENV, None)
+            else:
+                os.environ[ENGINE_LOG_ENV] = old
+        Path(path).unlink(missing_ok=True)
+
+
+def engine_summary(lines) -> str:
+    """The engine paths of a notebook's ``fit`` calls (lines ``<device> <engine>``), each once in
+    order of first use and joined by ``+`` (e.g. ``"cuda-graph+eager"``); ``"none"`` when the
+    notebook trained nothing through ``fit``."""
+    seen = dict.fromkeys(line.split()[1] for line in lines if len(line.split()) == 2)
+    return "+".join(seen) or "none"
+
+
 def run_job(job: dict) -> dict:
     """Execute one job where it runs (in-process or on a Dask worker); never raises ``Exception``.
 
-    Returns ``{"status": "ok"|"failed", "seconds", "device", "device_label", "worker", "error"}``.
+    Returns ``{"status": "ok"|"failed", "seconds", "device", "device_label", "engine", "worker",
+    "error"}``; ``engine`` is :func:`engine_summary` of the notebook's ``fit`` calls.
     ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached then).
     """
     worker = _worker_label()
@@ -125,27 +202,44 @@ def run_job(job: dict) -> dict:
         label = _device_label(device)
     except Exception as exc:  # e.g. device='cuda' on a worker without CUDA
         return {"status": "failed", "seconds": 0.0, "device": job["device"],
-                "device_label": job["device"], "worker": worker,
+                "device_label": job["device"], "engine": None, "worker": worker,
                 "error": f"{job['name']}: {type(exc).__name__}: {exc}"}
+    engine = None
     try:
-        # the kernel inherits the thread caps; the job's own process is not affected afterwards
-        with _thread_environment(job.get("threads")):
-            _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
-                         Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"],
-                         strict_claims=job.get("strict_claims", False))
+        # the kernel inherits the thread caps and the engine log; the job's own process is not
+        # affected afterwards
+        with _thread_environment(job.get("threads")), _engine_log() as engines:
+            try:
+                _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
+                             Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"],
+                             strict_claims=job.get("strict_claims", False))
+            finally:
+                engine = engines()
     except Exception as exc:
         return {"status": "failed", "seconds": time.perf_counter() - t0, "device": device,
-                "device_label": label, "worker": worker,
+                "device_label": label, "engine": engine, "worker": worker,
                 "error": _describe_failure(job["name"], exc)}
     return {"status": "ok", "seconds": time.perf_counter() - t0, "device": device,
-            "device_label": label, "worker": worker, "error": None}
+            "device_label": label, "engine": engine, "worker": worker, "error": None}
 
 
 @contextlib.contextmanager
-def dask_client(workers: int | None = None, scheduler: str | None = None):
+def dask_client(workers: int | None = None, scheduler: str | None = None,
+                plan: list[dict] | None = None):
     """A ``distributed.Client``: on ``scheduler`` when given, else on a new ``LocalCluster`` of
-    ``workers`` processes (one thread each, BLAS/torch threads capped), closed on exit."""
+    ``workers`` processes (one thread each, BLAS/torch threads capped), closed on exit; with a
+    ``plan`` of :func:`worker_plan` that has GPU workers, a cluster of those workers (each its
+    own resources and ``CUDA_VISIBLE_DEVICES``)."""
     from distributed import Client, LocalCluster
+
+    if scheduler is None and plan and any(w["resources"] for w in plan):
+        with _planned_cluster(plan) as cluster:
+            client = Client(cluster)
+            try:
+                yield client
+            finally:
+                client.close()
+        return
 
     if scheduler:
         client = Client(scheduler)
@@ -172,6 +266,25 @@ def dask_client(workers: int | None = None, scheduler: str | None = None):
             yield client
         finally:
             client.close()
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
+def _planned_cluster(plan):
+    """A local cluster of the workers of ``plan`` (one process and one thread each)."""
+    import dask
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    threads = threads_per_worker(len(plan))
+    spec = {w["name"]: {"cls": Nanny, "options": {
+        "nthreads": 1, "memory_limit": 0, "resources": w["resources"],
+        "env": {**{k: str(threads) for k in THREAD_VARIABLES}, **w["env"]}}} for w in plan}
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        cluster = SpecCluster(workers=spec, silence_logs=logging.ERROR,
+                              scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+    try:
+        yield cluster
     finally:
         cluster.close()
 
@@ -233,12 +346,14 @@ class Progress:
 
 
 def run_jobs(jobs: list[dict], on_result, *, workers: int | None = 1, scheduler: str | None = None,
-             resources: dict | None = None) -> None:
+             resources: dict | None = None, plan: list[dict] | None = None) -> None:
     """Run ``jobs``; call ``on_result(job, result)`` as each finishes (see :func:`run_job`).
 
     ``workers=1`` (or ``None``) without a ``scheduler`` runs them in this process in order (the
-    serial build); otherwise they are Dask tasks on a local cluster of ``workers`` processes or on
-    the cluster at ``scheduler``. A task that dies with its worker is reported as failed.
+    serial build); otherwise they are Dask tasks on a local cluster of ``workers`` processes (or
+    of the workers of ``plan``, :func:`worker_plan`) or on the cluster at ``scheduler``. A job's
+    own ``"resources"`` (a GPU or a CPU worker) take precedence over ``resources``. A task that
+    dies with its worker is reported as failed.
     """
     if not jobs:
         return
@@ -249,10 +364,11 @@ def run_jobs(jobs: list[dict], on_result, *, workers: int | None = 1, scheduler:
     from distributed import as_completed
 
     workers = min(int(workers or default_workers()), len(jobs)) if scheduler is None else None
-    with dask_client(workers, scheduler) as client:
+    with dask_client(workers, scheduler, plan) as client:
         futures = {}
         for i, job in enumerate(jobs):
-            fut = client.submit(run_job, job, pure=False, resources=resources,
+            fut = client.submit(run_job, job, pure=False,
+                                resources=job.get("resources") or resources,
                                 key=f"attnsvm-{i}-{Path(job['name']).stem}-{os.urandom(4).hex()}")
             futures[fut] = job
         try:
@@ -262,7 +378,7 @@ def run_jobs(jobs: list[dict], on_result, *, workers: int | None = 1, scheduler:
                     result = fut.result()
                 except Exception as exc:  # the worker died, the task could not be run, ...
                     result = {"status": "failed", "seconds": None, "device": job["device"],
-                              "device_label": job["device"], "worker": None,
+                              "device_label": job["device"], "engine": None, "worker": None,
                               "error": f"{job['name']}: the Dask task failed with "
                                        f"{type(exc).__name__}: {exc}"}
                 on_result(job, result)
