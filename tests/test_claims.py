@@ -121,3 +121,51 @@ def test_check_runs_every_claim_and_raises_on_the_first_false(monkeypatch):
         claims.check({"x": True})
     with pytest.raises(TypeError, match="dict"):
         claims.check([("x", True, "")])
+
+
+class _Result:
+    def __init__(self, config, summary, claims_):
+        self.config, self._summary, self._claims = config, summary, claims_
+
+    def summary(self):
+        return dict(self._summary)
+
+    def claims(self):
+        return dict(self._claims)
+
+
+def test_publish_glues_config_and_summary_and_checks_the_claims(monkeypatch):
+    """``publish(result)`` glues ``{**config, **summary()}`` and every claim, returns nothing, and
+    (strict) raises on a false claim after gluing everything; two values under one key and a
+    result without ``claims`` are errors naming them."""
+    glued = {}
+    monkeypatch.setattr(claims, "_glue", lambda k, v: glued.__setitem__(k, v))
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    r = _Result({"n": 4, "steps": 100}, {"corr": 0.99}, {"fast": (True, "x")})
+    assert claims.publish(r) is None
+    assert glued["n"] == 4 and glued["steps"] == 100 and glued["corr"] == 0.99
+    assert str(glued["claim_fast"]) == "holds"
+    glued.clear()
+    bad = _Result({"n": 4}, {"gap": 0.5}, {"small_gap": (False, "gap = 0.5")})
+    with pytest.raises(claims.ClaimError, match="small_gap"):
+        claims.publish(bad, notebook="nb")
+    assert glued["gap"] == 0.5 and str(glued["claim_small_gap"]) == "fails"
+    with pytest.raises(ValueError, match="'n'"):
+        claims.publish(r, _Result({"n": 5}, {}, {}))
+    claims.publish(r, _Result({"n": 4}, {"other": 1}, {"also": (True, "")}))    # same value: fine
+    with pytest.raises(TypeError, match="claims"):
+        claims.publish(type("NoClaims", (), {"config": {}, "summary": lambda self: {}})())
+
+
+def test_the_build_names_the_notebook(minibook, monkeypatch):
+    """The build gives the kernel the notebook's name (a notebook never names itself): a false
+    claim's error names the notebook, and the calling process keeps its environment."""
+    monkeypatch.delenv(claims.NOTEBOOK_ENV, raising=False)
+    from minibook import _add_notebook
+
+    _add_notebook(minibook, "named_by_build", "gap = 0.5\ndevice = 'cpu'",
+                  "from attnsvm.claims import claim\n"
+                  "claim('gap_small', gap < 0.1, f'gap = {gap}')")
+    with pytest.raises(book.BuildError, match="of notebook named_by_build does not hold"):
+        book.build(minibook, "quick", render_html=False, log=lambda *a: None)
+    assert claims.NOTEBOOK_ENV not in os.environ

@@ -19,9 +19,17 @@ One claim at a time is :func:`claim`:
 * in a reader's own run (variable unset or ``0``) a false claim emits a :class:`ClaimWarning`
   (always shown) and execution goes on.
 
-Papermill gives the kernel no notebook name: a notebook names itself once with
-:func:`set_notebook` (or every call passes ``notebook=``); the environment variable
-``ATTNSVM_NOTEBOOK`` is the fallback.
+A chapter's notebook publishes its results with one call, its last:
+
+>>> publish(result)                                                  # doctest: +SKIP
+
+which glues every number of ``{**result.config, **result.summary()}`` under its key (the
+prose quotes them with ``{glue:text}``) and checks ``result.claims()``; it shows nothing in the
+notebook (figures glue themselves, :func:`attnsvm.plot.save_or_glue`).
+
+The notebook's name (in the messages of false claims) comes from the build, which sets the
+environment variable ``ATTNSVM_NOTEBOOK`` for each notebook it runs; :func:`set_notebook` or
+``notebook=`` name it elsewhere.
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "check", "set_notebook", "strict",
+__all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "check", "publish", "set_notebook", "strict",
            "STRICT_ENV", "NOTEBOOK_ENV"]
 
 #: environment variable that turns false claims into errors
@@ -179,3 +187,55 @@ def check(claims: dict, *, notebook: str | None = None) -> dict:
     if failed:
         raise failed[0]
     return out
+
+
+def published_values(*results) -> dict:
+    """The values :func:`publish` glues: ``{**r.config, **r.summary()}`` of every result, in
+    order. A key given twice with different values is an error naming it (two results of one
+    chapter must not glue different numbers under one name)."""
+    out = {}
+    for r in results:
+        for attr in ("config", "summary", "claims"):
+            if not hasattr(r, attr):
+                raise TypeError(f"publish needs results with .config, .summary() and .claims(); "
+                                f"{type(r).__name__} has no {attr}")
+        for key, value in {**r.config, **r.summary()}.items():
+            if key in out and not _same(out[key], value):
+                raise ValueError(f"publish: {key!r} is {out[key]!r} in one place and {value!r} in "
+                                 f"another")
+            out[key] = value
+    return out
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except (TypeError, ValueError):
+        return a == b
+
+
+def publish(*results, notebook: str | None = None) -> None:
+    """Publish a chapter's results, the last call of its notebook: glue every value of
+    :func:`published_values` (``{**result.config, **result.summary()}``) under its key, then
+    check all the results' claims (:func:`check`). Nothing is displayed and nothing is
+    returned, so the notebook shows no dump of the numbers.
+
+    Raises
+    ------
+    ClaimError
+        A claim is false and ``ATTNSVM_STRICT_CLAIMS`` is set (after everything is glued).
+    TypeError, ValueError
+        A result lacks ``config``, ``summary`` or ``claims``; a key has two values.
+    """
+    if not results:
+        raise TypeError("publish needs at least one result")
+    values = published_values(*results)
+    claims = {}
+    for r in results:
+        for name, value in r.claims().items():
+            if name in claims:
+                raise ValueError(f"publish: claim {name!r} comes from two results")
+            claims[name] = value
+    for key, value in values.items():
+        _glue(key, value)
+    check(claims, notebook=notebook)

@@ -336,14 +336,16 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
 
     ``strict_claims``: the kernel runs with ``ATTNSVM_STRICT_CLAIMS=1``, so a false checked claim
     (:func:`attnsvm.claims.claim`) raises and fails the notebook. The book's build sets it; a
-    reader's ``run`` or ``sweep`` does not (a false claim then warns). The variable is restored
-    afterwards, so the calling process is not changed.
+    reader's ``run`` or ``sweep`` does not (a false claim then warns). The kernel also gets the
+    notebook's name (``ATTNSVM_NOTEBOOK``, the file's stem), so a notebook never names itself.
+    Both variables are restored afterwards, so the calling process is not changed.
     """
     import papermill
 
-    from attnsvm.claims import STRICT_ENV
+    from attnsvm.claims import NOTEBOOK_ENV, STRICT_ENV
 
-    old_strict = os.environ.get(STRICT_ENV)
+    old_strict, old_name = os.environ.get(STRICT_ENV), os.environ.get(NOTEBOOK_ENV)
+    os.environ[NOTEBOOK_ENV] = Path(notebook).stem
     if strict_claims:
         os.environ[STRICT_ENV] = "1"
     else:
@@ -368,10 +370,11 @@ def _execute_one(root: Path, notebook: str, parameters: dict, out_path: Path,
             os.replace(tmp, failed_path)
         raise
     finally:
-        if old_strict is None:
-            os.environ.pop(STRICT_ENV, None)
-        else:
-            os.environ[STRICT_ENV] = old_strict
+        for name, old in ((STRICT_ENV, old_strict), (NOTEBOOK_ENV, old_name)):
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
 
 
 _NO_DEFAULT = object()  # a default that is an expression, not a literal
