@@ -48,12 +48,14 @@ notebooks evaluate them here).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import lambertw
+import torch
+from scipy.special import lambertw, logsumexp
 
 from . import metrics, tokens
 from ._checks import as_float_array, check_int, check_positive
 from .data import support_sets
 from .losses import get_loss
+from .optim import dual_norm
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
@@ -1274,11 +1276,9 @@ def sd_att_constants(data, opt, W_norm, norm):
     W_norm = W_norm.reshape(U.shape[0], U.shape[-1], U.shape[-1])
     c = constants(data, opt, W_norm)
     _, _, mask, _ = tokens.opt_scores(data, opt)
-    if q == "nuc":
-        nu, nz = np.linalg.norm(U, axis=-1), np.linalg.norm(Z, axis=-1)
-    else:
-        nu, nz = np.linalg.norm(U, ord=q, axis=-1), np.linalg.norm(Z, ord=q, axis=-1)
-    B = np.where(mask, nu * nz[..., None], 0.0).max(axis=(1, 2))
+    A = torch.as_tensor(np.einsum("bntd,bne->bntde", U, Z))
+    dn = dual_norm(A, "spectral" if q == "nuc" else (2.0 if norm == "fro" else norm), batch_ndim=3)
+    B = np.where(mask, dn.numpy(), 0.0).max(axis=(1, 2))
     if norm == "spectral":
         nW = np.linalg.norm(W_norm, ord=2, axis=(-2, -1))
     else:
@@ -1331,11 +1331,6 @@ def sd_att_margin_bound(etas, E_t0, norm_t0, *, gamma, eps0, H, B):
 
 
 # ------------------------------------------- the regularization path of NTP attention (Chapter 16)
-def _lse(a):
-    m = a.max()
-    return float(m + np.log(np.exp(a - m).sum()))
-
-
 def ntp_path_constants(data, W_star, W_G, mask, Q):
     r"""The constants of the regularization-path theorem of Chapter 16 (book:
     ``thm-ntpattn-path``), for one trial of next-token data.
@@ -1370,7 +1365,7 @@ def ntp_path_constants(data, W_star, W_G, mask, Q):
     Hq = np.zeros((Q.shape[1], Q.shape[1]))
     for i in range(n):
         O = mask[i]
-        lse = _lse(s[i, O])
+        lse = float(logsumexp(s[i, O]))
         if (~O).any():
             C += np.exp(s[i, ~O] - lse).sum() / n
             D = max(D, float((lse - s[i, ~O]).max()))
