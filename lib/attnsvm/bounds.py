@@ -47,11 +47,13 @@ notebooks evaluate them here).
 """
 from __future__ import annotations
 
+from itertools import combinations
+
 import numpy as np
 import torch
 from scipy.special import lambertw, logsumexp
 
-from . import metrics, tokens
+from . import metrics, svm, tokens
 from ._checks import as_float_array, check_int, check_positive
 from .data import support_sets
 from .losses import get_loss
@@ -1063,7 +1065,6 @@ def support_constants(data, opt, *, tol=1e-7):
     :math:`\mathcal{A}`). The hypothesis of strict complementarity is ``lam_min > 0``,
     ``active_err`` small and ``delta > 0``; the caller checks it (nothing is assumed here).
     """
-    from . import svm   # noqa: PLC0415 (svm is heavy; bounds is imported by the drivers)
     X, _, Z, _ = tokens.trial_arrays(data)
     B, n, T, d = X.shape
     opt = np.asarray(opt).reshape(B, n)
@@ -1219,7 +1220,6 @@ def sharpness_constant(data, opt, sc):
     vertices of the polytope :math:`\{h : \langle A_k, h\rangle \ge -1\ \forall k\in S\}` of that
     subspace (bounded under strict complementarity). The lemma's :math:`c_S` is at most
     :math:`c^\star`."""
-    from itertools import combinations   # noqa: PLC0415
     U, Zq = lifted_factors(data, opt)
     B, d = U.shape[0], U.shape[-1]
     out = np.empty(B)

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
@@ -702,7 +703,6 @@ class GlobalExperiment:
 def _spearman(a, b):
     """Spearman's rank correlation of two 1-d arrays (average ranks for ties); NaN if one is
     constant."""
-    from scipy.stats import spearmanr
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return np.nan
