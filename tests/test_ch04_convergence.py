@@ -317,6 +317,9 @@ def test_local_followups_summary():
     fu = C.local_followups(run, more_steps=50, cone_R0=10.0, cone_steps=50, seed=1, device="cpu")
     s = fu.summary()
     assert s["more_n_lo"] + s["more_n_nlo"] == s["cone_n_lo"] == int(run.outcomes.is_local.sum())
+    # the count the prose uses (defined with no such trial, where the fraction is NaN)
+    kept = 0 if fu.more is None else int(fu.more.kept[~fu.locally_optimal].sum())
+    assert s["more_kept_nlo_n"] == kept <= s["more_n_nlo"]
     assert s["cone_n_nlo"] == int(fu.found.sum()) == len(fu.cone_nlo.kept)
     assert (fu.cone_lo is None) == np.isnan(s["cone_kept_lo"])
     assert 0 <= s["cone_nlo_to_opt"] <= 1
