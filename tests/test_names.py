@@ -87,3 +87,32 @@ def test_cross_must_be_a_bool():
     a = attnsvm.data.keyed_instance(2, 3, 4, seed=(1, 2), cross=True)
     b = attnsvm.data.random_unit(2, 3, 4, cross=True, seed=np.random.SeedSequence([1, 2]))
     np.testing.assert_array_equal(a.Z, b.Z)
+
+
+def _parameter_names(path):
+    """The names assigned in a notebook's ``parameters`` cell."""
+    import ast
+    import json
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            tree = ast.parse("".join(cell["source"]))
+            return [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                    if isinstance(t, ast.Name)]
+    return []
+
+
+def _old_spellings(names):
+    return [f"{p}: spell it {OLD[p.split('_')[0]]}" for p in names
+            if p in OLD or (p.split("_")[0] in OLD and "_" in p)]
+
+
+def test_notebook_parameters_use_one_spelling():
+    """The parameters cells spell a number of draws ``trials`` (``trials_feas``, not
+    ``instances_feas``), as the signatures do."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    bad = [f"{p.name}: {m}" for p in sorted(root.glob("*.ipynb")) for m in _old_spellings(_parameter_names(p))]
+    assert not bad, "\n".join(bad)
+    assert _old_spellings(["n", "instances_rank", "trials", "rule"]) == [
+        "instances_rank: spell it trials", "rule: spell it optimizer"]

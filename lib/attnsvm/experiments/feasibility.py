@@ -137,13 +137,23 @@ class FeasibilityStudy:
     over_T: SweepResult
     ranks: SweepResult
 
+    @property
+    def config(self):
+        """The study's parameters, named as the chapter's parameters cell names them."""
+        on, ot, rk = self.over_n.config, self.over_T.config, self.ranks.config
+        return {"ns_feas": on["ns"], "T_feas": on["Ts"][0], "n_T": ot["ns"][0], "Ts_feas": ot["Ts"],
+                "ds_feas": on["ds"], "trials_feas": on["trials"], "n_rank": rk["ns"][0],
+                "T_rank": rk["Ts"][0], "ds_rank": rk["ds"], "trials_rank": rk["trials"],
+                "rtol": rk["rtol"], "seed": on["seed"]}
+
     def summary(self):
         """The chapter's headline numbers (NaN-safe): the guaranteed-feasible points of all three
         sweeps (``sure_points``, ``sure_feasible``), the rank sweep's counts and extremes
         (``rank_violations``, ``rank_infeasible``, ``rank_total``, ``rank_{fro,nuc}_dmax`` at
         the largest d, ``rank_{fro,nuc}_mean_all``, ``left_*_max``, ``kept_*_min``), the feasible
         fraction at the largest n and smallest d (``feas_nmax_dmin``) and the first fully
-        feasible d at the largest n (``full_d_nmax``)."""
+        feasible d at the largest n (``full_d_nmax``); the grid's ends ``n_feas_max``,
+        ``d_feas_min`` (sweep over n) and ``d_max_rank`` (rank sweep)."""
         sweeps = (self.over_n, self.over_T, self.ranks)
         parts = [sw.summary() for sw in sweeps]
         r = parts[2]
@@ -164,6 +174,7 @@ class FeasibilityStudy:
             "left_fro_max": r["left_fro_max"], "kept_fro_min": r["kept_fro_min"],
             "feas_nmax_dmin": float(on.per_point["feasible_frac"][on.rows(n=nmax, d=dmin)][0]),
             "full_d_nmax": on.first_full_d(nmax),
+            "n_feas_max": nmax, "d_feas_min": dmin, "d_max_rank": max(self.ranks.config["ds"]),
         }
 
     def claims(self):

@@ -32,7 +32,7 @@ projected-gradient residual of every run (stationarity), and, when the SVM direc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -466,6 +466,8 @@ class RegPathStudy:
     data : AttnData (B feasible instances); instances : int drawn; R : (K,) radii
     W_mm : (B, d, d); path : RegPath (Frobenius); consts : dict of (B,) (:func:`path_constants`)
     W_nuc : (B, d, d) or None; path_nuc : RegPath or None (nuclear)
+    config : dict, the study's parameters (``n, T, d, trials, inits, R_min, R_max, n_R,
+    max_steps, loss, nuclear, seed``)
     """
     data: AttnData
     instances: int
@@ -475,6 +477,7 @@ class RegPathStudy:
     consts: dict
     W_nuc: np.ndarray | None = None
     path_nuc: RegPath | None = None
+    config: dict = field(default_factory=dict)
 
     @property
     def tail(self):
@@ -579,4 +582,6 @@ def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=600, loss="logistic"
         W_nuc, _ = att_svm_batch(data.X, data.Z, opt, norm="nuc")   # same constraints: feasible
         path_nuc = reg_path(data, R, norm="nuc", loss=loss, inits=inits, W_svm=W_nuc,
                             max_steps=max_steps, seed=seed, device=device)
-    return RegPathStudy(data, int(trials), R, W_mm, path, consts, W_nuc, path_nuc)
+    config = dict(n=n, T=T, d=d, trials=int(trials), inits=inits, R_min=float(R[0]), R_max=float(R[-1]),
+                  n_R=int(R.size), max_steps=max_steps, loss=loss, nuclear=bool(nuclear), seed=seed)
+    return RegPathStudy(data, int(trials), R, W_mm, path, consts, W_nuc, path_nuc, config)
