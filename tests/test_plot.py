@@ -195,6 +195,14 @@ def test_check_figure_finds_lines_drawn_alike():
     ax.plot([1, 2], [3, 4], label="PRGD", color=A.plot.COLORS["gd"])  # GD's colour, solid
     (p,) = A.plot.check_figure(fig)
     assert "['GD', 'PRGD'] are drawn alike" in p
+    # a custom dash pattern is told apart from "--" (matplotlib names both "--")
+    fig, ax = A.plot.figure()
+    ax.plot([1, 2], [1, 2], ls="--", color="k", label="dashed")
+    ax.plot([1, 2], [1, 3], ls=(0, (1, 2)), color="k", label="dotted")
+    assert A.plot.check_figure(fig) == []
+    ax.plot([1, 2], [2, 3], ls=(0, (1, 2)), color="k", label="dotted too")
+    (p,) = A.plot.check_figure(fig)
+    assert "['dotted', 'dotted too'] are drawn alike" in p
 
 
 def test_save_or_glue_records_the_check(monkeypatch):

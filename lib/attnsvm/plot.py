@@ -287,7 +287,9 @@ def _line_style(line):
     """What tells a labelled line apart: its colour (RGBA), dash pattern and marker."""
     from matplotlib.colors import to_rgba  # deferred: matplotlib is heavy to import
 
-    ls = line.get_linestyle()
+    # get_linestyle() names every custom dash pattern "--": compare the pattern itself
+    offset, dashes = getattr(line, "_unscaled_dash_pattern", (0, None))
+    ls = (line.get_linestyle(), None if dashes is None else tuple(float(d) for d in dashes))
     marker = line.get_marker()
     return (tuple(round(c, 3) for c in to_rgba(line.get_color())), ls,
             None if marker in (None, "None", "", " ") else str(marker))
