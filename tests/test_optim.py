@@ -226,3 +226,12 @@ def test_make_rule_validates_options():
         make_rule("sd", norm=0.5)
     with pytest.raises(ValueError, match="betas"):
         make_rule("adam", betas=(0.9, 1.0))
+
+
+def test_settings_config_names_the_step_sizes_as_the_parameters_cells():
+    from attnsvm.optim import settings_config
+    s = {"gd": dict(lr=1.0), "ngd": dict(optimizer="ngd", lr=0.1), "polyak": dict(eta_max=10.0),
+         "adam": dict(lr=0.01, eta_max=None)}
+    assert settings_config(s) == {"lr_gd": 1.0, "lr_ngd": 0.1, "lr_adam": 0.01, "eta_max": 10.0}
+    # two different caps: no single eta_max to name
+    assert "eta_max" not in settings_config({"a": dict(eta_max=1.0), "b": dict(eta_max=2.0)})

@@ -71,7 +71,7 @@ from ._checks import check_choice, check_int, check_positive
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
            "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
            "steepest_direction", "dual_norm", "mirror_map", "parse_norm",
-           "NGD", "Polyak", "SignGD", "Adam"]
+           "NGD", "Polyak", "SignGD", "Adam", "settings_config"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -682,3 +682,15 @@ class Adam(_RuleOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         check_positive("lr", lr)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+
+
+def settings_config(settings):
+    """The step sizes of optimizer settings (name -> ``fit`` keyword arguments) under the names
+    of a chapter's parameters cell: ``lr_<name>`` for every setting that gives ``lr``, and
+    ``eta_max`` when the settings give one cap (a result's ``config``, see
+    :func:`attnsvm.claims.publish`)."""
+    out = {f"lr_{name}": kw["lr"] for name, kw in settings.items() if "lr" in kw}
+    caps = {kw["eta_max"] for kw in settings.values() if kw.get("eta_max") is not None}
+    if len(caps) == 1:
+        out["eta_max"] = caps.pop()
+    return out

@@ -594,9 +594,12 @@ class OverparamSweep:
     def summary(self):
         """The headline numbers: for the first shape ``(n0, T0)`` of the sweep,
         ``frac_{global,local,other,feasible}_d{d}`` at every d and ``frac_global_dmin``,
-        ``frac_global_dmax``; for every row, ``frac_global_n{n}_T{T}_d{d}``."""
+        ``frac_global_dmax``; for every row, ``frac_global_n{n}_T{T}_d{d}``; the grid:
+        ``n0``, ``T0``, ``d_min``, ``d_max`` and ``shapes_text``."""
         n0, T0 = self.config["shapes"][0]
-        out = {}
+        out = {"n0": int(n0), "T0": int(T0), "d_min": min(self.config["ds"]),
+               "d_max": max(self.config["ds"]),
+               "shapes_text": ", ".join(f"({a}, {b})" for a, b in self.config["shapes"])}
         for i, d in enumerate(self.column("d", n0, T0)):
             for name in ("frac_global", "frac_local", "frac_other", "frac_feasible"):
                 out[f"{name}_d{int(d)}"] = float(self.column(name, n0, T0)[i])
@@ -794,7 +797,8 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
             "p_vs_p_mm": float(_metrics.corr(p[-1], p_mm))}
     return Trajectories2D(data=data, opt=opt, W_mm=W_mm, W_mm_nuc=W_nuc, p_mm=p_mm,
                           steps=hW.steps, W=W, W_kq=Wk, p=p, corr=corr,
-                          config=dict(steps=steps, lr=lr, init_scale=init_scale, seed=seed))
+                          config=dict(n=data.n, T=data.T, steps=steps, lr=lr, init_scale=init_scale,
+                                      seed=seed))
 
 
 # ----------------------------------------------------------------------------- chapter 4 follow-ups

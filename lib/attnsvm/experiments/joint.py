@@ -8,7 +8,7 @@ call (snapshots of both along the way) and compares them with the references.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from .._checks import check_int
 from ..data import planted_token
 from ..svm import att_svm_batch, head_svm
 from ..metrics import attention, corr
+from ..optim import settings_config
 from ..tokens import optimal_tokens
 from ..train import fit
 
@@ -123,6 +124,7 @@ class JointExperiment:
     alpha: np.ndarray
     runs: dict
     first_W_norm: float
+    config: dict = field(default_factory=dict)
 
     def _analysis(self):
         data, alpha = self.data, self.alpha
@@ -220,4 +222,6 @@ def joint_experiment(n=8, T=6, d=16, *, trials=4, signal=1.0, steps=10000, segme
             for name, kw in settings.items()}
     first = joint_fit(data, alpha, optimizer="gd", lr=settings.get("gd", {}).get("lr", 1.0),
                       steps=1, segments=1, refs=refs, device=device)
-    return JointExperiment(data, alpha, runs, float(np.abs(first.W).max()))
+    config = dict(n=n, T=T, d=d, trials=trials, signal=signal, steps=steps, segments=segments,
+                  seed=seed, **settings_config(settings))
+    return JointExperiment(data, alpha, runs, float(np.abs(first.W).max()), config)

@@ -15,6 +15,7 @@ from .. import data as _data
 from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import train as _train
+from ..optim import settings_config
 
 __all__ = ["DEFAULT_SETTINGS", "SeparableRun", "separable_rates"]
 
@@ -158,4 +159,4 @@ def separable_rates(n=40, d=10, *, margin=0.1, trials=8, steps=20000, settings=N
     err = {name: _metrics.direction_error_from_corr(h.corr["w_mm"]) for name, h in runs.items()}
     return SeparableRun(data, w_mm, gamma, R, runs, err, runs[next(iter(runs))].steps,
                         config=dict(n=n, d=d, margin=margin, trials=trials, steps=steps,
-                                    settings=settings, seed=seed))
+                                    settings=settings, seed=seed, **settings_config(settings)))
