@@ -141,6 +141,7 @@ def _fill_figures(app, doctree, docname: str):
     from myst_nb.core.render import get_mime_priority
     from myst_nb.ext.glue.crossref import generate_any_nodes, read_glue_cache, ref_warning
     from myst_nb.ext.glue.utils import PendingGlueReference
+    from sphinx.util.osutil import relative_uri
 
     env = app.env
     for node in list(findall(doctree)(PendingGlueReference)):
@@ -164,9 +165,15 @@ def _fill_figures(app, doctree, docname: str):
             node.parent.remove(node)
             continue
         (img,) = made
-        # the file itself, under the name the notebook's page gives it (written again if absent)
+        # the file itself, under the name the notebook's page gives it (written again if absent),
+        # linked from the page the builder writes (for singlehtml: the root document's)
         if app.builder.format == "html":
-            target = Path(app.builder.outdir) / Path(docname).parent / img["uri"]
+            name = Path(img["uri"]).name
+            target = Path(app.builder.outdir) / app.builder.imagedir / name
+            # as Sphinx links a page's own images (the html writer's imgpath)
+            imgpath = relative_uri(app.builder.get_target_uri(docname), app.builder.imagedir)
+            img["uri"] = f"{imgpath}/{name}"
+            img["candidates"] = {"*": img["uri"]}
             if not target.is_file():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(a2b_base64(output["data"]["image/png"]))
