@@ -152,7 +152,7 @@ class PageReport:
     owner: list = dataclasses.field(default_factory=list)  # links to the OWNER placeholder
     nans: list = dataclasses.field(default_factory=list)  # glued values reading nan/inf
     width: int = 0  # the page's scrollWidth (px)
-    viewport: int = 0  # the viewport's width (px)
+    viewport: int = 0  # the screen's width (px; a phone zooms out to fit a wider page)
 
     @property
     def wide(self) -> bool:
@@ -250,7 +250,7 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                 out.append(PageReport(rel, res["errors"], res["raw"], res["broken"],
                                       res["formulas"], res["images"], list(blocked),
                                       res["mathjax"], res["clipped"], res["paths"],
-                                      res["owner"], res["nans"], res["width"], res["viewport"]))
+                                      res["owner"], res["nans"], res["width"], viewport[0]))
         finally:
             browser.close()
     return out

@@ -6,6 +6,11 @@ image, both from ``file://`` and when the HTML tree is copied to another directo
 over HTTP on 127.0.0.1 (MathJax ships with the book: ``sphinx-mathjax-offline``). The checker
 itself is tested on a tiny page holding a double superscript, so these tests can fail.
 
+As a reader sees it, at 1366x900 and on a phone (390x844), every page must have no formula cut
+off by a box that hides its overflow, no sideways scrolling, no build-machine path in its text,
+no link to the ``OWNER`` placeholder repository and no glued ``nan``; on a phone the menu button
+opens the chapter list. The checker is tested on tiny pages that have each of these faults.
+
 Needs the system Chromium (``apt-get install chromium``); without it the tests are skipped with
 that hint, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they fail.
 """
@@ -60,6 +65,7 @@ def _tiny_page(directory: Path, body: str) -> str:
         static.symlink_to(Path(ext.__file__).parent / "static" / "mathjax")
     (directory / "page.html").write_text(
         "<!DOCTYPE html><html><head><title>tiny</title>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<script>window.MathJax = {json.dumps(mj)};</script>"
         f'<script defer src="_static/mathjax/tex-chtml.js"></script></head>'
         f'<body class="document">{body}</body></html>')
@@ -97,6 +103,36 @@ def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromiu
 
 
 @pytest.mark.slow
+def test_checker_reports_what_a_reader_would_trip_on(chromium, tmp_path):
+    """A formula cut off by a box, a page wider than a phone, a build-machine path, a link to
+    the OWNER placeholder and a glued nan are each reported; the same page without them is ok."""
+    long = r"\(" + " + ".join(rf"\Wmm[\alpha_{{{k}}}]" for k in range(40)) + r"\)"
+    box = ('<div style="width: 300px; overflow: hidden"><p><span class="math notranslate '
+           f'nohighlight">{long}</span></p></div>')
+    rel = _tiny_page(tmp_path, "<p>short</p>")
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=["/srv/b"])
+    assert rep.ok and not rep.wide, rep.describe()
+    rel = _tiny_page(tmp_path, box)
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert len(rep.clipped) == 1 and r"\Wmm[\alpha_{0}]" in rep.clipped[0], rep.describe()
+    # the same box scrolling sideways (what the book's CSS does) hides nothing
+    rel = _tiny_page(tmp_path, box.replace("overflow: hidden", "overflow-x: auto"))
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.ok, rep.describe()
+    rel = _tiny_page(tmp_path, '<div style="width: 500px">wide</div>')
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.wide and not rep.ok and "500 px in a 390 px" in rep.describe(), rep.describe()
+    rel = _tiny_page(tmp_path, "<pre>UserWarning at /srv/b/lib/x.py:3</pre><p>in "
+                               "/home/someone/attnsvm/x.py</p>")
+    (rep,) = browser.check_pages(tmp_path, [rel], forbidden=["/srv/b"])
+    assert len(rep.paths) == 2, rep.describe()
+    rel = _tiny_page(tmp_path, '<a href="https://github.com/OWNER/attnsvm/blob/main/x">x</a>'
+                               '<p>ratio <span class="pasted-text">nan</span></p>')
+    (rep,) = browser.check_pages(tmp_path, [rel], forbidden=[])
+    assert len(rep.owner) == 1 and rep.nans == ["nan"] and not rep.ok, rep.describe()
+
+
+@pytest.mark.slow
 def test_checker_blocks_the_network(chromium, tmp_path):
     rel = _tiny_page(tmp_path, '<img src="https://example.org/a.png" alt="remote">')
     rep = _report(tmp_path, rel)
@@ -120,6 +156,29 @@ def test_every_page_renders_from_file(chromium, full_build):
     reports = browser.check_pages(out / "html")
     assert {r.page for r in reports} >= {"book/notation.html", "notebooks/ch01_separable.html"}
     _assert_every_page_renders(reports)
+
+
+@pytest.mark.slow
+def test_every_page_reads_on_a_phone(chromium, full_build):
+    """At 390x844: no formula cut off, no page wider than the screen, no path, OWNER or nan."""
+    out, _ = full_build
+    reports = browser.check_pages(out / "html", viewport=browser.PHONE)
+    bad = [r.describe() for r in reports if not r.ok]
+    assert not bad, "\n".join(bad)
+    assert sum(r.formulas for r in reports) > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["book/ch09_rates.html", "notebooks/ch01_separable.html"])
+def test_the_phone_menu_opens_the_chapter_list(chromium, full_build, page):
+    """The visible menu button, tapped at 390x844, slides in the chapter list (one search box
+    on the screen, no stray second header)."""
+    out, _ = full_build
+    rep = browser.check_phone_menu(out / "html", page)
+    assert rep.toggles == 1 and rep.search == 1 and not rep.before, rep
+    assert rep.ok and len(rep.after) >= 5, rep
+    chapters = [t for t in rep.after if t[:2].rstrip(".").isdigit()]
+    assert chapters, rep  # numbered chapters ("1. Implicit bias ...") are on the screen
 
 
 @pytest.mark.slow

@@ -58,8 +58,11 @@ def api_groups() -> dict[str, list[str]]:
 
 
 def _summary(modname: str) -> str:
+    """The first paragraph of a module's docstring, its reST roles written as MyST roles."""
+    import re
+
     doc = inspect.getdoc(importlib.import_module(modname)) or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return re.sub(r"(?<![\w`]):(\w+(?::\w+)?):`", r"{\1}`", " ".join(doc.split("\n\n")[0].split()))
 
 
 def api_pages(api_dir, index_text: str) -> tuple[dict, str]:
@@ -75,7 +78,7 @@ def api_pages(api_dir, index_text: str) -> tuple[dict, str]:
         name = f"{k:02d}_{top.split('.', 1)[1]}.md"
         subs = [m for m in mods if m != top]
         more = (" Submodules: " + ", ".join(f"`{m}`" for m in subs) + ".") if subs else ""
-        pages[name] = (f"# `{top}`\n\n{_summary(top)}{more}\n\n"
+        pages[name] = (f"# {top}\n\n{_summary(top)}{more}\n\n"
                        f"```{{attnsvm-api}} {top}\n```\n")
         items.append(f"* [`{top}`]({api_dir}/{name}): {_summary(top)}")
     return pages, index_text.replace(API_MARKER, "\n".join(items))

@@ -27,6 +27,19 @@ class SolverError(RuntimeError):
     """A solver failed to return a solution that passes the post-checks."""
 
 
+def solve_quietly(problem, solver: str = "CLARABEL", **opts) -> None:
+    """``problem.solve(solver=solver, **opts)`` without cvxpy's "Solution may be inaccurate"
+    warning: the caller reads the same fact from ``problem.status`` (``"optimal_inaccurate"``)
+    and checks or reports it, so the warning would only print a line (and a path of this
+    machine) on a notebook page. Other warnings and every error pass through."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Solution may be inaccurate",
+                                category=UserWarning)
+        problem.solve(solver=solver, **opts)
+
+
 # ----------------------------------------------------------------------------- validation
 
 def per_trial(solve, *arrays):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 
-from ._common import _RESCALE_TOL, CLARABEL_OPTIONS, SolverError
+from ._common import _RESCALE_TOL, CLARABEL_OPTIONS, SolverError, solve_quietly
 
 
 # ----------------------------------------------------------------------------- cvxpy
@@ -84,7 +84,7 @@ def _cvx_run(pr, solver, opts):
     import cvxpy as cp  # deferred: cvxpy is heavy to import
 
     try:
-        pr.solve(solver=solver, **opts)
+        solve_quietly(pr, solver, **opts)  # "inaccurate" is in pr.status, checked after
     except cp.error.SolverError:
         # Clarabel can stop short of the tight tolerances; the post-check decides
         if pr.status is None:
