@@ -205,7 +205,8 @@ def test_every_public_generator_is_registered():
     from attnsvm import data
     # keyed_*/sized_trials: random_unit under the entropy-key seedings of Parts I's sweeps and
     # of Chapter 4 (their own contract: test_keyed_and_sized_trials_do_not_depend_on_trials)
-    helpers = {"trial_seed", "stream", "stream_seed", "keyed_stream", "support_patterns", "support_sets", "zen_of_python", "tokenize",
+    helpers = {"trial_seed", "stream", "stream_seed", "keyed_stream", "draw_rngs", "support_patterns",
+               "support_sets", "zen_of_python", "tokenize",
                "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
                # the chapters' named draws: registered generators on a named stream (same arrays
                # as the driver functions they replace: tests/test_data.py::test_named_draws)
@@ -237,19 +238,37 @@ def test_named_draws():
     np.testing.assert_allclose(np.linalg.norm(W, axis=(-2, -1)), 3.0, rtol=1e-12)
 
 
-def test_every_draw_goes_through_the_seeding_module():
-    """One seeding scheme: no module of lib/attnsvm but attnsvm.data makes a numpy generator
-    (``default_rng(``) or seeds the global numpy state; every stream is in STREAMS or
+def _generator_calls(path):
+    """Lines of a module that make a numpy generator or seed numpy's global state (calls of
+    ``default_rng``, ``RandomState``, ``np.random.seed``), read with ``ast``."""
+    import ast
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            owner = getattr(getattr(f, "value", None), "attr", None)
+            if name in ("default_rng", "RandomState") or (name == "seed" and owner == "random"):
+                out.append(node.lineno)
+    return out
+
+
+def test_every_draw_goes_through_the_seeding_module(tmp_path):
+    """One seeding scheme: no module of lib/attnsvm but the seeding module attnsvm.data.seeding
+    makes a numpy generator or seeds the global numpy state; every stream is in STREAMS or
     KEYED_STREAMS, and the README's table lists them all."""
-    import re
     from pathlib import Path
+    import attnsvm
     from attnsvm import data
-    lib = Path(data.__file__).resolve().parent
-    seeding = {Path(data.__file__).resolve()}
-    bad = [f"{p.relative_to(lib)}:{k + 1}" for p in sorted(lib.rglob("*.py")) if p.resolve() not in seeding
-           for k, line in enumerate(p.read_text().splitlines())
-           if re.search(r"default_rng\(|np\.random\.seed\(|RandomState\(", line)]
-    assert not bad, f"random generators made outside attnsvm.data: {bad}"
+    lib = Path(attnsvm.__file__).resolve().parent
+    seeding = lib / "data" / "seeding.py"
+    assert _generator_calls(seeding), "the seeding module makes the generators"
+    bad = [f"{p.relative_to(lib)}:{k}" for p in sorted(lib.rglob("*.py")) if p.resolve() != seeding
+           for k in _generator_calls(p)]
+    assert not bad, f"random generators made outside attnsvm.data.seeding: {bad}"
+    planted = tmp_path / "m.py"
+    planted.write_text("import numpy as np\nrng = np.random.default_rng(3)\n# default_rng( in a comment\n")
+    assert _generator_calls(planted) == [2]
     readme = (lib.parents[1] / "README.md").read_text()
     missing = [n for n in list(data.STREAMS) + list(data.KEYED_STREAMS) if f"`{n}`" not in readme]
     assert not missing, f"streams missing from the README's table: {missing}"
