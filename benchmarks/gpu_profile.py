@@ -144,7 +144,6 @@ def main(argv=None) -> int:
           f"{sum(w['resources'] != {'GPU': 1} for w in plan)} CPU; limit {args.limit:.0f} s per "
           f"notebook; {'papermill' if _has_papermill() else 'nbexec.py'}", flush=True)
     records, lock, t_start = {}, threading.Lock(), time.perf_counter()
-    from paper_profile import scale_steps
 
     def work(slot, kind, tmp):
         while True:
@@ -158,6 +157,7 @@ def main(argv=None) -> int:
                 continue
             rec = _run(root, nb, params[nb], args.limit, slot, threads, tmp, "paper")
             if rec["status"] == "stopped" and _has_papermill():   # nbexec takes no parameters
+                from paper_profile import scale_steps   # (nbformat, psutil: with papermill only)
                 small = _run(root, nb, scale_steps(params[nb], args.factor), args.limit, slot,
                              threads, tmp, f"div{args.factor}")
                 if small["status"] == "finished":
