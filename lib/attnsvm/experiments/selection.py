@@ -23,7 +23,7 @@ Selections and SVMs
 
 Experiments
 -----------
-* :func:`compare_w_kq` (chapter "(K,Q) and the nuclear norm");
+* :func:`compare_w_kq`, :func:`kq_study` (chapter "(K,Q) and the nuclear norm");
 * :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
   attention");
 * :func:`multi_token_selection`, :func:`multi_token_horizons` (chapter "Beyond a single
@@ -31,7 +31,7 @@ Experiments
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -49,6 +49,7 @@ __all__ = [
     "factor_cost",
     "imbalance",
     "KQComparison",
+    "kq_study",
     "compare_w_kq",
     "PromptRun",
     "PromptGapSweep",
@@ -152,6 +153,7 @@ class KQComparison:
     corr: dict
     steps: np.ndarray
     config: dict = field(default_factory=dict)
+    unpenalized: object = None
 
     def final_corr(self, model, norm, basis=None):
         """Final correlation per trial; ``basis`` defaults to the model's own selection.
@@ -179,9 +181,11 @@ class KQComparison:
         ``rank_fro_median``, ``rank_nuc_median``, ``rank_fro_max`` and ``frac_rank_gap`` (the
         nuclear SVM of strictly smaller rank); for (K,Q), ``kq_cost_ratio`` (the factor cost
         over the nuclear norm of the product) and ``kq_imbalance``. With ``unpenalized`` (the
-        same runs without the penalty), ``corr_kq_nuc_nopen``.
+        same runs without the penalty; default the result's own ``unpenalized``, see
+        :func:`kq_study`), ``corr_kq_nuc_nopen``.
         """
         med = _metrics.nanmedian
+        unpenalized = self.unpenalized if unpenalized is None else unpenalized
 
         def nanmin(x):
             x = np.asarray(x, dtype=float)
@@ -314,6 +318,19 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
                         feasible=feas, history=hist, corr=corr, steps=hist["W"].steps,
                         config=dict(steps=steps, lr=lr, optimizer=optimizer, m=m,
                                     init_scale=init_scale, penalty=penalty, seed=seed))
+
+
+def kq_study(n, T, d, *, trials, steps=2000, lr=0.1, init_scale=0.01, penalty=0.0, seed=0,
+             device="auto", **kw):
+    r"""Chapter 5: :func:`compare_w_kq` on :func:`attnsvm.data.unit_instances` ``(n, T, d)``
+    with the penalty ``penalty``, and the same runs without it (the result's ``unpenalized``,
+    quoted by its summary as ``corr_kq_nuc_nopen``). Returns a :class:`KQComparison` whose
+    ``config`` adds ``n, T, d, trials``."""
+    data = unit_instances(n, T, d, trials=trials, seed=seed)
+    common = dict(steps=steps, lr=lr, init_scale=init_scale, seed=seed, device=device, **kw)
+    res = compare_w_kq(data, penalty=penalty, **common)
+    res0 = compare_w_kq(data, penalty=0.0, **common)
+    return replace(res, unpenalized=res0, config=dict(n=n, T=T, d=d, trials=trials, **res.config))
 
 
 # ----------------------------------------------------------------------------- chapter: prompt
