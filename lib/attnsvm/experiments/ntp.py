@@ -487,5 +487,6 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     cross = metrics.corr(geo["L_perp"][:, None], geo2["L_perp"][None], elem_ndim=2)
     early = int(np.searchsorted(geo["steps"], steps // 100))
     return UFMRun(P, pi, groups, geo, geo2, cross, early,
-                  config=dict(m=m, V=V, patterns=patterns, support=support, d=d, trials=trials,
-                              init_scale=init_scale, lr=lr, steps=steps, seed=seed))
+                  config=dict(m_ufm=m, V_ufm=V, patterns=patterns, support_ufm=support, d_ufm=d,
+                              trials_ufm=trials, init_scale=init_scale, lr_ufm=lr, steps_ufm=steps,
+                              seed=seed))
