@@ -823,6 +823,7 @@ class LocalFollowups:
     found: np.ndarray
     opt_nlo: np.ndarray
     locally_optimal: np.ndarray
+    config: dict = field(default_factory=dict)
 
     def summary(self):
         """``more_n_lo``, ``more_n_nlo``, ``more_kept_lo``, ``more_kept_nlo`` (continued local
@@ -922,4 +923,6 @@ def local_followups(run, *, more_steps=4000, cone_R0=20.0, cone_eps=0.05, cone_s
     cone_nlo = cone_experiment(nlo_data, alpha_nlo[found], R0=cone_R0, eps=cone_eps,
                                steps=cone_steps, lr=lr, seed=seed, device=device)
     opt_nlo = _tokens.optimal_tokens(nlo_data.X, nlo_data.y, nlo_data.v)
-    return LocalFollowups(idx, more, cone_lo, cone_nlo, found, opt_nlo, lo)
+    return LocalFollowups(idx, more, cone_lo, cone_nlo, found, opt_nlo, lo,
+                          config=dict(more_steps=more_steps, cone_R0=cone_R0, cone_eps=cone_eps,
+                                      cone_steps=cone_steps, lr=lr, seed=seed))
