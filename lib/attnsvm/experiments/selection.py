@@ -26,8 +26,8 @@ Experiments
 * :func:`compare_w_kq`, :func:`kq_study` (chapter "(K,Q) and the nuclear norm");
 * :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
   attention");
-* :func:`multi_token_selection`, :func:`multi_token_horizons` (chapter "Beyond a single
-  token").
+* :func:`multi_token_selection`, :func:`multi_token_horizons`, :func:`beyond_study` (chapter
+  "Beyond a single token").
 """
 from __future__ import annotations
 
@@ -63,6 +63,8 @@ __all__ = [
     "multi_token_selection",
     "MultiTokenHorizons",
     "multi_token_horizons",
+    "BeyondStudy",
+    "beyond_study",
 ]
 
 
@@ -880,3 +882,49 @@ def multi_token_horizons(n, T, ds, *, trials=40, horizons=(2000, 20000), seed=0,
         runs[d] = {h: multi_token_selection(data, steps=h, seed=seed, **kw) for h in horizons}
     return MultiTokenHorizons(runs=runs, horizons=horizons,
                               config=dict(n=n, T=T, ds=tuple(runs), trials=trials, seed=seed, **kw))
+
+
+@dataclass
+class BeyondStudy:
+    r"""Chapter 7's study (:func:`beyond_study`): :func:`multi_token_selection` with the MLP and
+    the linear head on the same instances (``runs``, head -> :class:`MultiTokenRun`) and
+    :func:`multi_token_horizons` (``horiz``)."""
+
+    runs: dict
+    horiz: object
+    config: dict = field(default_factory=dict)
+
+    def summary(self):
+        """Every run's summary with its head as a suffix (``<key>_mlp``, ``<key>_linear``) and the
+        horizon study's with the prefix ``h_``."""
+        out = {f"{key}_{head}": value for head, r in self.runs.items() for key, value in r.summary().items()}
+        out.update({f"h_{key}": value for key, value in self.horiz.summary().items()})
+        return out
+
+    def claims(self):
+        """Each run's claims against the linear head as control (prefixed by the head), and the
+        horizon study's."""
+        out = {f"{head}_{name}": value for head, r in self.runs.items()
+               for name, value in r.claims(control=self.runs["linear"]).items()}
+        out.update(self.horiz.claims())
+        return out
+
+
+def beyond_study(n, T, d, *, trials, steps, lr, width, mass_tol, threshold, h_n, h_T, h_ds, h_trials,
+                 horizons, seed=0, device="auto"):
+    r"""Chapter 7: NGD with the MLP head (width ``width``) and with the linear head on
+    :func:`attnsvm.data.unit_instances` ``(n, T, d)`` (:func:`multi_token_selection`), and the
+    horizon study :func:`multi_token_horizons` ``(h_n, h_T, h_ds)`` with the MLP head. Returns a
+    :class:`BeyondStudy`."""
+    data = unit_instances(n, T, d, trials=trials, seed=seed)
+    kw = dict(optimizer="ngd", lr=lr, steps=steps, mass_tol=mass_tol, threshold=threshold, seed=seed,
+              device=device)
+    runs = {"mlp": multi_token_selection(data, head="mlp", width=width, **kw),
+            "linear": multi_token_selection(data, head="linear", **kw)}
+    horiz = multi_token_horizons(h_n, h_T, h_ds, trials=h_trials, horizons=horizons, head="mlp",
+                                 optimizer="ngd", lr=lr, mass_tol=mass_tol, threshold=threshold, seed=seed,
+                                 device=device)
+    return BeyondStudy(runs, horiz, config=dict(
+        n=n, T=T, d=d, trials=trials, steps=steps, lr=lr, width=width, mass_tol=mass_tol,
+        threshold=threshold, h_n=h_n, h_T=h_T, h_ds=list(h_ds), h_trials=h_trials,
+        horizons=list(horizons), seed=seed))
