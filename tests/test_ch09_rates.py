@@ -789,12 +789,20 @@ def sc_inst(inst):
 
 
 def test_strict_complementarity_holds(sc_inst):
-    """The hypothesis of lem-sharpness, lem-bounded-residual and thm-squared-orders, computed on
-    the fixture's instances (equal and heterogeneous scores, 3 trials each): the Att-SVM's
-    multipliers reproduce W_mm = sum_S lambda_k A_k, sum lambda = ||W_mm||^2, every support
-    constraint is active (|<A_k, W_mm> - 1| < 1e-9) with lambda_k > 0 (lambda_min / sum lambda
-    measured 0.005-0.11), and the inactive ones have delta > 0 (measured 0.026-0.24; asserted
-    > 0.02). A non-strictly-complementary instance would fail the delta or lambda_min assertion."""
+    """The hypothesis of lem-bounded-residual and thm-squared-orders, computed on the fixture's
+    instances (equal and heterogeneous scores, 3 trials each), with S = {k : lambda_k > 0} the
+    support of the solver's multipliers (a conservative choice when they are not unique): the
+    multipliers reproduce W_mm = sum_S lambda_k A_k and sum lambda = ||W_mm||^2, every k in S is
+    active, and strict complementarity delta = min_{k not in S} <A_k, W_mm> - 1 > 0 holds.
+
+    Thresholds from the computation, not from the draw: the active margins are exact to
+    active_err <= 1.4e-15 (asserted < 1e-12), so delta > 1e4 * max(active_err, eps) says that
+    delta is no rounding artefact of an active constraint left out of S (delta = 0 in exact
+    arithmetic would give |delta| of the order of active_err and fail); measured delta =
+    0.026-0.24, 1e14 times above. The support is decided at lambda_k > 1e-7 sum lambda; the
+    multipliers dropped are exactly 0 (lam_off, asserted < 1e-7) and lambda_min / sum lambda =
+    0.010-0.097 is asserted > 1e4 * 1e-7, so S does not depend on that tolerance. Other draws
+    of the same generator have delta down to 0.0015 (seeds 0-11), still far above the threshold."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     assert np.allclose(sc["W_mm"], W_mm, atol=1e-9)
     U, Zq = A.bounds.lifted_factors(data, opt)
@@ -802,25 +810,27 @@ def test_strict_complementarity_holds(sc_inst):
     lam = np.where(sc["support"], sc["lam"], 0.0)
     assert np.allclose(np.einsum("bkt,bktde->bde", lam, Af), W_mm, atol=1e-7)
     assert np.allclose(lam.sum((1, 2)) * sc["gamma_A"] ** 2, 1.0, atol=1e-7)
-    assert np.all(sc["active_err"] < 1e-9)
-    assert np.all(sc["lam_min"] > 1e-3 * lam.sum((1, 2))) and np.all(sc["delta"] > 0.02)
+    assert np.all(sc["active_err"] < 1e-12) and np.all(sc["lam_off"] < 1e-7)
+    assert np.all(sc["lam_min"] > 1e4 * 1e-7 * lam.sum((1, 2)))
+    assert np.all(sc["delta"] > 1e4 * np.maximum(sc["active_err"], np.finfo(float).eps)), sc["delta"]
     assert np.all(sc["sigma_S"] > 0) and np.all(sc["K_N"] >= 1)       # the drift part is exercised
 
 
 def test_sharpness_lemma(sc_inst):
-    """lem-sharpness: the lemma's c_S = gamma_A^2 lambda_min sigma_S / sqrt(2) is at most the best
-    constant c* (computed exactly by `bounds.sharpness_constant`, vertex enumeration), the vertex
-    attains c*, and the consequence m_min(W) <= gamma_A a - c_S ||P_S h|| holds at 400 random W.
+    """lem-sharpness: the lemma's c_S = gamma_A^2 lambda_min sigma_S / sqrt(1 + |S| gamma_A^4
+    lambda_min^2) is at most the best constant c* (computed exactly by
+    `bounds.sharpness_constant`, vertex enumeration), and the consequence
+    m_min(W) <= gamma_A a - c_S ||P_S h|| holds at 400 random W.
 
-    What it catches: c*/c_S is 1.98-2.68 on these six trials (asserted <= 3), so the lemma with
-    c_S multiplied by 2.7 is false on every trial (and by 2 on one; checked: c_S doubled in
-    `support_constants` fails here): a constant wrong by a factor above 2.7 fails this test. The
-    constant is not that tight in general: over the 72 trials of seeds 0-11 of the same fixture
-    (both score settings) c*/c_S ranges over 1.84-8.0 (with the previous generator, a random
-    head, this fixture's equal-score trials gave up to 3.3)."""
+    What it catches (measured): c*/c_S is 1.40-1.94 on these six trials, so c_S multiplied by
+    1.40 violates c_S <= c* on one trial (by 1.94 on every trial); the assertion c*/c_S <= 2.5
+    catches c_S divided by 1.29 or more (the cruder constant gamma_A^2 lambda_min sigma_S / sqrt 2
+    of the first version, up to sqrt 2 smaller, gave 1.98-2.68). The bound c*/c_S <= 2.5 is a
+    property of these draws, not of the lemma: over the 72 trials of seeds 0-11 of the same
+    fixture (both score settings) c*/c_S ranges over 1.34-5.69."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     cstar = A.bounds.sharpness_constant(data, opt, sc)
-    assert np.all(sc["c_S"] <= cstar * (1 + 1e-9)) and np.all(cstar <= 3 * sc["c_S"]), cstar / sc["c_S"]
+    assert np.all(sc["c_S"] <= cstar * (1 + 1e-9)) and np.all(cstar <= 2.5 * sc["c_S"]), cstar / sc["c_S"]
     rng = np.random.default_rng(5)
     B, d = W_mm.shape[0], W_mm.shape[-1]
     for _ in range(400):
@@ -889,13 +899,16 @@ def test_squared_orders_ngd(sc_inst):
 
     What it catches (measured): part 4's order-carrying inequality
     1 - corr <= gamma_A^2 ||h_t||^2 / (2 m_min^2) is 1.04-1.14 times the measured 1 - corr at the
-    last step (asserted < 1.2): that bound divided by 1.2, or halved, fails. Part 1's D_a is
-    4-19 times the largest gap gamma_A a_t - m_min, and c_S ||P_S h_t|| is 14-146 times below
-    the gap at its closest; part 2's first bound is 11-217 times the measured off-support mass
-    at its closest; part 3's sum is 2.5-7.9 times the measured drift: none is caught at a factor
-    2. Part 3's M is astronomically large (log M = 129-577 with equal scores; it overflows with
-    heterogeneous ones), so the theorem's deterministic constant cannot be caught at any factor:
-    what binds is part 4 with the measured residual, and parts 1-3 as inequalities. The
+    last step (asserted < 1.5): that bound divided by 1.04 fails (1 - corr <= bound), multiplied
+    by 1.32 fails (1.5 / 1.14), so halving or doubling it fails. Part 1's D_a is 3.9-19 times the
+    largest gap gamma_A a_t - m_min, and c_S ||P_S h_t|| is 9.9-103 times below the gap at its
+    closest; part 2's first bound is 11-217 times the measured off-support mass at its closest;
+    part 3's sum is 2.4-6.8 times the measured drift: none is caught at a factor 2 (D_a halved,
+    kappa_phi / 2.25 and X = 0 pass). Part 3's M is astronomically large (log M = 129-577 with
+    equal scores; it overflows with heterogeneous ones), so the theorem's explicit constant
+    H-bar^2 is not tested at any factor: what binds is part 4 with the measured residual, and
+    parts 1-3 as inequalities. The c_psi term of the offset B is not exercised either (0.13-8.9
+    here; without it the margins still exceed log(2 eps0/E0) + gamma_A S_t by 1.6-2.4). The
     theorem's form with B + gamma_A S_t is checked where that is positive (with heterogeneous
     scores B is negative on two trials and stays so within the 1500 steps)."""
     (data, opt, W_mm, c, W0), sc = sc_inst
@@ -919,7 +932,7 @@ def test_squared_orders_ngd(sc_inst):
     on = B + sc["gamma_A"] * St > 0                                         # where the theorem speaks
     assert np.all((r["b4"] <= det * (1 + 1e-9))[on])
     ratio = r["b4"][-1] / r["omc"][-1]
-    assert np.all(ratio < 1.2), ratio                           # bound / 1.2 fails at the last step
+    assert np.all(ratio < 1.5), ratio                           # bound * 1.32 fails at the last step
 
 
 def test_squared_orders_gd_and_polyak_star(sc_inst):
@@ -933,14 +946,16 @@ def test_squared_orders_gd_and_polyak_star(sc_inst):
     denominator is positive).
 
     What it catches (measured): part 4's first bound ends within a factor 1.09-1.17 of the
-    measured 1 - corr for GD (asserted < 1.2, so bound / 1.2 fails) and 1.03-1.23 for the
-    Polyak step (asserted < 1.3); the GD log form with the measured residual is 1.9-3.2 times the
-    measured value at the last step (asserted < 4). For the Polyak step the form with
-    B + gamma_A L_t is 1.8-2.2 times the measured value with equal scores, but 112 (one trial)
-    or undefined (B + gamma_A L_t <= 0 still, two trials) with heterogeneous scores, where B is
-    small or negative: not asserted. Part 3 (the drift of the off-support residual) is 2.5-7.7
-    times the measured drift at its closest. The deterministic constant H-bar^2 is not caught at
-    any factor (M overflows)."""
+    measured 1 - corr for GD and 1.03-1.23 for the Polyak step (asserted < 1.5: the bound
+    divided by 1.03 or multiplied by 1.23 (1.5 / 1.227) fails, GD's by 1.09 or 1.29; a factor 2
+    either way fails); the GD log form with the measured residual is 1.9-3.2 times the measured value at the last
+    step (asserted < 4). For the Polyak step the form with B + gamma_A L_t is 1.8-2.2 times the
+    measured value with equal scores, but 112 (one trial) or undefined (B + gamma_A L_t <= 0
+    still, two trials) with heterogeneous scores, where B is small or negative: not asserted.
+    Part 3 (the drift of the off-support residual) is 2.4-7.7 times the measured drift at its
+    closest. Not tested at any factor: the explicit constant H-bar^2 (M overflows), D_a (3.6-19
+    times the gap), and GD's error constant C in B (0.016-0.18 here; without it the margins still
+    exceed log(2 eps0/E0) + gamma_A L_t by 1.6-2.5, so C halved passes)."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     gA = sc["gamma_A"]
     E0 = A.losses.excess_loss(data, opt, W0)
@@ -960,7 +975,7 @@ def test_squared_orders_gd_and_polyak_star(sc_inst):
     assert np.all(r["m"] >= lg - 1e-9)
     inter = A.bounds.squared_direction_bound(lg, r["h2"], gA)
     assert np.all(r["omc"] <= r["b4"] * (1 + 1e-9)) and np.all(r["b4"] <= inter * (1 + 1e-9))
-    assert np.all(r["b4"][-1] / r["omc"][-1] < 1.2), r["b4"][-1] / r["omc"][-1]
+    assert np.all(r["b4"][-1] / r["omc"][-1] < 1.5), r["b4"][-1] / r["omc"][-1]
     assert np.all(inter[-1] / r["omc"][-1] < 4), inter[-1] / r["omc"][-1]
     # the (L - L*) Polyak step
     eta_bar = float(c["eta_ngd"].min())
@@ -979,19 +994,28 @@ def test_squared_orders_gd_and_polyak_star(sc_inst):
     det = A.bounds.squared_direction_bound(low, r["h2"], gA)
     assert np.all((r["b4"] <= inter * (1 + 1e-9))[B + gA * L > 0])
     assert np.all((inter <= det * (1 + 1e-9))[low > 0])
-    assert np.all(r["b4"][-1] / r["omc"][-1] < 1.3), r["b4"][-1] / r["omc"][-1]
+    assert np.all(r["b4"][-1] / r["omc"][-1] < 1.5), r["b4"][-1] / r["omc"][-1]
 
 
 @pytest.mark.slow
 def test_squared_orders_ngd_order(sc_inst):
-    """thm-squared-orders (1, 4): the order 1/t^2 along NGD at the step of thm-ngd-no-floor, 10^4
-    steps from a start with a component off the features of norm 4 ||W_mm|| (a generic start):
-    the lemma's chain holds at every step; the residual ||h_t|| stays bounded (its maximum is
-    1.007-1.038 times its start; asserted <= 1.1); (1 - corr) ||W_t||^2 changes by a factor
-    0.996-1.018 between t = 5000 and 10^4 (asserted within [0.9, 1.1]; an order 1/t would double
-    it); and the floor r_t^2-form of prop-invariant is below 1 - corr by a factor 1.03-1.09 at the
-    last step (asserted <= 1.2): both sides of Theta(1/t^2) are attained, the upper one as the
-    theorem's order, the lower as the floor."""
+    """thm-squared-orders (1, 4) along NGD at the step of thm-ngd-no-floor, 10^4 steps from a
+    start with a component off the features of norm 4 ||W_mm|| (a generic start): the lemma's
+    chain holds at every step; the residual ||h_t|| stays within 10% of its start (its maximum is
+    1.007-1.038 times its start); (1 - corr) ||W_t||^2 changes by a factor 0.996-1.018 between
+    t = 5000 and 10^4 (asserted within [0.9, 1.1]); and the floor r_t^2-form of prop-invariant
+    is below 1 - corr by a factor 1.03-1.09 at the last step (asserted <= 1.2, so the floor
+    times 1.2 fails).
+
+    What this shows and what it does not: the lower side of Theta(1/t^2), the floor, attained.
+    It does NOT observe the upper order. Here the invariant component P_perp W_0 carries
+    92-97% of ||h_t||^2 at t = 10^4, so (1 - corr) ||W_t||^2 would stay as flat if the part in A had
+    order 1/t. The part in A on its own does not level off over any horizon this tier affords:
+    from the fixture's start with its component off A removed, the residual ||P_A h_t|| grows by a
+    factor 1.7-2.8 over 2 * 10^4 steps on the six trials (0.83 -> 2.32 on the first one), because
+    the mass off the support decays like exp(-gamma_A delta eta t), with gamma_A delta eta =
+    3.6e-5 to 3.2e-4 per step (ten e-folds take 3 * 10^4 to 2.8 * 10^5 steps, at about 1.6 ms a
+    step here). The upper order 1/t^2 is proved (thm-squared-orders), not observed."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     eta = float(c["eta_ngd"].min())
     rng = np.random.default_rng(7)
