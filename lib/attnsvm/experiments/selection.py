@@ -24,8 +24,8 @@ Selections and SVMs
 Experiments
 -----------
 * :func:`compare_w_kq`, :func:`kq_study` (chapter "(K,Q) and the nuclear norm");
-* :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep` (chapter "Prompt
-  attention");
+* :func:`prompt_joint`, :func:`prompt_loss_sweep`, :func:`prompt_gap_sweep`, :func:`prompt_study`
+  (chapter "Prompt attention");
 * :func:`multi_token_selection`, :func:`multi_token_horizons`, :func:`beyond_study` (chapter
   "Beyond a single token").
 """
@@ -65,6 +65,8 @@ __all__ = [
     "multi_token_horizons",
     "BeyondStudy",
     "beyond_study",
+    "PromptStudy",
+    "prompt_study",
 ]
 
 
@@ -928,3 +930,50 @@ def beyond_study(n, T, d, *, trials, steps, lr, width, mass_tol, threshold, h_n,
         n=n, T=T, d=d, trials=trials, steps=steps, lr=lr, width=width, mass_tol=mass_tol,
         threshold=threshold, h_n=h_n, h_T=h_T, h_ds=list(h_ds), h_trials=h_trials,
         horizons=list(horizons), seed=seed))
+
+
+@dataclass
+class PromptStudy:
+    r"""Chapter 6's study (:func:`prompt_study`): the two-dimensional picture (``run_2d`` on
+    ``data_2d``), the loss comparison on the planted instances (``comp`` on ``data``) and the
+    score-gap sweep (``sweep``)."""
+
+    data_2d: object
+    run_2d: object
+    data: object
+    comp: object
+    sweep: object
+    config: dict = field(default_factory=dict)
+
+    def summary(self):
+        """``corr_2d`` (the picture's final correlation with :math:`p_{mm}`), the loss
+        comparison's summary, and per gap ``k`` of the sweep ``gap_k``, ``mass_gap_k``
+        (mean softmax mass on opt) and ``corr_gap_k``."""
+        out = {"corr_2d": float(self.run_2d.corr_p[-1, 0]), **self.comp.summary()}
+        for k, (g, r) in enumerate(self.sweep.items()):
+            s = r.summary()
+            out.update({f"mass_gap_{k}": s["opt_mass"], f"corr_gap_{k}": s["corr_p"], f"gap_{k}": float(g)})
+        return out
+
+    def claims(self):
+        """The loss comparison's claims and the sweep's."""
+        return {**self.comp.claims(), **self.sweep.claims()}
+
+
+def prompt_study(n, T, d, *, gap, noise, trials, steps, lr, lr_gd, gaps, seed=0, device="auto"):
+    r"""Chapter 6: the two-dimensional picture (the first :func:`attnsvm.data.prompt_instances`
+    draw ``(4, 3, 2)`` from ``seed`` on with both labels, :func:`prompt_joint` with the head
+    fixed), :func:`prompt_loss_comparison` on ``(n, T, d)`` planted instances, and
+    :func:`prompt_gap_sweep` over ``gaps`` with plain GD (step ``lr_gd``). Returns a
+    :class:`PromptStudy`."""
+    seed_2d = next(s for s in range(seed, seed + 100) if np.ptp(
+        prompt_instances(4, 3, 2, trials=1, gap=gap, noise=0.15, seed=s)[0].y) > 0)
+    data2, planted2 = prompt_instances(4, 3, 2, trials=1, gap=gap, noise=0.15, seed=seed_2d)
+    run2 = prompt_joint(data2, planted=planted2, train_v=False, lr=lr, steps=steps, seed=seed, device=device)
+    data, planted = prompt_instances(n, T, d, trials=trials, gap=gap, noise=noise, seed=seed)
+    comp = prompt_loss_comparison(data, planted=planted, lr=lr, steps=steps, seed=seed, device=device)
+    sweep = prompt_gap_sweep(n, T, d, gaps=gaps, trials=trials, noise=noise, train_v=False, optimizer="gd",
+                             lr=lr_gd, steps=steps, seed=seed, device=device)
+    return PromptStudy(data2, run2, data, comp, sweep, config=dict(
+        n=n, T=T, d=d, gap=gap, noise=noise, trials=trials, steps=steps, lr=lr, lr_gd=lr_gd,
+        gaps=list(gaps), seed=seed))
