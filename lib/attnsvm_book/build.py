@@ -239,16 +239,18 @@ def report_markdown(report: dict) -> str:
 
     Narrow enough to read at 1366 px: the status comes right after the notebook, the parameters
     (long) get a table of their own, and where a notebook ran is shown by its device only (the
-    Dask worker's address stays in ``execution-report.json``).
+    Dask worker's address stays in ``execution-report.json``), with the engine path its ``fit``
+    calls took (``eager``, ``cuda-graph``, ...).
     """
-    rows = ["| Notebook | Status | Runtime (s) | Cached | Device | Profile |",
-            "|---|---|---:|---|---|---|"]
+    rows = ["| Notebook | Status | Runtime (s) | Cached | Device | Engine | Profile |",
+            "|---|---|---:|---|---|---|---|"]
     params_rows = ["| Notebook | Parameters |", "|---|---|"]
     for r in report["notebooks"]:
         params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items())
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
         rows.append(f"| {_notebook_link(r['notebook'])} | {r['status']} | {secs} | "
-                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | {r['profile']} |")
+                    f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
+                    f"{r.get('engine') or 'no fit call'} | {r['profile']} |")
         params_rows.append(f"| {Path(r['notebook']).stem} | "
                            f"{params or 'its own defaults (the quick values)'} |")
     pk = ["| Package | Version |", "|---|---|"]
