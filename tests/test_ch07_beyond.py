@@ -5,6 +5,7 @@ import pytest
 import attnsvm.metrics as M
 import attnsvm.svm as svm
 import attnsvm.data as A_data
+import attnsvm.metrics as A_metrics
 from attnsvm.experiments import selection as S
 
 
@@ -67,10 +68,10 @@ def test_selected_sets_and_prediction_rule():
     X[0, 1] = [[0, 0], [2, 0], [0, 2]]
     Z = np.tile(np.array([1.0, 0.0]), (1, 2, 1))
     W = 10 * np.eye(2)[None]
-    sets = S.selected_sets(X, W, Z, mass_tol=1e-3)
+    sets = A_metrics.selected_sets(X, W, Z, mass_tol=1e-3)
     assert sets == [[(0, 1), (1,)]]
     with pytest.raises(ValueError):
-        S.selected_sets(X, W, Z, mass_tol=1.5)
+        A_metrics.selected_sets(X, W, Z, mass_tol=1.5)
 
 
 def test_linear_head_all_predicted_and_mlp_generalized_closer():

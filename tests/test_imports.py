@@ -296,7 +296,6 @@ ENTRY_SUFFIXES = ("_experiment", "_study", "_sweep")
 #: that is not an entry point or a result class fails at once.
 DRIVER_PENDING = {
     "convergence": {"ray_alignment", "ray_alignment_limit", "toy_2d", "find_choices"},
-    "feasibility": {"singular_gap"},
     "geometry": {"margin_ratios", "margin_gaps", "check_sd_bound", "gap_slopes", "phase_fit",
                  "att_margin_gap", "compare_att_svms"},
     "joint": {"joint_references"},
@@ -307,7 +306,6 @@ DRIVER_PENDING = {
               "sensitivity", "first_step", "global_constants", "every_step", "q_monotone",
               "first_in_region", "global_run"},
     "regpath": {"log_excess", "project_ball", "reg_path", "path_constants"},
-    "selection": {"selected_sets", "balanced_factors", "factor_cost", "imbalance"},
 }
 
 

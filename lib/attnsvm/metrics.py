@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, check_int
+from ._checks import as_float_array, check_int, check_positive
 from .tokens import attention_scores, check_alpha, opt_margins
 
 __all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
            "opt_mass", "fit_rate", "slopes", "collapse_ratio", "one_minus_corr", "log_q", "nonopt_mass",
-           "nonselected_mass", "min_margin"]
+           "nonselected_mass", "min_margin", "selected_sets", "balanced_factors", "factor_cost", "imbalance",
+           "singular_gap"]
 
 
 def nanmedian(x, axis=None):
@@ -314,3 +315,75 @@ def nonselected_mass(W, X, Z, alpha):
 def min_margin(data, opt, W):
     r"""Smallest margin :math:`\min_{i,t\neq\mathrm{opt}_i}\langle A_{it}, W\rangle`, shape (..., B)."""
     return opt_margins(data, opt, np.asarray(W, dtype=float)).min(axis=(-2, -1))
+
+
+# ----------------------------------------------------------------------------- selections and factors
+def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
+    r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
+    :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
+
+    Returns a list (one per trial; a single list for unbatched input) of ``n`` sorted tuples.
+    The argmax token is always in its set.
+    """
+    X = as_float_array("X", X, min_ndim=3)
+    mass_tol = check_positive("mass_tol", mass_tol)
+    if mass_tol >= 1:
+        raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
+    W = as_float_array("W", W)
+    S = softmax(attention_scores(X, W, None if Z is None else as_float_array("Z", Z)))
+    keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
+
+    def sets(k):
+        return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
+
+    return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
+
+
+
+
+def balanced_factors(W, m=None):
+    r"""Factors :math:`K = A\Sigma^{1/2}`, :math:`Q = B\Sigma^{1/2}` of :math:`W = A\Sigma B^\top`
+    (SVD), padded with zero columns to width ``m`` (default ``d``; needs ``m >= rank W``).
+    They satisfy :math:`KQ^\top = W`, :math:`K^\top K = Q^\top Q` and
+    :math:`(\|K\|_F^2 + \|Q\|_F^2)/2 = \|W\|_*`."""
+    W = as_float_array("W", W, ndim=2)
+    d1, d2 = W.shape
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    r = int(np.sum(s > 1e-12 * max(s[0], 1e-300))) if s.size else 0
+    m = min(d1, d2) if m is None else check_int("m", m, minimum=1)
+    if m < r:
+        raise ValueError(f"m = {m} is smaller than rank(W) = {r}: W = K Q^T needs m >= rank W")
+    K = np.zeros((d1, m))
+    Q = np.zeros((d2, m))
+    k = min(m, s.size)
+    K[:, :k] = U[:, :k] * np.sqrt(s[:k])
+    Q[:, :k] = Vt[:k].T * np.sqrt(s[:k])
+    return K, Q
+
+
+def factor_cost(K, Q):
+    r""":math:`(\|K\|_F^2 + \|Q\|_F^2)/2`, batched over leading axes."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    return 0.5 * (np.sum(K * K, axis=(-2, -1)) + np.sum(Q * Q, axis=(-2, -1)))
+
+
+def imbalance(K, Q):
+    r"""Relative imbalance :math:`\|K^\top K - Q^\top Q\|_F / (\|K\|_F^2 + \|Q\|_F^2)`,
+    batched over leading axes (0 for balanced factors)."""
+    K = as_float_array("K", K, min_ndim=2)
+    Q = as_float_array("Q", Q, min_ndim=2)
+    D = np.swapaxes(K, -1, -2) @ K - np.swapaxes(Q, -1, -2) @ Q
+    return np.linalg.norm(D, axis=(-2, -1)) / (2 * factor_cost(K, Q))
+
+
+def singular_gap(W, r):
+    r"""``(sigma_r / sigma_1, sigma_{r+1} / sigma_1)``: the smallest singular value counted in
+    the rank ``r`` and the largest one left out, both relative to the largest (the second is 0
+    when ``r`` is full). A rank is trustworthy when the first is far above the threshold and the
+    second far below it."""
+    s = np.linalg.svd(np.asarray(W, dtype=float), compute_uv=False)
+    top = s[0] if s.size and s[0] > 0 else 1.0
+    kept = s[r - 1] / top if r >= 1 else np.nan
+    left = s[r] / top if r < s.size else 0.0
+    return float(kept), float(left)

@@ -21,25 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import metrics as _metrics
 from .._checks import check_int, renamed
 from ..data import keyed_instance
 from ..svm import InfeasibleError, att_svm, rank
 from ..tokens import optimal_tokens
 
 __all__ = ["SweepResult", "feasibility_sweep", "FeasibilityStudy",
-           "feasibility_study", "singular_gap"]
-
-
-def singular_gap(W, r):
-    r"""``(sigma_r / sigma_1, sigma_{r+1} / sigma_1)``: the smallest singular value counted in
-    the rank ``r`` and the largest one left out, both relative to the largest (the second is 0
-    when ``r`` is full). A rank is trustworthy when the first is far above the threshold and the
-    second far below it."""
-    s = np.linalg.svd(np.asarray(W, dtype=float), compute_uv=False)
-    top = s[0] if s.size and s[0] > 0 else 1.0
-    kept = s[r - 1] / top if r >= 1 else np.nan
-    left = s[r] / top if r < s.size else 0.0
-    return float(kept), float(left)
+           "feasibility_study"]
 
 
 @dataclass
@@ -303,14 +292,14 @@ def feasibility_sweep(ns, Ts, ds, trials, *, seed=0, cross=False, nuclear=False,
             if W is not None:
                 row["feasible"] = True
                 row["rank_fro"] = rank(W, rtol=rtol)
-                row["kept_fro"], row["left_fro"] = singular_gap(W, row["rank_fro"])
+                row["kept_fro"], row["left_fro"] = _metrics.singular_gap(W, row["rank_fro"])
                 rf.append(row["rank_fro"])
                 if nuclear:
                     with warnings.catch_warnings():   # cvxpy's "may be inaccurate": post-checked
                         warnings.simplefilter("ignore", UserWarning)
                         Wn = att_svm(inst.X, inst.Z, opt, norm="nuc")
                     row["rank_nuc"] = rank(Wn, rtol=rtol)
-                    row["kept_nuc"], row["left_nuc"] = singular_gap(Wn, row["rank_nuc"])
+                    row["kept_nuc"], row["left_nuc"] = _metrics.singular_gap(Wn, row["rank_nuc"])
                     rn.append(row["rank_nuc"])
             for k in cols:
                 cols[k].append(row[k])

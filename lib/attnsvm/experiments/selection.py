@@ -13,12 +13,12 @@ Data models
 
 Selections and SVMs
 -------------------
-* :func:`attnsvm.tokens.selected_tokens`, :func:`selected_sets`: the tokens attention selects at a given
+* :func:`attnsvm.tokens.selected_tokens`, ``attnsvm.metrics.selected_sets``: the tokens attention selects at a given
   parameter (argmax of the scores; the set of tokens keeping softmax mass).
 * the SVMs of the selections: ``attnsvm.svm.att_svm_batch`` (Frobenius or nuclear, for
   ``opt``, any choice :math:`\alpha` or token sets), infeasible trials flagged, identical
   selections solved once.
-* :func:`balanced_factors`, :func:`factor_cost`: the factorization that attains
+* ``attnsvm.metrics.balanced_factors``, ``factor_cost``: the factorization that attains
   :math:`\|W\|_* = \min_{KQ^\top = W} (\|K\|_F^2 + \|Q\|_F^2)/2`.
 
 Experiments
@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_positive
+from .._checks import check_int
 from ..data import AttnData, prompt_instances, stream, unit_instances
 from .. import metrics as _metrics
 from .. import svm as _svm
@@ -44,10 +44,6 @@ from .. import tokens as _tokens
 from .. import train as _train
 
 __all__ = [
-    "selected_sets",
-    "balanced_factors",
-    "factor_cost",
-    "imbalance",
     "KQComparison",
     "kq_study",
     "compare_w_kq",
@@ -72,64 +68,6 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- data
 # ----------------------------------------------------------------------------- selections
-def selected_sets(X, W, Z=None, *, mass_tol=1e-3):
-    r"""The tokens that keep softmax mass: :math:`S_i = \{t : s_{it} \ge \tau\}` with
-    :math:`s_i = \mathrm{softmax}(X_i W z_i)` and :math:`\tau` = ``mass_tol``.
-
-    Returns a list (one per trial; a single list for unbatched input) of ``n`` sorted tuples.
-    The argmax token is always in its set.
-    """
-    X = as_float_array("X", X, min_ndim=3)
-    mass_tol = check_positive("mass_tol", mass_tol)
-    if mass_tol >= 1:
-        raise ValueError(f"mass_tol must be < 1, got {mass_tol}")
-    W = as_float_array("W", W)
-    S = _metrics.softmax(_tokens.attention_scores(X, W, None if Z is None else as_float_array("Z", Z)))
-    keep = (S >= mass_tol) | (S == S.max(axis=-1, keepdims=True))
-
-    def sets(k):
-        return [tuple(int(t) for t in np.flatnonzero(row)) for row in k]
-
-    return sets(keep) if keep.ndim == 2 else [sets(k) for k in keep]
-
-
-# ----------------------------------------------------------------------------- factorization
-def balanced_factors(W, m=None):
-    r"""Factors :math:`K = A\Sigma^{1/2}`, :math:`Q = B\Sigma^{1/2}` of :math:`W = A\Sigma B^\top`
-    (SVD), padded with zero columns to width ``m`` (default ``d``; needs ``m >= rank W``).
-    They satisfy :math:`KQ^\top = W`, :math:`K^\top K = Q^\top Q` and
-    :math:`(\|K\|_F^2 + \|Q\|_F^2)/2 = \|W\|_*`."""
-    W = as_float_array("W", W, ndim=2)
-    d1, d2 = W.shape
-    U, s, Vt = np.linalg.svd(W, full_matrices=False)
-    r = int(np.sum(s > 1e-12 * max(s[0], 1e-300))) if s.size else 0
-    m = min(d1, d2) if m is None else check_int("m", m, minimum=1)
-    if m < r:
-        raise ValueError(f"m = {m} is smaller than rank(W) = {r}: W = K Q^T needs m >= rank W")
-    K = np.zeros((d1, m))
-    Q = np.zeros((d2, m))
-    k = min(m, s.size)
-    K[:, :k] = U[:, :k] * np.sqrt(s[:k])
-    Q[:, :k] = Vt[:k].T * np.sqrt(s[:k])
-    return K, Q
-
-
-def factor_cost(K, Q):
-    r""":math:`(\|K\|_F^2 + \|Q\|_F^2)/2`, batched over leading axes."""
-    K = as_float_array("K", K, min_ndim=2)
-    Q = as_float_array("Q", Q, min_ndim=2)
-    return 0.5 * (np.sum(K * K, axis=(-2, -1)) + np.sum(Q * Q, axis=(-2, -1)))
-
-
-def imbalance(K, Q):
-    r"""Relative imbalance :math:`\|K^\top K - Q^\top Q\|_F / (\|K\|_F^2 + \|Q\|_F^2)`,
-    batched over leading axes (0 for balanced factors)."""
-    K = as_float_array("K", K, min_ndim=2)
-    Q = as_float_array("Q", Q, min_ndim=2)
-    D = np.swapaxes(K, -1, -2) @ K - np.swapaxes(Q, -1, -2) @ Q
-    return np.linalg.norm(D, axis=(-2, -1)) / (2 * factor_cost(K, Q))
-
-
 # ----------------------------------------------------------------------------- chapter: (K,Q)
 @dataclass
 class KQComparison:
@@ -226,8 +164,8 @@ class KQComparison:
                        rank_fro_max=-1, frac_rank_gap=float("nan"))
         h = self.history["KQ"]
         nuc = np.linalg.svd(h.params["W"], compute_uv=False).sum(-1)
-        out["kq_cost_ratio"] = med(factor_cost(h.params["K"], h.params["Q"]) / nuc)
-        out["kq_imbalance"] = med(imbalance(h.params["K"], h.params["Q"]))
+        out["kq_cost_ratio"] = med(_metrics.factor_cost(h.params["K"], h.params["Q"]) / nuc)
+        out["kq_imbalance"] = med(_metrics.imbalance(h.params["K"], h.params["Q"]))
         return out
 
     def claims(self):
@@ -750,7 +688,7 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     r"""Train ``W`` (from 0) with a linear or MLP head and test the generalized SVM.
 
     At the end, :math:`S_i` is the set of tokens with softmax mass at least ``mass_tol``
-    (:func:`selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
+    (:func:`attnsvm.metrics.selected_sets`); the generalized SVM is ``att_svm(X, Z, sets)`` (tokens in
     :math:`S_i` get equal scores, all others at least 1 lower; a set of all ``T`` tokens gives
     equalities only). The generalized SVM
     *predicts the limit direction* on a trial when it is feasible and the final correlation
@@ -768,7 +706,7 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
                        optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
                        snapshots=True, seed=seed, device=device)
     W = h.params["W"]
-    sets = selected_sets(X, W, Z, mass_tol=mass_tol)
+    sets = _metrics.selected_sets(X, W, Z, mass_tol=mass_tol)
     sizes = np.array([[len(s) for s in st] for st in sets])
     resolved = (sizes < T).any(axis=1)        # every set full: no margin row, no direction
     Wg = np.zeros((B, d, d))
