@@ -678,7 +678,8 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
     return OverparamSweep(rows=rows, threshold=threshold,
                           config=dict(shapes=tuple(shapes), ds=tuple(ds), trials=trials,
                                       steps=steps, optimizer=optimizer, lr=lr,
-                                      init_scale=init_scale, loss=loss, cross=cross, seed=seed))
+                                      init_scale=init_scale, loss=loss, cross=cross, seed=seed,
+                                      threshold=threshold))
 
 
 # ----------------------------------------------------------------------------- 2-D pictures
