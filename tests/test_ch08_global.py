@@ -614,7 +614,7 @@ def test_chapter_result_objects():
     exp = rates.global_experiment(3, 3, 4, trials=4, steps=3000, R0=30.0, radius=3.0, lr_gd=1.0,
                                   lr_ngd=0.1, seed=0, device="cpu")
     s = exp.summary()
-    assert len(s) == 40 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 45 and all(isinstance(v, (int, float)) for v in s.values())
     claims = exp.claims()
     assert all(bool(h) for h, _ in claims.values()), claims
     assert s["ngd_rand_reach"] >= 0.8 * 4 and s["trap_stay"] > 0.999 and s["ngd_progress"] >= 1.0

