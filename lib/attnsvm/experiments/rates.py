@@ -35,7 +35,7 @@ All losses here are logistic, :math:`\ell(u) = \log(1 + e^{-u})`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -643,6 +643,7 @@ class GlobalExperiment:
     gd_plateau_time: np.ndarray
     ngd_log_smin: np.ndarray
     trap_plateau_time: np.ndarray
+    config: dict = field(default_factory=dict)
 
     #: short names of the groups in the glued keys
     SHORT = {"equal-score, random init": "eq_rand", "equal-score, adversarial init": "eq_adv",
@@ -834,7 +835,9 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
                             kappa=c["kappa"], ngd_progress=ngd_progress, trap_cos=trap_cos,
                             eq_cross=bounds.cross_gram_min(eq, opt_eq), lr_gd=float(lr_gd),
                             steps=int(steps), gd_plateau_time=gd_tp, ngd_log_smin=ngd_log_smin,
-                            trap_plateau_time=trap_tp)
+                            trap_plateau_time=trap_tp,
+                            config=dict(n=n, T=T, d=d, trials=trials, steps=steps, R0=R0, radius=radius,
+                                        lr_gd=lr_gd, lr_ngd=lr_ngd, seed=seed))
 
 
 # ----------------------------------------------------------------------------- Polyak (L - L*)
@@ -1030,7 +1033,8 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
         runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa, optimizer=name,
                                                    lr=step, steps=short, chunk=chunk, device=device)
-    return GlobalCxRun(runs, bounds.cross_gram_min(data, opt))
+    return GlobalCxRun(runs, bounds.cross_gram_min(data, opt),
+                       config=dict(cx_trials=trials, cx_steps=steps, cx_radius=radius, cx_R=R_adv))
 
 
 def _global_cx_numbers(runs):
@@ -1107,6 +1111,7 @@ class GlobalCxRun:
 
     runs: dict
     cross_min: np.ndarray
+    config: dict = field(default_factory=dict)
 
     def summary(self):
         r"""The numbers of :func:`_global_cx_numbers`, each prefixed ``cx_``, plus
