@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,6 @@ def solve_quietly(problem, solver: str = "CLARABEL", **opts) -> None:
     warning: the caller reads the same fact from ``problem.status`` (``"optimal_inaccurate"``)
     and checks or reports it, so the warning would only print a line (and a path of this
     machine) on a notebook page. Other warnings and every error pass through."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Solution may be inaccurate",
                                 category=UserWarning)
