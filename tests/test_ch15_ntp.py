@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import attnsvm as A
 from attnsvm.experiments import ntp as X
@@ -465,6 +466,36 @@ def test_zen_and_ufm_experiments_small():
     assert set(c) == UFM_CLAIMS and _pairs(c)
     assert c["ufm_finite_bound"][0] and c["ufm_monotone"][0] and c["ufm_nuc_rank"][0]
     assert 20 <= s["ufm_step_early"] < 40 and s["ufm_nuc_ratio"] >= 1 - 1e-6    # first record >= T/100
+    # ufm_monotone: a rise between records is allowed only at the edge of stability (sharpness
+    # within 1% of 2/lr at the later record): a planted rise fails it, unless the sharpness there
+    # is 2/lr, and 0.98 * 2/lr is not enough
+    assert s["ufm_sharpness_max"] < 0.99 * 2 / 0.25 and s["ufm_eos_trials"] == 0
+    ufm.geo["gap"][5, 0] = ufm.geo["gap"][4, 0] + 1e-9
+    assert not ufm.claims()["ufm_monotone"][0]
+    ufm.sharpness[5, 0] = 2 / 0.25
+    assert ufm.claims()["ufm_monotone"][0]
+    ufm.sharpness[5, 0] = 0.98 * 2 / 0.25
+    assert not ufm.claims()["ufm_monotone"][0]
+
+
+def test_ufm_sharpness_matches_full_hessian():
+    """NTPUFM.sharpness (power iteration on Hessian-vector products) is the largest eigenvalue of
+    the full autograd Hessian of the UFM loss, at random points of two trials (and a leading
+    axis)."""
+    P, pi, _ = A.data.ntp_patterns(4, 5, 2, support=2, trials=3, seed=0)
+    model = A.models.NTPUFM(3)
+    rng = np.random.default_rng(0)
+    W, H = rng.standard_normal((2, 3, 5, 3)), rng.standard_normal((2, 3, 4, 3))
+    lam = model.sharpness(W, H, {"P": P, "pi": pi}, iters=300)
+    b = model.batch({"P": P, "pi": pi})
+    for k in range(2):
+        for t in range(3):
+            def f(flat, t=t):
+                lq = torch.log_softmax(flat[15:].reshape(4, 3) @ flat[:15].reshape(5, 3).T, -1)
+                return -(b["pi"][t] * torch.where(b["P"][t] > 0, b["P"][t] * lq, 0.0).sum(-1)).sum()
+            hess = torch.autograd.functional.hessian(f, torch.tensor(np.r_[W[k, t].ravel(), H[k, t].ravel()]))
+            top = torch.linalg.eigvalsh(hess).numpy()[-1]
+            np.testing.assert_allclose(lam[k, t], top, rtol=2e-3)
 
 
 @pytest.mark.slow
