@@ -147,10 +147,12 @@ def test_observed_global_vs_trap(inst):
     Wt = A.svm.att_svm(one.X, one.Z, a)
     assert A.svm.is_locally_optimal(one.X, one.y, one.Z, one.v, a) and np.any(a != o)
     d2 = A.data.AttnData.stack([one] * 2)
-    for name, lr in (("gd", 1.0), ("ngd", 0.1)):
-        h = A.train.fit(d2, model="W", optimizer=name, lr=lr, steps=2000, init=30 * Wt / np.linalg.norm(Wt),
-                        refs={"W_mm": Wm, "W_a": Wt}, n_records=5, device="cpu")
-        assert np.all(h.corr["W_a"][-1] > 0.999) and np.all(h.corr["W_mm"][-1] < 0.9)
+    # GD stays at the trap from the adversarial start (its plateau time there is far beyond 2000
+    # steps); NGD may leave a trap start (on the distinct trap instances of global_experiment it
+    # leaves some), so it is not asserted here
+    h = A.train.fit(d2, model="W", optimizer="gd", lr=1.0, steps=2000, init=30 * Wt / np.linalg.norm(Wt),
+                    refs={"W_mm": Wm, "W_a": Wt}, n_records=5, device="cpu")
+    assert np.all(h.corr["W_a"][-1] > 0.999) and np.all(h.corr["W_mm"][-1] < 0.9)
 
 
 def test_global_experiment_groups_and_ngd_guaranteed_progress():

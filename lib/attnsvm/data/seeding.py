@@ -33,7 +33,7 @@ STREAMS = {
     "unit-instances": 5,        # unit_instances (data seed)
     "prompt-instances": 6,      # prompt_instances (data)
     "choice-search": 7,         # experiments.convergence.find_choices (random search)
-    "scores": 8,                # experiments.rates.score_data, find_trap (data)
+    "scores": 8,                # experiments.rates.score_data (data)
     "init": 9,                  # random initial matrices (random_inits)
     "cone-start": 11,           # experiments.convergence.cone_experiment (perturbation)
     "prompt-head-init": 12,     # experiments.selection.prompt_joint (initial head)

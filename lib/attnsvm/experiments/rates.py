@@ -88,32 +88,18 @@ def svm_batch(data, alpha):
     return svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
 
 
-def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=200, **kw):
-    r"""A distinct-score instance with a locally optimal choice :math:`\alpha \ne \mathrm{opt}`.
-
-    Draws unbatched instances ``attnsvm.data.prescribed_scores(n, T, d, distinct=True,
-    seed=Stream(seed + k, "scores"))`` for
-    ``k = 0, 1, ...`` and, for each, tries the choices that swap one sequence's optimal token for
-    its second-best token; returns the first locally optimal one (checked with
-    ``attnsvm.svm.is_locally_optimal``).
+def find_trap(n=3, T=3, d=4, *, seed=0, max_tries=2000, **kw):
+    r"""A distinct-score instance with a locally optimal choice :math:`\alpha \ne \mathrm{opt}`:
+    the first trap of :func:`_find_traps` (``trials=1``), unbatched.
 
     Returns
     -------
     data : AttnData, unbatched
     opt, alpha : ndarray (n,) int
-    tries : int, the number of instances drawn
+    tries : int, the number of candidates drawn
     """
-    for k in range(max_tries):
-        one, opt = prescribed_scores(n, T, d, distinct=True, seed=Stream(seed + k, "scores"),
-                                     **kw)
-        g = tokens.token_scores(one.X, one.y, one.v)
-        second = np.argsort(-g, axis=-1)[:, 1]
-        for i in range(n):
-            alpha = opt.copy()
-            alpha[i] = second[i]
-            if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
-                return one, opt, alpha, k + 1
-    raise RuntimeError(f"no locally optimal alpha != opt found in {max_tries} instances")
+    data, opt, alpha, tries = _find_traps(n, T, d, trials=1, seed=seed, max_tries=max_tries, **kw)
+    return data.trial(0), opt[0], alpha[0], tries
 
 
 def _find_traps(n=3, T=3, d=4, *, trials, seed=0, max_tries=2000, **kw):
@@ -1200,10 +1186,16 @@ class SparsityRun:
         for name, m in M.items():
             out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
+        # Adam (beta_2 = 0.999): its mass falls geometrically, at a rate that approaches
+        # (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient reaches eps
+        out["adam_rate_ratio"] = float(np.median(exp_rate(t, M["adam"]["log_mass"]))
+                                       / (0.5 * np.log(1 / 0.999)))
         for name in ("gd", "ngd", "polyak"):
             t0 = first_step(t, M[name]["excess"] <= c["eps0"])          # NaN: not reached
             reached = np.isfinite(t0)
             out[f"n_region_{name}"] = int(reached.sum())
+            out[f"n_missed_saturated_{name}"] = int(np.sum(
+                ~reached & (M[name]["max_mass"][-1] >= 1 - 1e-6)))
             out[f"t0_{name}_max"] = float(np.max(t0[reached])) if reached.any() else float("nan")
         n, cx = cfg["n"], self.cx
         bnd = {name: self.cx_mass_bound(name) for name in cx}
@@ -1225,8 +1217,9 @@ class SparsityRun:
         t0 = {k: first_step(t, self.metrics[k]["excess"] <= c["eps0"]) for k in ("gd", "ngd", "polyak")}
         sl = {k: s[f"mass_slope_{k}"] for k in self.metrics}
         return {
-            "region_reached": (bool(np.all(np.isfinite(t0["ngd"])) and np.all(np.isfinite(t0["polyak"])))
-                               and np.isfinite(t0["gd"]).mean() >= 0.75,
+            # at 100 trials a few random starts of every rule stay out of the region: a sequence
+            # saturates on a non-optimal token (as in chapter 8's ngd_stuck_saturated)
+            "region_reached": (all(np.isfinite(v).mean() >= 0.8 for v in t0.values()),
                                "trials with E <= eps_0 within the horizon: " + ", ".join(
                                    f"{k} {int(np.isfinite(v).sum())}/{v.size}" for k, v in t0.items())
                                + "; first such step (max over those trials): " + ", ".join(
@@ -1241,8 +1234,21 @@ class SparsityRun:
             "ngd_above_lower_observed": (s["ratio_lower"] > 1, "NGD exponential rate / (eta mu / 2)"
                                          f" = {s['ratio_lower']:.3f} (median; the lower end is "
                                          "proved only at the theorem's step)"),
-            "adam_polynomial": (abs(sl["adam"] + 2) < 0.3,
-                                f"log-log slope of Adam's mass {sl['adam']:.3f}"),
+            "region_missed_saturated": (
+                all(s[f"n_missed_saturated_{k}"] == int(np.sum(~np.isfinite(v)))
+                    for k, v in t0.items()),
+                "trials outside the region at the end / of those, with a sequence whose "
+                "optimal-token mass is below 1e-6: " + ", ".join(
+                    f"{k} {int(np.sum(~np.isfinite(v)))}/{s[f'n_missed_saturated_{k}']}"
+                    for k, v in t0.items())),
+            # Adam's mass is not polynomial: its log-log slope over the last decade depends on the
+            # horizon (-2 at 4000 steps is T log(1/beta_2)/2; notes/paper_claims.md); what holds
+            # at both sizes is that it falls faster than GD's
+            "adam_faster_than_gd": (sl["adam"] < sl["gd"] - 0.5,
+                                    f"log-log slopes of the mass over the last decade: Adam "
+                                    f"{sl['adam']:.3f}, GD {sl['gd']:.3f}; Adam's exponential "
+                                    f"rate over the second half / (log(1/beta_2)/2) "
+                                    f"{s['adam_rate_ratio']:.3f}"),
             # the from-0 bound of cor-sparsity-global is >= 1 at every step of this run, so that
             # the mass lies under it (cx_mass_frac) cannot fail; what the chapter says, and what
             # can fail, is that the bound says nothing within the run
