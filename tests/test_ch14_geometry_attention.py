@@ -314,7 +314,8 @@ def test_quick_profile_claims(seed):
 # ------------------------------------------------------------------ thm-sd-att (proved here)
 #: the start of each run: the Att-SVM of another norm, far from the own-norm one
 _SD_START = {np.inf: 1.0, 3.0: 1.0, "spectral": "nuc"}
-#: max over t of gap_t / r_t, measured (seed 0, 1500 steps): reached at t = t0 for every norm
+#: regression pins (not the theorem): max over t of gap_t / r_t, measured at seed 0, 1500 steps,
+#: reached at t = t0 for every norm; they keep the factors quoted in the docstring true
 _SD_TIGHT = {np.inf: 0.89, 3.0: 0.81, "spectral": 0.74}
 
 
@@ -351,43 +352,71 @@ def _sd_run(norm, steps=1500, n=2, decay=0.0):
 def test_sd_att_margin_rate(norm):
     """thm-sd-att: sign descent (l_inf), l_3 steepest descent and spectral descent on an
     equal-score instance, from the edge of the region (E = eps0/100) along the Att-SVM of another
-    norm (l_1, l_1, nuclear), at the theorem's largest constant step: the excess risk contracts by
-    (1 - eta mu/2) per step (the proof's one-step inequality), and the own-norm margin gap stays
-    below r_t at every step. Tightness, measured: max_t gap_t/r_t = 0.89 (l_inf), 0.81 (l_3),
-    0.74 (spectral), attained at t = t0, so the test fails when r_t is divided by 1.12, 1.23 and
-    1.34 respectively (halving r_t is caught). Later the ratio is lower (0.47, 0.11, 0.47 after
-    4,000 steps in an exploratory run): the bound is within a factor 2 of the gap at the start
-    and looser later, where its H Q_t/2 term (the constant step's floor) grows."""
+    norm (l_1, l_1, nuclear), at the theorem's largest constant step, 1,500 steps. Checked: (a) the
+    excess risk contracts by (1 - eta mu/2) per step (the proof's one-step inequality; the measured
+    contraction is about 3 times the guaranteed one); (b) the proof's summed descent inequality
+    log(E_t0/E_t) >= gamma S_t - E_t0/eps0 - H Q_t/2 at every step; (c) the own-norm margin gap
+    stays below r_t at every step.
+
+    What binds where (measured). (c) binds only at t = t0: max_t gap_t/r_t = 0.89 (l_inf), 0.81
+    (l_3), 0.74 (spectral), attained at t0, where r_t0 = gamma + c0/N0 involves none of eta, H,
+    B, S; the factors 1.12, 1.23, 1.34 by which r_t may be divided before (c) fails measure the
+    static inequality m_min >= log(2 eps0/E) - E/eps0 at the start, not the descent argument. In
+    r_t, doubling the rate term (gamma S_t -> 2 gamma S_t) is caught by (c) only after 146-222
+    steps (57-79 on the n = 1 runs below), and a factor 1.2 on it not at all (only in the n = 1
+    l_inf run, from step 1407). (b) binds the descent part along the run: the
+    smallest factor on gamma S_t that it catches is 1.36 (l_inf), 1.34 (l_3), 1.37 (spectral)
+    (at the last step), and doubling gamma S_t is caught from step 3-4 on. H and B are not
+    exercised: H enters only through the carried-over curvature term H Q_t/2, and the tests are
+    one-sided, so an overestimated H passes unless the constant-step floor H eta/2 binds, which it
+    does not here (deleting the H Q_t/2 term from r_t leaves every gap below r_t; without it (b)
+    still holds with margin 1.03, 1.01, 1.03); B enters only through the step condition.
+    The pins ratio.max() == 0.89/0.81/0.74 are regression pins of the measured values above, not
+    part of the theorem. Later the ratio gap/r_t falls (its minimum over the run: 0.68, 0.35,
+    0.34): the bound is looser there, where its H Q_t/2 term grows."""
     from attnsvm.bounds import sd_att_margin_bound
 
     c, eta, N0, gaps, E = _sd_run(norm)
     r = sd_att_margin_bound(eta, E[0], N0, gamma=c["gamma"], eps0=c["eps0"], H=c["H"], B=c["B"])
+    S, Q = np.concatenate([[0.0], np.cumsum(eta)]), np.concatenate([[0.0], np.cumsum(eta ** 2)])
     assert E[0] <= c["eps0"]
     assert np.all(E[1:] <= (1 - eta * c["mu"] / 2) * E[:-1] * (1 + 1e-9))
+    assert np.all(np.log(E[0] / E) >= c["gamma"] * S - E[0] / c["eps0"] - c["H"] * Q / 2 - 1e-9)
     assert np.all(gaps <= r + 1e-9)
     ratio = gaps / r
-    assert ratio.max() > 0.5                       # r_t / 2 is violated
-    assert ratio.max() == pytest.approx(_SD_TIGHT[norm], abs=0.02)
+    assert ratio.max() > 0.5                       # r_t / 2 is violated (at t0)
+    assert ratio.max() == pytest.approx(_SD_TIGHT[norm], abs=0.02)      # regression pin
     assert r[-1] < r[0] and gaps[-1] < gaps[0]     # the bound decays, and so does the gap
 
 
 @pytest.mark.parametrize("norm", [np.inf, 3.0])
 def test_sd_att_rate_tight_along_the_run(norm):
     """thm-sd-att at the rate schedule eta_s = eta_max (s - t0 + 1)^{-1/2}, on one sequence
-    (n = 1, T = 2, d = 3; the spectral case is degenerate there: every step is along A, so it is
-    checked on n = 2 above), from E = eps0/100 along the l_1 Att-SVM, 2,000 steps. The bound binds
-    along the whole run, not only at t0: gap_t/r_t is at least 0.97 (l_inf) and 0.84 (l_3) at every
-    step (measured minima; at t0: 0.97 and 0.93), while the gap falls by 13% and 28%. Dividing r_t
-    by 1.03 (l_inf) or 1.07 (l_3) already fails at t0, and halving r_t fails at every step."""
+    (n = 1, T = 2, d = 3), from E = eps0/100 along the l_1 Att-SVM, 2,000 steps.
+
+    This instance is degenerate for every norm: with n = 1 and T = 2, -grad L = c A for the single
+    constraint matrix A, so the steepest direction D_t is the same at every step and the margin is
+    exactly m(W_t) = m0 + gamma S_t (the spectral case is degenerate even as a steepest-descent
+    run, so it is checked on n = 2 above only). The run is also short: S_T/N0 = 0.15 (l_inf) and
+    0.26 (l_3), so the O(log t/sqrt t) order of the theorem is not probed; what this test checks is
+    that r_t stays valid and close along a run whose gap falls by 13% and 28%. Measured: gap_t/r_t
+    is at least 0.967 (l_inf) and 0.834 (l_3) at every step (at t0: 0.973 and 0.934), so halving
+    r_t fails at every step, and dividing r_t by 1.03 (l_inf) or 1.071 (l_3) fails at t0 (by 1.07
+    it still passes for l_3: 0.93414 x 1.07 = 0.9995). The summed descent inequality of the proof,
+    log(E_t0/E_t) >= gamma S_t - E_t0/eps0 - H Q_t/2, binds here to a factor 1.034 on gamma S_t
+    (a factor 1.2 is caught from step 19 on). The pinned ratio.min() values are regression pins,
+    not the theorem. H is not exercised (H Q_T/2 = 0.09)."""
     from attnsvm.bounds import sd_att_margin_bound
 
     c, eta, N0, gaps, E = _sd_run(norm, steps=2000, n=1, decay=0.5)
     r = sd_att_margin_bound(eta, E[0], N0, gamma=c["gamma"], eps0=c["eps0"], H=c["H"], B=c["B"])
+    S, Q = np.concatenate([[0.0], np.cumsum(eta)]), np.concatenate([[0.0], np.cumsum(eta ** 2)])
     assert np.all(E[1:] <= (1 - eta * c["mu"] / 2) * E[:-1] * (1 + 1e-9))
+    assert np.all(np.log(E[0] / E) >= c["gamma"] * S - E[0] / c["eps0"] - c["H"] * Q / 2 - 1e-9)
     ratio = gaps / r
     assert np.all(ratio <= 1 + 1e-9)
     assert np.all(ratio > 0.5)                      # r_t / 2 is violated at every step
-    assert ratio.min() == pytest.approx({np.inf: 0.97, 3.0: 0.84}[norm], abs=0.02)
+    assert ratio.min() == pytest.approx({np.inf: 0.97, 3.0: 0.84}[norm], abs=0.02)  # regression pin
     assert gaps[-1] < {np.inf: 0.9, 3.0: 0.8}[norm] * gaps[0]
 
 
