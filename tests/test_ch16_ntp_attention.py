@@ -455,13 +455,15 @@ def _split(data, mask, W):
 def test_ntp_path_comparison_point():
     """thm-ntpattn-path, item 1's comparison point W* + rho W^G (norm R): its excess is
     Omega <= eps_R = C_Omega e^{-rho}, and L_O is unchanged. Measured Omega/eps_R: 0.88, 0.97,
-    0.998 and 0.99999 at R = 2, 4, 8, 16, so dividing C_Omega by 1.14 (1/0.88) already fails."""
+    0.998 and 0.99999 at R = 2, 4, 8, 16, so dividing C_Omega by 1.14 (1/0.88) already fails.
+    rho and eps_R are the library's (ntp_path_bounds), checked against the formula here."""
     from attnsvm.bounds import ntp_path_bounds
 
     data, W_G, W_star, _, mask, c = _path_instance()
     b = ntp_path_bounds(_PATH_RADII, c)
-    rho = np.sqrt(_PATH_RADII ** 2 - c["W_star_norm"] ** 2) / c["g"]
-    eps = c["C_Omega"] * np.exp(-rho)
+    rho, eps = b["rho"], b["eps"]
+    assert np.allclose(rho, np.sqrt(_PATH_RADII ** 2 - c["W_star_norm"] ** 2) / c["g"], rtol=1e-12)
+    assert np.allclose(eps, c["C_Omega"] * np.exp(-rho), rtol=1e-12)
     Wc = W_star[None] + rho[:, None, None] * W_G[None]
     assert np.allclose(np.linalg.norm(Wc, axis=(1, 2)), _PATH_RADII)
     LO, Om = _split(data, mask, Wc)
@@ -492,7 +494,8 @@ def test_ntp_regularization_path():
     data, W_G, W_star, Q, mask, c = _path_instance()
     Rs = _PATH_RADII
     K = len(Rs)
-    rho = np.sqrt(Rs ** 2 - c["W_star_norm"] ** 2) / c["g"]
+    b = ntp_path_bounds(Rs, c)
+    rho, eps = b["rho"], b["eps"]                    # the library's rho and eps_R
     t = {k: torch.as_tensor(v[None]).expand(K, *v.shape) for k, v in
          (("X", data.X), ("Z", data.Z), ("y", data.ypos))}
 
@@ -509,10 +512,8 @@ def test_ntp_regularization_path():
     P = Q @ Q.T
     V = (W.reshape(K, -1) @ P).reshape(W.shape)
     U = W - V
-    b = ntp_path_bounds(Rs, c)
     LO, Om = _split(data, mask, W)
     LO_star, _ = _split(data, mask, W_star[None])
-    eps = c["C_Omega"] * np.exp(-rho)
     assert np.all(LO - LO_star[0] >= -1e-12) and np.all(Om >= 0)
     assert np.all(LO - LO_star[0] + Om <= eps * (1 + 1e-6))
     assert np.all(LO - LO_star[0] + Om > eps / 2)

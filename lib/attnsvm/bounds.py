@@ -1424,7 +1424,9 @@ def ntp_path_bounds(R, consts):
       on :math:`1 - \mathrm{corr}(P_\perp W_R, W^G_{mm})`;
     * ``K_inf`` :math:`\log(nC_\Omega) + D_*`: :math:`R\,\beta_R \to gK_\infty`;
     * ``valid``: the hypotheses :math:`R > \|W^*\|`, :math:`\varepsilon_R < \kappa/(4eM^2)` and
-      :math:`\rho > K_R` (where they fail the other entries are NaN).
+      :math:`\rho > K_R` of items 2-5 (where they fail ``r1``, ``r2``, ``r``, ``K`` and ``beta``
+      are NaN; ``rho`` and ``eps``, item 1, need only :math:`R > \|W^*\|` and are NaN only
+      where it fails).
     """
     R = np.atleast_1d(np.asarray(R, dtype=float))
     if np.any(R <= 0):
@@ -1442,5 +1444,5 @@ def ntp_path_bounds(R, consts):
         beta = 1 - (g * rho - g * K) / np.sqrt(R ** 2 - np.maximum(w - r, 0) ** 2)
     valid = (R > w) & (eps < kap / (4 * np.e * M ** 2)) & (rho > K1)
     nan = np.where(valid, 0.0, np.nan)
-    return dict(rho=rho + nan, eps=eps + nan, r1=r1 + nan, r2=r2 + nan, r=r + nan, K=K + nan,
+    return dict(rho=rho, eps=eps, r1=r1 + nan, r2=r2 + nan, r=r + nan, K=K + nan,
                 beta=beta + nan, K_inf=float(np.log(n * c["C_Omega"]) + c["D_star"]), valid=valid)
