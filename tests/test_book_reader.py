@@ -94,6 +94,7 @@ def test_execution_report_has_status_up_front_and_no_worker_address():
     # the parameters are in a table of their own, and the notebook links to its page
     assert "`steps=3000`, `device='cuda'`" in md
     assert "[ch09_rates](../notebooks/ch09_rates.ipynb)" in md
+    assert "| `notebooks/ch09_rates.ipynb` | `steps=3000`" in md  # the path, as text, once
 
 
 def dataclasses_asdict(r):

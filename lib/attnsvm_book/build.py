@@ -251,7 +251,7 @@ def report_markdown(report: dict) -> str:
         rows.append(f"| {_notebook_link(r['notebook'])} | {r['status']} | {secs} | "
                     f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
                     f"{r.get('engine') or 'no fit call'} | {r['profile']} |")
-        params_rows.append(f"| {Path(r['notebook']).stem} | "
+        params_rows.append(f"| `{r['notebook']}` | "
                            f"{params or 'its own defaults (the quick values)'} |")
     pk = ["| Package | Version |", "|---|---|"]
     pk += [f"| {k} | {v} |" for k, v in report["packages"].items()]
