@@ -483,8 +483,8 @@ def test_ntp_regularization_path():
     the radii where the hypotheses hold (R = 8, 16), the finite-part error, the graph-margin
     deficit rho - min margin and 1 - corr(P_perp W_R, W^G) are below r, K_R and beta_R.
     Measured (finite-part error, deficit, 1 - corr) against (r, K_R, beta_R): R = 8: 3.9e-3 vs
-    0.18 (factor 45), 0.39 vs 3.18 (8.1), 2.1e-3 vs 0.59 (277); R = 16: 2.2e-5 vs 3.5e-4
-    (factor 16), 0.40 vs 2.80 (7.0), 5.6e-4 vs 0.26 (460). These three bounds are therefore NOT
+    0.14 (factor 36), 0.39 vs 3.12 (7.9), 2.1e-3 vs 0.58 (271); R = 16: 2.2e-5 vs 3.3e-4
+    (factor 15), 0.40 vs 2.80 (7.1), 5.6e-4 vs 0.26 (459). These three bounds are therefore NOT
     tight to a factor 2: this test catches only a weakening by more than those factors (items 2-5
     hold with the proved constants; their orders are loose: R (1 - corr) falls from 0.025 at R = 2
     to 0.009 at R = 16, while the proved O(1/R) constant is g K_inf = 4.1)."""

@@ -1416,7 +1416,7 @@ def ntp_path_bounds(R, consts):
 
     * ``eps`` :math:`\varepsilon_R`, the bound on both parts of the excess loss of :math:`W_R`;
     * ``r1`` :math:`\sqrt{e\,\varepsilon_R/\kappa}` and ``r2``
-      :math:`e^{2Mr_1}\,2M\varepsilon_R\,(1 + (\|W^*\| + r_1)/(g(\rho - K^{(1)}_R)))/\kappa`,
+      :math:`e^{2Mr_1}\,2M\varepsilon_R\,\sqrt{1 + ((\|W^*\| + r_1)/(g(\rho - K^{(1)}_R)))^2}/\kappa`,
       two bounds on :math:`\|P_FW_R - W^*\|_F` (``r`` their minimum);
     * ``K`` :math:`K_R = \log(nC_\Omega) + n\varepsilon_R + D_* + 2Mr`: every graph margin of
       :math:`P_\perp W_R` is at least :math:`\rho - K_R`;
@@ -1438,7 +1438,7 @@ def ntp_path_bounds(R, consts):
         eps = c["C_Omega"] * np.exp(-rho)
         r1 = np.sqrt(np.e * eps / kap)
         K1 = np.log(n * c["C_Omega"]) + n * eps + c["D_star"] + 2 * M * r1
-        r2 = np.exp(2 * M * r1) * 2 * M * eps * (1 + (w + r1) / (g * (rho - K1))) / kap
+        r2 = np.exp(2 * M * r1) * 2 * M * eps * np.sqrt(1 + ((w + r1) / (g * (rho - K1))) ** 2) / kap
         r = np.minimum(r1, np.where(rho > K1, r2, np.inf))
         K = np.log(n * c["C_Omega"]) + n * eps + c["D_star"] + 2 * M * r
         beta = 1 - (g * rho - g * K) / np.sqrt(R ** 2 - np.maximum(w - r, 0) ** 2)
