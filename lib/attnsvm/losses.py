@@ -45,7 +45,8 @@ from .data import AttnData
 from .metrics import log_q, softmax
 from .tokens import opt_margins, opt_scores, token_scores, trial_arrays
 
-__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "log_mean_loss", "loss_floor",
+__all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "linear_log_grad_norm",
+           "log_mean_loss", "loss_floor",
            "log_excess_loss", "ce_loss", "ce_grad", "entropy", "ce_smoothness",
            "ntp_attention_objective", "excess_loss", "scale_to_excess", "risk_grad", "loss_value",
            "loss_grad", "nonneg_loss", "check_instance"]
@@ -183,6 +184,28 @@ def grad_coefficients(loss, u):
     sigma = logc.amax(dim=-1)
     coef = -torch.exp(logc - sigma.unsqueeze(-1))
     return coef, sigma
+
+
+def linear_log_grad_norm(w, X, y, *, loss="exponential", ord=np.inf):
+    r""":math:`\log\|\nabla L(w)\|_{\mathrm{ord}}` of the linear risk
+    :math:`L(w) = \frac1n\sum_i \ell(y_i x_i^\top w)`, in log space (exact where the gradient
+    underflows), shape (..., B).
+
+    :math:`\nabla L = e^{\sigma}\sum_i c_i y_i x_i` with the coefficients of
+    :func:`grad_coefficients`.
+
+    Parameters
+    ----------
+    w : array_like (..., B, d)
+    X, y : (B, n, d), (B, n)
+    loss : loss name or :class:`Loss`
+    ord : the vector norm (``numpy.linalg.norm``'s ``ord``)
+    """
+    w = np.asarray(w, dtype=float)
+    u = np.einsum("...bd,bnd->...bn", w, np.asarray(X, dtype=float)) * np.asarray(y, dtype=float)
+    coef, sigma = grad_coefficients(get_loss(loss), torch.as_tensor(u))
+    g = np.einsum("...bn,bnd->...bd", coef.numpy() * y, X)
+    return sigma.numpy() + np.log(np.linalg.norm(g, ord=ord, axis=-1))
 
 
 def log_mean_loss(loss, u):

@@ -28,6 +28,7 @@ from .. import train as _train
 from .._checks import as_float_array, check_int, renamed
 from ..bounds import sd_margin_radius
 from ..devices import resolve_device
+from ..losses import linear_log_grad_norm
 from ..models import AttentionClassifier, LinearClassifier, MarginObjective
 
 __all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry",
@@ -276,6 +277,55 @@ def _rate_grid(steps, period):
                                      np.arange(0, steps + 1, period)]).astype(int))
 
 
+#: chapter 13, Adam's stability constant: the records at which :math:`\epsilon` is at most this
+#: fraction of the largest gradient entry of the :math:`\epsilon = 0` run count as before
+#: :math:`t_\epsilon`
+_EPS_SMALL = 1 / 30
+
+
+def _adam_eps_split(run0, run_eps, X, y, norms, gam, w_2, *, eps, beta2):
+    r"""What Adam's stability constant changes, split at :math:`t_\epsilon` (chapter 13).
+
+    ``run0`` and ``run_eps`` are the constant-step Adam runs with :math:`\epsilon = 0` and
+    ``eps`` (same start, same records). :math:`G_t = \|\nabla L(w_t)\|_\infty` of the
+    :math:`\epsilon = 0` run (:func:`attnsvm.losses.linear_log_grad_norm`) decays like
+    :math:`\beta_2^{t/2}` (observed: once the steps are bounded by the second moment's memory,
+    :math:`\sqrt{\hat v_t}` falls by :math:`\beta_2^{1/2}` per step and the gradient with it), so
+    :math:`t_\epsilon`, the step at which :math:`G_t` reaches :math:`\epsilon`, is read off the
+    records where it is reached and predicted where it is not:
+    :math:`t_\epsilon = T + 2\log(G_T/\epsilon)/\log(1/\beta_2)`.
+
+    Returns
+    -------
+    dict with ``t_eps`` (B,), ``measured`` (B,) bool (reached within the run),
+    ``rate_ratio`` (B,) (fitted slope of :math:`\log G_t` over the second half of the run divided
+    by :math:`\tfrac12\log\beta_2`), ``noop_diff`` (largest difference of one trial's margin
+    ratio, any norm, at the records with :math:`\epsilon \le G_t/30`), ``noop_pairs`` (their
+    number of (record, trial) pairs), ``past`` (B,) bool (:math:`t_\epsilon \le T`) and ``gain``
+    (B,) (:math:`\mathrm{corr}(w^\epsilon_T, w_2) - \mathrm{corr}(w^0_T, w_2)`).
+    """
+    t = np.asarray(run0["steps"], dtype=float)
+    lg = linear_log_grad_norm(run0["iterates"], X, y)                  # (K, B), eps = 0 run
+    rate = 0.5 * np.log(beta2)                                         # predicted d log G / dt
+    late = t >= t[-1] / 2
+    fitted = np.polyfit(t[late], lg[late], 1)[0]
+    le = np.log(eps)
+    crossed = lg <= le
+    t_eps = t[-1] + (lg[-1] - le) / -rate                              # predicted beyond the run
+    for b in np.flatnonzero(crossed.any(0)):
+        k = int(np.argmax(crossed[:, b]))
+        t_eps[b] = t[k] if k == 0 else np.interp(le, lg[[k, k - 1], b], t[[k, k - 1]])
+    r0 = margin_ratios(run0["iterates"], X, y, norms, gam)
+    r1 = margin_ratios(run_eps["iterates"], X, y, norms, gam)
+    diff = np.max([np.abs(r1[q] - r0[q]) for q in norms], axis=0)      # (K, B)
+    before = lg >= le - np.log(_EPS_SMALL)
+    gain = (metrics.corr(run_eps["iterates"][-1], w_2, elem_ndim=1)
+            - metrics.corr(run0["iterates"][-1], w_2, elem_ndim=1))
+    return {"t_eps": t_eps, "measured": crossed.any(0), "rate_ratio": fitted / rate,
+            "noop_diff": float(diff[before].max()) if before.any() else float("nan"),
+            "noop_pairs": int(before.sum()), "past": t_eps <= t[-1], "gain": gain}
+
+
 #: chapter 13: each rule's own norm (the key of ``LinearGeometryRun.norms``)
 OWN_NORM = {"cd": "1", "ngd": "2", "md_small": "1_5", "md": "3", "sign": "inf", "adam": "inf"}
 _SD = ("cd", "ngd", "sign")
@@ -327,15 +377,25 @@ class LinearGeometryRun:
                 "r2": float(np.median(fit["prgd"][1])), "phases": fit["prgd"][2],
                 "ngd_t_ratio": float(np.median(ngd_t.max(0) / ngd_t.min(0)))}
 
+    def _eps(self):
+        """:func:`_adam_eps_split` of the constant-step Adam runs (beta_2 = 0.999)."""
+        return _adam_eps_split(self.runs["adam_const999"], self.runs["adam_eps"], self.data.X,
+                               self.data.y, self.norms, self.gam, self.w_p["2"],
+                               eps=self.config["eps_adam"], beta2=0.999)
+
     def summary(self):
         r"""``ratio_<rule>_<norm>``, ``slope_<rule>``, ``slope_bound_<rule>``, ``bound_checks``
         (fewest non-vacuous checks of the bound over the steepest-descent rules),
         ``sign_main_checks`` (those of the main sign-descent run), ``records``, ``corr_w2_w3``,
-        ``adam_eps_diff``; the rate comparison: ``gap_<rule>`` (final :math:`\ell_2` gaps),
+        ``adam_eps_diff``; Adam's :math:`\epsilon` split at :math:`t_\epsilon`
+        (:func:`_adam_eps_split`): ``adam_t_eps`` (median), ``adam_t_eps_measured`` and
+        ``adam_eps_past`` (trials where it is reached within the run), ``adam_rate_ratio``
+        (median), ``adam_eps_noop_diff``, ``adam_eps_l2_gain`` (median over the trials past
+        :math:`t_\epsilon`, NaN if none); the rate comparison: ``gap_<rule>`` (final :math:`\ell_2` gaps),
         ``prgd_logslope``, ``prgd_r2``, ``prgd_phases``, ``prgd_rate_ratio``,
         ``ngd_rate_ratio``, ``<rule>_drop`` (gap at half the run over the final gap) and
         ``ngd_t_ratio``."""
-        c, ratio, r = self.config, self.ratio, self._rates()
+        c, ratio, r, e = self.config, self.ratio, self._rates(), self._eps()
         out = {f"ratio_{k}_{q}": ratio[k][q] for k in ratio for q in self.norms}
         out.update({f"slope_{k}": v for k, v in self.slope.items()})
         out.update({f"slope_bound_{k}": v for k, v in self.slope_bound.items()})
@@ -345,6 +405,10 @@ class LinearGeometryRun:
             "corr_w2_w3": float(np.median(metrics.corr(self.w_p["2"], self.w_p["3"], elem_ndim=1))),
             "adam_eps_diff": max(abs(ratio["adam_eps"][q] - ratio["adam_const999"][q])
                                  for q in self.norms),
+            "adam_t_eps": float(np.median(e["t_eps"])), "adam_t_eps_measured": int(e["measured"].sum()),
+            "adam_eps_past": int(e["past"].sum()), "adam_rate_ratio": float(np.median(e["rate_ratio"])),
+            "adam_eps_noop_diff": e["noop_diff"],
+            "adam_eps_l2_gain": float(np.median(e["gain"][e["past"]])) if e["past"].any() else float("nan"),
             "sign_main_checks": check_sd_bound(self.runs["sign"], X, y, np.inf, self.gam["inf"],
                                                lr=c["lr_sd"], decay=c["decay"])[1],
             "records": int(np.sum(self.runs["sign"]["steps"] > 0) * c["trials"]),
@@ -366,7 +430,7 @@ class LinearGeometryRun:
         rate."""
         c, ratio, slope, bound = self.config, self.ratio, self.slope, self.bound
         own = OWN_NORM
-        s, r = self.summary(), self._rates()
+        s, r, e = self.summary(), self._rates(), self._eps()
         row_best = {k: max(ratio[k], key=ratio[k].get) for k in own}
         final, rate_ratio = r["final"], r["rate_ratio"]
         return {
@@ -388,8 +452,25 @@ class LinearGeometryRun:
             "adam_const_linf": (ratio["adam_const"]["inf"] >= 0.97 and max(
                 ratio["adam_const"], key=ratio["adam_const"].get) == "inf",
                 f"constant-step Adam, eps = 0: {ratio['adam_const']}"),
-            "adam_eps_noop": (s["adam_eps_diff"] < 0.005, f"eps = {c['eps_adam']} against eps = 0: "
+            # eps changes nothing before t_eps and pulls Adam toward the l2 direction after
+            # (notes/paper_claims.md): at 20000 steps no trial reaches t_eps (~28000), at 50000
+            # every one does
+            "adam_eps_noop": (s["adam_eps_noop_diff"] < 0.005, f"eps = {c['eps_adam']} against "
+                              "eps = 0 at the records with eps <= ||grad L||_inf / 30: largest "
+                              f"difference of a margin ratio {s['adam_eps_noop_diff']:.2e} "
+                              f"({e['noop_pairs']} (record, trial) pairs); final medians "
                               f"{ratio['adam_eps']} vs {ratio['adam_const999']}"),
+            "adam_eps_rate": (abs(s["adam_rate_ratio"] - 1) < 0.1, "eps = 0: fitted decay rate of "
+                              "log ||grad L||_inf over the second half / (log beta_2)/2 = "
+                              f"{s['adam_rate_ratio']:.3f} (median); t_eps {s['adam_t_eps']:.0f} "
+                              f"(median; reached within the run in {s['adam_t_eps_measured']} of "
+                              f"{c['trials']} trials, predicted in the rest)"),
+            "adam_eps_l2": ((s["adam_eps_l2_gain"] > 0) if e["past"].any() else True,
+                            (f"{s['adam_eps_past']} trials past t_eps; median gain in corr with "
+                             f"the l2 max-margin direction {s['adam_eps_l2_gain']:.2e}")
+                            if e["past"].any() else "no trial reaches t_eps within the "
+                            f"{c['steps']} steps (median t_eps {s['adam_t_eps']:.0f}): nothing to "
+                            "check"),
             "adam_eps_below": (max(ratio["adam_eps"].values()) < ratio["adam"]["inf"],
                                f"Adam with eps: {ratio['adam_eps']} against {ratio['adam']['inf']}"),
             "adam999_const_below": (max(ratio["adam_const999"].values())
