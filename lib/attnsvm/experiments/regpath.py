@@ -39,10 +39,11 @@ import torch
 
 from .._checks import as_float_array, check_choice, check_int, check_positive, renamed
 from ..data import AttnData, keyed_instances, keyed_stream
-from ..losses import LOSSES, log_excess_loss
+from ..losses import LOSSES, get_loss, log_excess_loss
 from ..tokens import optimal_tokens, token_scores
 from ..devices import cpu_threads, resolve_device
 from ..metrics import corr, fit_rate, nanmedian as _nanmedian
+from ..optim import matrix_norm
 from ..svm import att_svm_batch, rank
 
 __all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants", "RegPathStudy",
@@ -143,11 +144,6 @@ def project_ball(W, R, *, norm="fro"):
     Rt = torch.full((Wt.shape[0],), float(R), dtype=torch.float64)
     out = _project(Wt, Rt, norm).numpy()
     return out[0] if single else out
-
-
-def _matnorm(W, norm):
-    return (torch.linalg.matrix_norm(W) if norm == "fro"
-            else torch.linalg.matrix_norm(W, ord="nuc"))
 
 
 # ----------------------------------------------------------------------------- solver
@@ -371,7 +367,7 @@ def _collect(Rs, W, f, res, steps, W_svm, tensors, dev, config):
     best = np.argmin(f_all, axis=-1)
     kb = (np.arange(K)[:, None], np.arange(B)[None, :])
     W_best = W_all.cpu().numpy()[kb[0], kb[1], best]
-    out_norm = _matnorm(torch.as_tensor(W_best.reshape(-1, d, d)), norm).numpy().reshape(K, B)
+    out_norm = matrix_norm(torch.as_tensor(W_best.reshape(-1, d, d)), norm).numpy().reshape(K, B)
     corr_all = np.full((K, B, I), np.nan)
     corr_best = np.full((K, B), np.nan)
     lsvm = np.full((K, B), np.nan)
@@ -380,7 +376,7 @@ def _collect(Rs, W, f, res, steps, W_svm, tensors, dev, config):
         Ws = torch.as_tensor(np.array(W_svm), device=dev)
         corr_all = _corr_t(W_all, Ws[None, :, None]).cpu().numpy()
         corr_best = corr_all[kb[0], kb[1], best]
-        nrm_s = _matnorm(Ws, norm)
+        nrm_s = matrix_norm(Ws, norm)
         Wsv = (Ws / nrm_s[:, None, None])[None] * torch.as_tensor(Rs, device=dev)[:, None, None, None]
         lsvm = _log_excess_t(Wsv.reshape(K * B, d, d), Xt.repeat(K, 1, 1, 1), Zt.repeat(K, 1, 1),
                              gt.repeat(K, 1, 1), ot.repeat(K, 1), loss).detach().cpu().numpy()
@@ -443,8 +439,7 @@ def path_constants(data, W_mm, *, loss="logistic"):
     mask = np.ones_like(gaps, dtype=bool)
     mask[np.arange(n), opt] = False
     delta, Dbar = float(gaps[mask].min()), float(gaps[mask].max())
-    dl = {"logistic": 1.0 / (1.0 + np.exp(gs)), "exponential": np.exp(-gs),
-          "correlation": np.ones_like(gs)}[loss]
+    dl = get_loss(loss).neg_deriv_np(gs)
     kappa, Kmax = float(dl.min()), float(dl.max())
     h0 = math.inf if loss == "correlation" else math.log(2.0)
     C = 8.0 * n * Kmax * (T - 1) * Dbar / (kappa * delta)
@@ -466,8 +461,8 @@ class RegPathStudy:
     data : AttnData (B feasible instances); instances : int drawn; R : (K,) radii
     W_mm : (B, d, d); path : RegPath (Frobenius); consts : dict of (B,) (:func:`path_constants`)
     W_nuc : (B, d, d) or None; path_nuc : RegPath or None (nuclear)
-    config : dict, the study's parameters (``n, T, d, trials, inits, R_min, R_max, n_R,
-    max_steps, loss, nuclear, seed``)
+    config : dict, the study's parameters (``n``, ``T``, ``d``, ``trials``, ``inits``, ``R_min``,
+        ``R_max``, ``n_R``, ``max_steps``, ``loss``, ``nuclear``, ``seed``)
     """
     data: AttnData
     instances: int
