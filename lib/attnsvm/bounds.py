@@ -57,7 +57,7 @@ from . import metrics, svm, tokens
 from ._checks import as_float_array, check_int, check_positive
 from .data import support_sets
 from .losses import get_loss
-from .optim import dual_norm
+from .optim import dual_norm, matrix_norm
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
            "noloss_steps", "s0_lower", "global_mu0", "global_steps", "t_reach",
@@ -1308,12 +1308,7 @@ def sd_att_constants(data, opt, W_norm, norm):
     A = torch.as_tensor(np.einsum("bntd,bne->bntde", U, Z))
     dn = dual_norm(A, "spectral" if q == "nuc" else (2.0 if norm == "fro" else norm), batch_ndim=3)
     B = np.where(mask, dn.numpy(), 0.0).max(axis=(1, 2))
-    if norm == "spectral":
-        nW = np.linalg.norm(W_norm, ord=2, axis=(-2, -1))
-    else:
-        p = np.inf if q == 1.0 else (1.0 if q == np.inf else q / (q - 1))
-        nW = np.linalg.norm(W_norm.reshape(W_norm.shape[0], -1), ord=p, axis=-1)
-    gamma = 1.0 / nW
+    gamma = 1.0 / matrix_norm(W_norm, norm)
     H = c["H"] * (B / c["R_A"]) ** 2
     mu = 2.0 / 3.0 * gamma
     return dict(gamma=gamma, B=B, H=H, mu=mu, eps0=c["eps0"],

@@ -64,13 +64,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ._checks import check_choice, check_int, check_positive
+from ._checks import as_float_array, check_choice, check_int, check_positive
 
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
            "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
-           "steepest_direction", "dual_norm", "mirror_map", "parse_norm",
+           "steepest_direction", "dual_norm", "matrix_norm", "mirror_map", "parse_norm",
            "NGD", "Polyak", "SignGD", "Adam", "settings_config"]
 
 
@@ -147,13 +148,50 @@ def parse_norm(norm):
     return float(norm)
 
 
+def matrix_norm(W, norm, batch_ndim=None):
+    r"""The norm of parameters, per trial: the one definition of the library's matrix norms
+    (:func:`attnsvm.svm.matrix_norm`, :func:`dual_norm`, the regularization path's constraint).
+
+    Parameters
+    ----------
+    W : ndarray or torch.Tensor (..., d1, d2), or any shape with ``batch_ndim``; the result is
+        of the same kind (numpy arrays are computed with ``numpy.linalg``, tensors with
+        ``torch.linalg``)
+    norm : a real ``p >= 1``, ``inf`` / ``"inf"`` or ``"fro"`` (``p = 2``): the entrywise
+        :math:`\ell_p` norm over the axes after the batch axes; ``"spectral"`` (largest
+        singular value) or ``"nuc"`` (sum of the singular values): matrices only
+    batch_ndim : int, optional
+        Leading axes that index trials (default: all but the last two).
+
+    Returns
+    -------
+    ndarray or torch.Tensor, shape ``W.shape[:batch_ndim]``
+    """
+    is_tensor = torch.is_tensor(W)
+    if not is_tensor:
+        W = as_float_array("W", W, min_ndim=2 if batch_ndim is None else 0)
+    batch_ndim = W.ndim - 2 if batch_ndim is None else batch_ndim
+    if isinstance(norm, str) and norm in ("spectral", "nuc"):
+        if W.ndim - batch_ndim != 2:
+            raise ValueError(f"norm={norm!r} needs matrices, got W of shape {tuple(W.shape)} "
+                             f"with batch_ndim={batch_ndim}")
+        order = 2 if norm == "spectral" else "nuc"
+        return (torch.linalg.matrix_norm(W, ord=order) if is_tensor
+                else np.linalg.norm(W, ord=order, axis=(-2, -1)))
+    p = 2.0 if isinstance(norm, str) and norm == "fro" else parse_norm(norm)
+    if is_tensor:
+        return torch.linalg.vector_norm(W, ord=p, dim=_dims(W, batch_ndim))
+    return np.linalg.norm(W.reshape(W.shape[:batch_ndim] + (-1,)), ord=p, axis=-1)
+
+
 def dual_norm(g, norm, batch_ndim=1):
-    r"""Dual norm :math:`\|g\|_* = \max_{\|d\|\le1}\langle g,d\rangle` per trial (torch)."""
+    r"""Dual norm :math:`\|g\|_* = \max_{\|d\|\le1}\langle g,d\rangle` per trial (torch):
+    :func:`matrix_norm` in the dual exponent :math:`q = p/(p-1)`, nuclear for spectral."""
     norm = parse_norm(norm)
     if norm == "spectral":
-        return torch.linalg.matrix_norm(g, ord="nuc")
+        return matrix_norm(g, "nuc", batch_ndim)
     q = math.inf if norm == 1 else (1.0 if norm == math.inf else norm / (norm - 1))
-    return torch.linalg.vector_norm(g, ord=q, dim=_dims(g, batch_ndim))
+    return matrix_norm(g, q, batch_ndim)
 
 
 def steepest_direction(g, norm, batch_ndim=1):

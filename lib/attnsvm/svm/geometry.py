@@ -9,9 +9,10 @@ the spectral-norm Att-SVM.
   value) as objective, ``attnsvm.svm.att_svm(..., norm="spectral")``. (The entrywise
   :math:`\ell_p` Att-SVM is ``attnsvm.svm.att_svm(..., norm=p)``; both batched, with each
   trial's solver status, in ``attnsvm.svm.att_svm_batch(..., return_status=True)``.)
-* :func:`matrix_norm` and :func:`att_margin_in_norm`: the norms of these Att-SVMs and the
-  normalized selection margin :math:`\min_{i, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W
-  z_i / \|W\|` of an iterate, batched (the attention analogue of :func:`margin_in_norm`).
+* :func:`matrix_norm` (one definition, in :mod:`attnsvm.optim`) and :func:`att_margin_in_norm`:
+  the norms of these Att-SVMs and the normalized selection margin
+  :math:`\min_{i, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W z_i / \|W\|` of an iterate,
+  batched (the attention analogue of :func:`margin_in_norm`).
 
 All problems are solved with cvxpy + Clarabel at tight tolerances; infeasibility raises
 :class:`attnsvm.svm.InfeasibleError`.
@@ -23,6 +24,7 @@ import numbers
 import numpy as np
 
 from .._checks import as_float_array
+from ..optim import matrix_norm
 from ..tokens import selection_margins
 from ._common import InfeasibleError, SolverError, per_trial, solve_quietly
 from .attsvm import att_svm
@@ -146,24 +148,6 @@ def att_svm_spectral(X, Z, alpha):
     W : ndarray (d, d), smallest margin 1 (up to rounding).
     """
     return att_svm(X, Z, alpha, norm="spectral")
-
-
-def matrix_norm(W, norm):
-    r"""Norm of matrices ``W`` (..., d1, d2): the entrywise :math:`\ell_p` norm (``norm`` a
-    real ``p >= 1``, ``inf``/``"inf"``, or ``"fro"`` for ``p = 2``), or ``"spectral"`` (largest
-    singular value) or ``"nuc"`` (sum of the singular values).
-
-    Returns
-    -------
-    ndarray, shape (...)
-    """
-    W = as_float_array("W", W, min_ndim=2)
-    if norm == "spectral":
-        return np.linalg.norm(W, ord=2, axis=(-2, -1))
-    if norm == "nuc":
-        return np.linalg.norm(W, ord="nuc", axis=(-2, -1))
-    p = 2.0 if isinstance(norm, str) and norm == "fro" else _parse_p(norm, "norm")
-    return vector_norm(W.reshape(W.shape[:-2] + (-1,)), p)
 
 
 def att_margin_in_norm(W, X, Z, alpha, norm):
