@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import attnsvm_book
-from attnsvm_book._core import _describe_failure, _execute_one
+from strict_run import run_strict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,10 +59,4 @@ def test_notebook_holds_its_claims_at_paper_size(stem, seed, tmp_path):
     notebook = _notebook(stem)
     params = dict(attnsvm_book.resolve_profile(REPO, "paper")[notebook])
     params["seed"] = seed
-    out = tmp_path / f"{stem}_paper_seed{seed}.ipynb"
-    failed = tmp_path / f"{stem}_paper_seed{seed}.failed.ipynb"
-    try:
-        _execute_one(REPO, notebook, params, out, failed, "python3", strict_claims=True)
-    except Exception as exc:  # the message names the cell, the claim and its numbers
-        pytest.fail(_describe_failure(notebook, exc), pytrace=False)
-    assert out.is_file()
+    run_strict(notebook, params, tmp_path, f"paper_seed{seed}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import attnsvm_book
-from attnsvm_book._core import _describe_failure, _execute_one
+from strict_run import run_strict
 
 REPO = Path(__file__).resolve().parents[1]
 #: the seeds at which every notebook must hold its claims, besides the book's own (0)
@@ -34,13 +34,7 @@ def test_notebook_holds_its_claims_at_another_seed(notebook, seed, tmp_path):
     params = dict(attnsvm_book.resolve_profile(REPO, "quick")[notebook])
     assert params.get("seed", 0) != seed, "the profile already runs this seed"
     params["seed"] = seed
-    out = tmp_path / f"{Path(notebook).stem}_seed{seed}.ipynb"
-    failed = tmp_path / f"{Path(notebook).stem}_seed{seed}.failed.ipynb"
-    try:
-        _execute_one(REPO, notebook, params, out, failed, "python3", strict_claims=True)
-    except Exception as exc:  # the message names the cell, the claim and its numbers
-        pytest.fail(_describe_failure(notebook, exc), pytrace=False)
-    assert out.is_file()
+    run_strict(notebook, params, tmp_path, f"seed{seed}")
 
 
 def test_every_notebook_takes_a_seed():
