@@ -430,12 +430,24 @@ def test_gd_direction_theorem(inst):
     rng = np.random.default_rng(3)
     Q = A.bounds.orth_component(data, opt, rng.standard_normal(W_mm.shape))
     Q *= (24 * np.linalg.norm(W_mm, axis=(-2, -1)) / np.linalg.norm(Q, axis=(-2, -1)))[:, None, None]
-    W_far = 8 * W_mm + Q
+    # inside the region for every trial (Q is off the features, so it leaves E unchanged)
+    k_in = np.maximum(8.0, A.losses.scale_to_excess(data, opt, W_mm, 0.5 * c["eps0"]))
+    W_far = k_in[:, None, None] * W_mm + Q
     K = 2000
     kw = dict(mu=c["mu"], eps0=c["eps0"], gamma_A=c["gamma_A"], H=c["H"])
-    for Wstart, tight in ((W0, False), (W_far, True)):
+    # the fixture's start, moved along W_mm into the region where it is not (adding a multiple
+    # of W_mm raises every margin by at least that multiple, so E falls)
+    W_in = W0.copy()
+    for _ in range(60):
+        out = A.losses.excess_loss(data, opt, W_in) > 0.5 * c["eps0"]
+        if not out.any():
+            break
+        W_in[out] += W_mm[out]
+    for Wstart, tight in ((W_in, False), (W_far, True)):
         E0 = A.losses.excess_loss(data, opt, Wstart)
-        for eta in (1.0, float(np.min(_gd_cap(c) / E0))):
+        # the largest step the hypotheses allow (less one part in 1e12: eta E_0 = cap exactly
+        # can round above the cap in the trial that sets it)
+        for eta in (1.0, float(np.min(_gd_cap(c) / E0)) * (1 - 1e-12)):
             assert np.all(A.bounds.gd_step_condition(c, eta, E0[None]))          # the hypotheses at t0 = 0
             h = A.train.fit(data, model="W", optimizer="gd", lr=eta, steps=K, init=Wstart,
                             snapshots=True, record_every=1, device="cpu")

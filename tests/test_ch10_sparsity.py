@@ -196,7 +196,7 @@ def test_chapter_result_object():
     s = res.summary()
     assert len(s) == 34 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
-    assert len(claims) == 7 and all(bool(h) for h, _ in claims.values()), claims
+    assert len(claims) == 8 and all(bool(h) for h, _ in claims.values()), claims
     assert abs(s["ngd_rate"] / s["ngd_rate_upper"] - s["ratio_upper"]) < 0.05
     assert s["ngd_rate_lower"] < s["ngd_rate"] and s["ngd_final_log10"] < -5
     assert 0 <= s["cx_informative"] <= 1 and s["cx_mass_frac"] == 1.0
