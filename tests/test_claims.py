@@ -64,17 +64,19 @@ def test_bad_input_names_the_argument():
 
 
 def test_the_build_is_strict_and_a_readers_run_is_not(minibook, monkeypatch):
-    """A false claim fails the book's build (naming the claim), while ``run`` of the same
-    notebook only warns; the build leaves the calling process's environment unchanged."""
+    """A false claim fails the book's build (naming the claim and the notebook, whose name the
+    build gives the kernel: a notebook never names itself), while ``run`` of the same notebook
+    only warns; the build leaves the calling process's environment unchanged."""
     from minibook import _add_notebook
 
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    monkeypatch.delenv(claims.NOTEBOOK_ENV, raising=False)
     _add_notebook(minibook, "claimed", "gap = 0.5\ndevice = 'cpu'",
                   "from attnsvm.claims import claim\n"
                   "claim('gap_small', gap < 0.1, f'gap = {gap}')")
-    with pytest.raises(book.BuildError, match="gap_small"):
+    with pytest.raises(book.BuildError, match="gap_small.*of notebook claimed does not hold"):
         book.build(minibook, "quick", render_html=False, log=lambda *a: None)
-    assert claims.STRICT_ENV not in os.environ
+    assert claims.STRICT_ENV not in os.environ and claims.NOTEBOOK_ENV not in os.environ
     res = book.run_notebook(minibook / "notebooks" / "claimed.ipynb", (), root=minibook,
                             render_html=False, log=lambda *a: None)
     assert "gap_small" in Path(res["executed"]).read_text()
@@ -155,17 +157,3 @@ def test_publish_glues_config_and_summary_and_checks_the_claims(monkeypatch):
     claims.publish(r, _Result({"n": 4}, {"other": 1}, {"also": (True, "")}))    # same value: fine
     with pytest.raises(TypeError, match="claims"):
         claims.publish(type("NoClaims", (), {"config": {}, "summary": lambda self: {}})())
-
-
-def test_the_build_names_the_notebook(minibook, monkeypatch):
-    """The build gives the kernel the notebook's name (a notebook never names itself): a false
-    claim's error names the notebook, and the calling process keeps its environment."""
-    monkeypatch.delenv(claims.NOTEBOOK_ENV, raising=False)
-    from minibook import _add_notebook
-
-    _add_notebook(minibook, "named_by_build", "gap = 0.5\ndevice = 'cpu'",
-                  "from attnsvm.claims import claim\n"
-                  "claim('gap_small', gap < 0.1, f'gap = {gap}')")
-    with pytest.raises(book.BuildError, match="of notebook named_by_build does not hold"):
-        book.build(minibook, "quick", render_html=False, log=lambda *a: None)
-    assert claims.NOTEBOOK_ENV not in os.environ
