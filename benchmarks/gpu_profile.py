@@ -52,6 +52,19 @@ def _has_papermill() -> bool:
     return True
 
 
+def _cell_call(path, i):
+    """The first line of the ``i``-th code cell of a notebook that is not an import (the call a
+    stopped run was in), at most 60 characters."""
+    try:
+        cells = [c for c in json.loads(Path(path).read_text())["cells"] if c["cell_type"] == "code"]
+        lines = "".join(cells[i]["source"]).splitlines()
+    except (OSError, ValueError, KeyError, IndexError):
+        return "?"
+    calls = [ln.strip() for ln in lines
+             if ln.strip() and not ln.lstrip().startswith(("import ", "from ", "#"))]
+    return (calls or lines or ["?"])[0][:60]
+
+
 def _nbexec(root, notebook, limit, workdir, tag, env):
     """One execution by ``../shared/tools/nbexec.py`` (no Jupyter needed), as a record of
     :func:`paper_profile.execute`'s form."""
@@ -61,6 +74,7 @@ def _nbexec(root, notebook, limit, workdir, tag, env):
         return {"notebook": notebook, "status": "failed", "seconds": 0.0, "claims": {},
                 "why": f"no papermill and no nbexec.py (looked in {[str(t) for t in tools]})"}
     out = Path(workdir) / f"{Path(notebook).stem}.{tag}"
+    out.mkdir(parents=True, exist_ok=True)   # nbexec.py writes its log there before anything
     cmd = [sys.executable, str(tool), "--proj", str(root), "--profile", "paper", "--out",
            str(out), "--only", Path(notebook).stem, "--jobs", "1", "--deadline", str(limit)]
     t0 = time.perf_counter()
@@ -75,9 +89,16 @@ def _nbexec(root, notebook, limit, workdir, tag, env):
     status = {"ok": "finished", "killed at deadline": "stopped"}.get(r.get("status"), "failed")
     claims = {k: ("holds" if str(w) == "holds" else "fails")
               for k, w in (r.get("claims") or {}).items() if not k.endswith("_detail")}
-    return {"notebook": notebook, "status": status, "seconds": r.get("seconds", seconds),
-            "claims": claims if status == "finished" else {},
-            "why": (r.get("error") or "")[-300:] or None}
+    # a stopped run's record says ">240" and which cell was running (its first line)
+    own = r.get("seconds")
+    running = [c for c in r.get("cells", []) if c.get("status") == "running"]
+    why = (r.get("error") or "")[-300:] or None
+    if status == "stopped" and running:
+        why = f"in cell {running[-1]['i']}: {_cell_call(root / notebook, running[-1]['i'])}"
+    return {"notebook": notebook, "status": status,
+            "seconds": own if isinstance(own, (int, float)) else seconds,
+            "claims": claims if status == "finished" else {}, "why": why,
+            "cuda_max_mem_MiB": r.get("cuda_max_mem_MiB")}
 
 
 def _run(root, notebook, params, limit, slot, threads, workdir, tag):
@@ -189,7 +210,7 @@ def main(argv=None) -> int:
         when = (_fmt(r["seconds"]) if r["status"] == "finished" else
                 f"{r['status']}" + (f" after {_fmt(r['seconds'])}" if r["seconds"] else "")
                 + (f", projected {_fmt(r['projection'])}" if r.get("projection") else "")
-                + (f" ({r['why'][:80]})" if r.get("why") and r["status"] == "failed" else ""))
+                + (f" ({r['why'][:80]})" if r.get("why") and r["status"] != "finished" else ""))
         cl = ("" if not claims else f"all {len(claims)} hold" if not bad_claims else
               f"{len(claims) - len(bad_claims)}/{len(claims)} hold; fail: " + ", ".join(bad_claims))
         print(f"| {Path(nb).stem} | {when} | {r['device']} | {r['engine']} | {cl} |")

@@ -5,8 +5,6 @@ import os
 
 import pytest
 
-from minibook import make_minibook
-
 
 @pytest.fixture(scope="session")
 def full_build(tmp_path_factory):
@@ -48,6 +46,8 @@ def full_build(tmp_path_factory):
 @pytest.fixture
 def minibook(tmp_path):
     """A tiny book (tests/minibook.py): one good notebook that counts its executions."""
+    from minibook import make_minibook   # deferred: nbformat, absent where only torch is (a lent GPU)
+
     return make_minibook(tmp_path)
 
 

@@ -65,3 +65,46 @@ def test_schedule_table_and_summary_line(monkeypatch, capsys):
     assert float(m.group(1)) >= (40 - 10) / 60 - 0.05     # the projection beyond the limit
     assert any(line.startswith("| ch01_separable | stopped") and "projected 40 s" in line
                for line in out)
+
+
+def test_nbexec_record_of_a_stopped_run(tmp_path, monkeypatch):
+    """What came back from the first GPU run: nbexec.py's record of a notebook killed at its
+    deadline says ``seconds=">240"`` and which code cell was running; ``_nbexec`` turns it into
+    a number and names the call (the cell's first non-import line), not ``import numpy``."""
+    import json
+    import subprocess as sp
+
+    mod = _module()
+    nb = "notebooks/ch09_rates.ipynb"
+    rec = {"ch09_rates@paper": {"status": "killed at deadline", "seconds": ">240",
+                                "cells": [{"i": 0, "status": "ok"},
+                                          {"i": 1, "status": "running",
+                                           "first_line": "import numpy as np"}]}}
+
+    def fake_run(cmd, **kw):
+        out = Path(cmd[cmd.index("--out") + 1])
+        assert out.is_dir()          # made before nbexec.py runs (it writes its log there first)
+        (out / "results.json").write_text(json.dumps(rec))
+        return sp.CompletedProcess(cmd, 0, "", "")
+
+    tool = tmp_path / "shared" / "tools" / "nbexec.py"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("")
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    # the record names its notebook relative to the project: the real ch09 is read for the call
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / nb).write_text((ROOT / nb).read_text())
+    r = mod._nbexec(tmp_path, nb, 240, tmp_path / "w", "paper", {})
+    assert r["status"] == "stopped" and isinstance(r["seconds"], float)
+    assert r["why"].startswith("in cell 1: res = rates.rates_experiment("), r["why"]
+
+
+def test_notebook_parameters_without_nbformat(monkeypatch):
+    """On a machine without Jupyter (the lent GPU) the parameters cell is read as plain JSON,
+    with the same result as through nbformat."""
+    import attnsvm_book._core as core
+
+    path = ROOT / "notebooks" / "ch08_global.ipynb"
+    with_nbformat = core.notebook_parameters(path)
+    monkeypatch.setitem(sys.modules, "nbformat", None)      # import nbformat -> ImportError
+    assert core.notebook_parameters(path) == with_nbformat and "cx_steps" in with_nbformat

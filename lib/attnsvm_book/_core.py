@@ -102,13 +102,22 @@ def notebook_parameters(path: str | os.PathLike) -> dict:
     BuildError
         When the notebook has no cell tagged ``parameters``, or that cell is not valid Python.
     """
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    try:
+        import nbformat
+    except ImportError:   # a machine without Jupyter (a lent GPU running nbexec.py): plain JSON
+        nbformat = None
+    if nbformat is not None:
+        cells = nbformat.read(str(path), as_version=4).cells
+    else:
+        try:
+            cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise BuildError(f"{path}: not a readable notebook: {exc}") from None
+    cells = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if not cells:
         raise BuildError(f"{path}: no cell tagged 'parameters'")
-    src = cells[0].source
+    src = cells[0]["source"]
+    src = "".join(src) if isinstance(src, list) else src
     try:
         tree = ast.parse(src)
     except SyntaxError as exc:
