@@ -157,3 +157,34 @@ def test_publish_glues_config_and_summary_and_checks_the_claims(monkeypatch):
     claims.publish(r, _Result({"n": 4}, {"other": 1}, {"also": (True, "")}))    # same value: fine
     with pytest.raises(TypeError, match="claims"):
         claims.publish(type("NoClaims", (), {"config": {}, "summary": lambda self: {}})())
+
+
+def test_every_notebook_ends_in_one_publish_call():
+    """Issue 28.2: the last statement of every notebook's last code cell is ``publish(...)``, the
+    only call of it in the notebook; no notebook names itself (``set_notebook(``) or writes its
+    parameters out again (``parameters = dict(``). Can fail: a figure cell after the publish
+    cell, or a second publish, is caught (checked on a planted copy below)."""
+    import ast
+    import json
+
+    root = REPO
+
+    def last_call_is_publish(nb):
+        code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+        body = ast.parse(code[-1]).body
+        last = body[-1] if body else None
+        calls = sum("publish(" in src for src in code)
+        return (calls == 1 and isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+                and getattr(last.value.func, "id", None) == "publish")
+
+    bad = []
+    for p in sorted((root / "notebooks").glob("*.ipynb")):
+        nb = json.loads(p.read_text())
+        text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        if not last_call_is_publish(nb) or "set_notebook(" in text or "parameters = dict(" in text:
+            bad.append(p.name)
+    assert not bad, f"notebooks not ending in one publish(...) call: {bad}"
+    planted = json.loads((root / "notebooks" / "ch08_global.ipynb").read_text())
+    planted["cells"].append({"cell_type": "code", "metadata": {}, "source": "fig = 1\n",
+                             "outputs": [], "execution_count": None})
+    assert not last_call_is_publish(planted)
