@@ -258,6 +258,67 @@ def test_softmax_jacobian_equals_reference_at_any_gap(gap):
     assert torch.equal(top.squeeze(-1), ls.argmax(-1))
 
 
+def test_softmax_jacobian_tie_with_the_top_token_keeps_its_scale():
+    r"""A token tied with the top one in :math:`g` (equal-score data) contributes exactly 0, so
+    the scale :math:`e^{\lambda_2}` must come from the largest probability outside the tie:
+    with scores (-300, 800, -1100) and :math:`g` = (0, 0, 1) the terms that matter (tokens 1
+    and 2, of order :math:`e^{-1900}`; token 0's is :math:`e^{-1100}` smaller) come out exact in
+    log space (mpmath, 50 digits). Without the group (the scale :math:`e^{-1100}` of token 0) every
+    :math:`\rho` underflows to 0 and this fails."""
+    import mpmath as mp
+
+    from attnsvm.models.attention import softmax_jacobian
+    mp.mp.dps = 50
+    a_l, g_l = [-300.0, 800.0, -1100.0], [0.0, 0.0, 1.0]
+    rho, f, lam2, _, top, _ = softmax_jacobian(torch.tensor([a_l]), torch.tensor([g_l]))
+    Z = mp.fsum(mp.exp(mp.mpf(x)) for x in a_l)
+    s = [mp.exp(mp.mpf(x)) / Z for x in a_l]
+    fr = mp.fsum(si * gi for si, gi in zip(s, g_l))
+    r = [si * (gi - fr) for si, gi in zip(s, g_l)]           # d f / d a_t
+    assert int(top) == 1 and float(lam2) == pytest.approx(float(mp.log(s[2])), rel=1e-14)
+    big = max(abs(x) for x in r)
+    for t in range(3):
+        if abs(r[t]) < big * mp.mpf("1e-300"):              # below rounding of the sum: may be 0
+            assert abs(float(rho[0, t])) < 1e-290
+        else:
+            assert float(rho[0, t]) != 0.0
+            assert float(mp.log(abs(r[t]))) == pytest.approx(float(lam2) + math.log(abs(float(rho[0, t]))),
+                                                          rel=1e-14)
+            assert (r[t] > 0) == (float(rho[0, t]) > 0)
+
+
+def test_ngd_does_not_freeze_on_a_sequence_stuck_on_a_tied_token():
+    """Found at ch08's paper size (seed 0, random start 31, n=3 T=3 d=4): NGD with the
+    optimal-token mass of sequence 1 below 1e-300 and its top token tied in score with the
+    second; at ||W|| = 1190 the old scale (the tied token's probability) made every gradient
+    entry underflow to exactly 0 and the iterate froze for the rest of the run (8,000 steps).
+    With the group's scale NGD moves 199.999 in 2000 steps at lr = 0.1 (asserted within 0.01 of 200); with
+    the old formula it moves 0."""
+    from attnsvm.data import AttnData
+    from attnsvm.train import fit
+    X = np.array([[[-0.0, 0.145315864824975, -0.05445699644553015, -0.9043333895766765],
+                    [-1.0, -0.014294594783430809, -0.06029902145595263, 0.30553308818687325],
+                    [-0.0, -0.20132034182470848, 0.2777638533629768, -0.21230371895474479]],
+                   [[0.0, -0.2903900619422851, -0.5458559411857768, -0.3301691154172291],
+                    [0.0, -0.01936542838576704, 0.20944816638438782, 1.026154577636012],
+                    [1.0, -0.31577644456902765, 0.33948225780354124, -0.3697293396366302]],
+                   [[0.0, 0.006646068278373999, -0.2871794500248752, 0.16168850720169373],
+                    [1.0, -0.4554702294865467, -0.4711435497428697, 0.467075676610632],
+                    [0.0, 0.386264648703606, 0.0782947837885088, -0.5852888810568178]]])
+    y = np.array([-1.0, 1.0, 1.0])
+    Z = np.array([[0.5193903636915539, -0.045423754719141764, -0.4930082390466411, -0.6965006883296673],
+                   [0.3072322146805329, -0.34507980276476025, -0.6366257632469626, -0.6174430609834005],
+                   [0.37413212531799034, 0.6394019493087473, 0.6284841034817167, -0.23706124039159301]])
+    v = np.array([1.0, 0.0, 0.0, 0.0])
+    W = np.array([[-87.21647204624165, 504.6362473978428, 811.4543929633501, 313.5187410597103],
+                   [-61.05469596234594, -226.05260634013857, -280.97805150000715, -9.185213536103458],
+                   [-174.56440543351104, -77.46042420481845, 29.67966495455034, 197.61817243805828],
+                   [274.9317206198965, 128.86813976484706, -36.947869376208196, -306.5073904851768]])
+    h = fit(AttnData(X=X, y=y, Z=Z, v=v), model="W", optimizer="ngd", lr=0.1, steps=2000,
+            init=W[None], record_every=[0, 2000], progress=False, device="cpu")
+    assert abs(float(np.linalg.norm(h.W[0] - W)) - 200.0) < 1e-2
+
+
 def test_step_finite_at_huge_norm_and_close_to_reference():
     """At ||W|| ~ 1e6 (every non-top mass underflows) the step stays finite and agrees with the
     reference to the conditioning of the scores (rounding of a ~ 1e7 moves exp(a_t - a_2) by

@@ -33,29 +33,38 @@ def _exp_small(x):
 
 
 def _top_two(a, G):
-    r"""The token loop of :func:`softmax_jacobian`: the top token, :math:`\hat s` and its sums
-    (each (..., 1) but ``sh`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` and :math:`g_{t^\star}`."""
+    r"""The token loop of :func:`softmax_jacobian`: the top token :math:`t^\star`, its group
+    :math:`U = \{t: g_t = g_{t^\star}\}`, :math:`\hat s` and its sums (each (..., 1) but
+    ``sh`` and ``su`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` (:math:`a_{(2)}` the largest
+    score outside :math:`U`; 0 when there is none, then :math:`\hat s = 0`), :math:`g_{t^\star}`,
+    and ``some`` (..., 1): whether a token lies outside :math:`U`."""
     a_top, top = a.max(-1, keepdim=True)
-    am = a.scatter(-1, top, -math.inf)                      # the scores without the top one
+    G_top = G.gather(-1, top)
+    tied = G == G_top                                       # U, the top token included
+    am = a.masked_fill(tied, -math.inf)                     # the scores outside U
     a2 = am.amax(-1, keepdim=True)
-    sh = torch.exp(am.sub_(a2))                              # s_t / s_(2); 0 at the top
+    some = a2 > -math.inf
+    a2 = torch.where(some, a2, a_top)
+    x = torch.exp(a - torch.where(tied, a_top, a2))         # s_t/s_top on U, s_t/s_(2) outside
+    sh = x.masked_fill(tied, 0.0)                           # s_t / s_(2); 0 on U
+    su = x - sh                                             # s_t / s_top on U; 0 outside
     Ssh = sh.sum(-1, keepdim=True)
     shG = (sh * G).sum(-1, keepdim=True)
-    G_top = G.gather(-1, top)
-    return sh, top, Ssh, shG, a2 - a_top, G_top, a_top
+    return sh, su, top, Ssh, shG, a2 - a_top, G_top, a_top, some
 
 
-def jacobian_scalars(gap, e_gap, Ssh, shG, G_top):
+def jacobian_scalars(gap, e_gap, Ssh, shG, G_top, EU=0.0):
     r"""The per-sequence log-space scalars of :func:`softmax_jacobian` (elementwise), from the
-    gap :math:`a_{(2)} - a_{t^\star} \le 0` and :math:`e^{\mathrm{gap}}`:
-    :math:`\log s_{t^\star} = -\log(1 + e^{\mathrm{gap}}\sum_t\hat s_t)`,
+    gap :math:`a_{(2)} - a_{t^\star} \le 0`, :math:`e^{\mathrm{gap}}` and
+    :math:`E_U = \sum_{t \in U \setminus t^\star} s_t/s_{t^\star}` (0 when no token ties with the top):
+    :math:`\log s_{t^\star} = -\log(1 + E_U + e^{\mathrm{gap}}\sum_t\hat s_t)`,
     :math:`\lambda_2 = \mathrm{gap} + \log s_{t^\star}`, :math:`s_{t^\star}` and
-    :math:`f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t
-    = s_{t^\star}(g_{t^\star} + e^{\mathrm{gap}}\sum_t \hat s_t g_t)`."""
-    log_s_top = -torch.log1p(e_gap * Ssh)
+    :math:`f = s_{t^\star}\big((1 + E_U) g_{t^\star} + e^{\mathrm{gap}}\sum_t \hat s_t g_t\big)`.
+    With :math:`E_U = 0` each expression is the one without the group, to the last bit."""
+    log_s_top = -torch.log1p(EU + e_gap * Ssh)
     lam2 = gap + log_s_top
     s_top = torch.exp(log_s_top)                   # >= 1/T
-    f = s_top * (G_top + e_gap * shG)
+    f = s_top * ((1 + EU) * G_top + e_gap * shG)
     return log_s_top, lam2, s_top, f
 
 
@@ -63,25 +72,35 @@ def softmax_jacobian(a, G):
     r"""The softmax-Jacobian products of the linear head, cancellation-free, in one fused pass.
 
     For scores ``a`` and token values ``G`` (both (..., T)), with the top token
-    :math:`t^\star` (largest score, first on ties), the second largest score :math:`a_{(2)}`,
-    :math:`\hat s_t = e^{a_t - a_{(2)}}` (:math:`\hat s_{t^\star} := 0`) and
-    :math:`E = e^{a_{(2)} - a_{t^\star}}\sum_t \hat s_t = \sum_{t \ne t^\star} e^{a_t - a_{t^\star}}`:
+    :math:`t^\star` (largest score, first on ties), its group :math:`U = \{t : g_t = g_{t^\star}\}`
+    (exact equality; :math:`t^\star \in U`), the largest score outside the group
+    :math:`a_{(2)}`, :math:`\hat s_t = e^{a_t - a_{(2)}}` outside :math:`U` (:math:`\hat s_t := 0`
+    on :math:`U`), :math:`E_U = \sum_{t \in U \setminus t^\star} e^{a_t - a_{t^\star}}` and
+    :math:`E = E_U + e^{a_{(2)} - a_{t^\star}}\sum_t \hat s_t = \sum_{t \ne t^\star} e^{a_t - a_{t^\star}}`:
 
     .. math::
 
         \log s_{t^\star} = -\log(1 + E), \qquad
         \lambda_2 = \log s_{(2)} = a_{(2)} - a_{t^\star} - \log(1 + E), \qquad
-        f = s_{t^\star} g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t,
+        f = s_{t^\star} (1 + E_U) g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t,
 
-        \rho_{t^\star} = s_{t^\star}\Big(g_{t^\star}\sum_\tau \hat s_\tau
-        - \sum_\tau \hat s_\tau g_\tau\Big), \qquad
-        \rho_t = \hat s_t (g_t - f)\ \ (t \ne t^\star),
+        \rho_t = s_t\Big(g_{t^\star}\sum_\tau \hat s_\tau
+        - \sum_\tau \hat s_\tau g_\tau\Big)\ \ (t \in U), \qquad
+        \rho_t = \hat s_t (g_t - f)\ \ (t \notin U),
 
     so that :math:`\partial f / \partial a_t = s_t(g_t - f) = e^{\lambda_2}\rho_t` (see
-    :meth:`AttentionClassifier.grad`). Only the scores are exponentiated (no log-softmax of
-    the full row, no boolean masks): :math:`\hat s \le 1` never overflows, however large the
-    score gap, and the factor :math:`e^{\lambda_2}`, which underflows at gaps above ~745,
-    stays in log space.
+    :meth:`AttentionClassifier.grad`): for :math:`t \in U`,
+    :math:`s_t \sum_\tau s_\tau (g_t - g_\tau)` has no term from :math:`\tau \in U`. Only
+    exponents :math:`\le 0` are exponentiated (no log-softmax of the full row): :math:`\hat s`
+    and :math:`s_t/s_{t^\star}` are :math:`\le 1` and never overflow, however large the score
+    gap, and the factor :math:`e^{\lambda_2}`, which underflows at gaps above ~745, stays in log
+    space. The group matters where tokens tie exactly with the top one in :math:`g` (the
+    equal-score instances): there the second largest probability overall would be the scale of
+    terms that are exactly zero, and the informative ones, :math:`e^{\lambda_2}` smaller, would
+    underflow against it (an NGD run on ch08's instances froze at :math:`\|W\| \approx 1190`
+    that way). Without ties (:math:`U = \{t^\star\}`) every value is the one of the formulas
+    without the group, to the last bit. With no token outside :math:`U`, :math:`\rho = 0`
+    exactly and :math:`\lambda_2 = -\infty`.
 
     Returns
     -------
@@ -94,10 +113,12 @@ def softmax_jacobian(a, G):
     a_top : (..., 1)
         :math:`a_{t^\star}`.
     """
-    sh, top, Ssh, shG, gap, G_top, a_top = _top_two(a, G)
-    log_s_top, lam2, s_top, f = jacobian_scalars(gap, _exp_small(gap), Ssh, shG, G_top)
-    rho = sh.mul_(G - f)                                     # non-top tokens (sh is 0 at the top)
-    rho.scatter_(-1, top, s_top * (G_top * Ssh - shG))
+    sh, su, top, Ssh, shG, gap, G_top, a_top, some = _top_two(a, G)
+    EU = su.sum(-1, keepdim=True) - 1                        # exactly 0 when U = {t*}
+    log_s_top, lam2, s_top, f = jacobian_scalars(gap, _exp_small(gap), Ssh, shG, G_top, EU)
+    rho = sh.mul_(G - f)                                     # tokens outside U (sh is 0 on U)
+    rho.add_(su * (s_top * (G_top * Ssh - shG)))             # U (su_top = 1: the top token)
+    lam2 = torch.where(some, lam2, -math.inf)                # rho = 0: no scale of its own
     return rho, f.squeeze(-1), lam2.squeeze(-1), log_s_top.squeeze(-1), top, a_top
 
 
@@ -297,6 +318,7 @@ class AttentionClassifier:
         logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
         lw = logc + lam2
         sig = lw.amax(-1)
+        sig = torch.where(sig > -math.inf, sig, 0.0)            # every rho = 0: a zero gradient
         coef = _exp_small(lw - sig.unsqueeze(-1)) * -y
         rho.mul_(coef.unsqueeze(-1))                            # q, in place
         xbar = token_sums(X, rho, Xt)                           # (B,n,d)
