@@ -5,6 +5,7 @@ import pytest
 import attnsvm as A
 from attnsvm import tokens
 from attnsvm import losses, metrics, svm
+from attnsvm import path
 from attnsvm.experiments import regpath
 import attnsvm.data as A_data
 
@@ -54,10 +55,10 @@ def test_log_excess_is_loss_minus_infimum(loss):
         W = rng.standard_normal((5, 5)) * s
         u, _ = _outputs(W, data)
         E = ell(u).mean() - losses.loss_floor(data, loss=loss)
-        assert np.exp(regpath.log_excess(W, data, loss=loss)) == pytest.approx(E, rel=1e-8)
+        assert np.exp(path.log_excess(W, data, loss=loss)) == pytest.approx(E, rel=1e-8)
     # far along the SVM direction the excess is tiny but still exact in log space
     Wmm = svm.att_svm(data.X, data.Z, opt)
-    le = regpath.log_excess(200 * Wmm / np.linalg.norm(Wmm), data, loss=loss)
+    le = path.log_excess(200 * Wmm / np.linalg.norm(Wmm), data, loss=loss)
     assert np.isfinite(le) and le < -20
 
 
@@ -66,15 +67,15 @@ def test_projections():
     for norm, f in (("fro", np.linalg.norm), ("nuc", lambda a: np.linalg.norm(a, "nuc"))):
         for _ in range(5):
             W = rng.standard_normal((4, 4)) * 3
-            P = regpath.project_ball(W, 2.0, norm=norm)
+            P = path.project_ball(W, 2.0, norm=norm)
             assert f(P) <= 2.0 + 1e-10
-            assert np.allclose(regpath.project_ball(P, 2.0, norm=norm), P, atol=1e-10)
+            assert np.allclose(path.project_ball(P, 2.0, norm=norm), P, atol=1e-10)
             for _ in range(10):                            # variational inequality
                 Y = rng.standard_normal((4, 4))
                 Y = Y / f(Y) * 2.0 * rng.random()
                 assert np.sum((W - P) * (Y - P)) <= 1e-9
             small = W / f(W)
-            assert np.allclose(regpath.project_ball(small, 2.0, norm=norm), small)
+            assert np.allclose(path.project_ball(small, 2.0, norm=norm), small)
 
 
 def test_kq_budget_is_nuclear_ball():
@@ -98,10 +99,10 @@ def test_theorem_bounds_hold_on_the_path():
     data, opt = _inst(3, 3, 4, seed=12, B=2)
     Wmm, feas = svm.att_svm_batch(data.X, data.Z, opt)
     assert feas.all()
-    consts = [regpath.path_constants(data.trial(b), Wmm[b]) for b in range(2)]
+    consts = [path.path_constants(data.trial(b), Wmm[b]) for b in range(2)]
     R0 = max(c["R0"] for c in consts)
     R = R0 * np.array([1.01, 2.0, 4.0])
-    rp = regpath.reg_path(data, R, inits=2, W_svm=Wmm, max_steps=600, device="cpu")
+    rp = path.reg_path(data, R, inits=2, W_svm=Wmm, max_steps=600, device="cpu")
     assert np.all(rp.log_excess <= rp.log_excess_svm + 1e-12)   # the hypothesis on W_R
     for b, c in enumerate(consts):
         A, _ = tokens.lifted_features(data.X[b], data.Z[b], opt[b])
@@ -138,7 +139,7 @@ def test_theorem_bounds_on_adversarial_points_of_the_sublevel_set():
     for seed in (12, 13):
         data, opt = _inst(3, 3, 4, seed=seed)
         Wmm = svm.att_svm(data.X, data.Z, opt)
-        c = regpath.path_constants(data, Wmm)
+        c = path.path_constants(data, Wmm)
         nW = np.linalg.norm(Wmm)
         Wbar = Wmm / nW
         Amat, _ = tokens.lifted_features(data.X, data.Z, opt)
@@ -146,19 +147,19 @@ def test_theorem_bounds_on_adversarial_points_of_the_sublevel_set():
         U -= np.einsum("kab,ab->k", U, Wbar)[:, None, None] * Wbar
         U /= np.linalg.norm(U, axis=(1, 2), keepdims=True)
         for R in c["R0"] * np.array([1.01, 1.5, 3.0]):
-            level = regpath.log_excess(R * Wbar, data)
+            level = path.log_excess(R * Wbar, data)
 
             def at(th):
                 return R * (np.cos(th)[:, None, None] * Wbar + np.sin(th)[:, None, None] * U)
 
-            th = _boundary(lambda x: regpath.log_excess(at(x), data) <= level, np.zeros(64),
+            th = _boundary(lambda x: path.log_excess(at(x), data) <= level, np.zeros(64),
                            np.full(64, np.pi))
             W1 = at(th)
-            sc = 1 - _boundary(lambda x: regpath.log_excess((1 - x)[:, None, None] * W1, data) <= level,
+            sc = 1 - _boundary(lambda x: path.log_excess((1 - x)[:, None, None] * W1, data) <= level,
                                np.zeros(64), np.ones(64))
             W2 = sc[:, None, None] * W1
             for W in (W1, W2):
-                assert np.all(regpath.log_excess(W, data) <= level + 1e-9)      # in the set
+                assert np.all(path.log_excess(W, data) <= level + 1e-9)      # in the set
                 margin = np.einsum("kab,jab->jk", Amat, W).min(-1)
                 assert np.all(margin >= R * c["gamma_hat"] - np.log(c["C"]))
                 assert np.all(np.linalg.norm(W, axis=(1, 2)) >= R - nW * np.log(c["C"]))
@@ -172,7 +173,7 @@ def test_path_direction_and_observed_rate():
     data, opt = _inst(4, 4, 5, seed=13, B=2)
     Wmm, feas = svm.att_svm_batch(data.X, data.Z, opt)
     R = np.geomspace(20, 400, 5)
-    rp = regpath.reg_path(data, R, inits=1, W_svm=Wmm, max_steps=500, device="cpu")
+    rp = path.reg_path(data, R, inits=1, W_svm=Wmm, max_steps=500, device="cpu")
     gap = 1 - rp.corr
     assert np.all(np.diff(gap, axis=0) < 0)
     assert np.all(gap[-1] < 1e-2)
@@ -186,7 +187,7 @@ def test_nuclear_path_tends_to_nuclear_svm():
     data, opt = _inst(4, 4, 5, seed=14)
     Wn = svm.att_svm(data.X, data.Z, opt, norm="nuc")
     Wf = svm.att_svm(data.X, data.Z, opt)
-    rp = regpath.reg_path(data, [10.0, 300.0], norm="nuc", inits=1, W_svm=Wn, max_steps=800,
+    rp = path.reg_path(data, [10.0, 300.0], norm="nuc", inits=1, W_svm=Wn, max_steps=800,
                           device="cpu")
     assert 1 - rp.corr[-1, 0] < 1e-2
     assert rp.corr[-1, 0] > rp.corr[0, 0]
@@ -199,9 +200,9 @@ def test_path_constants_batched_equals_one_at_a_time():
     opt = A.tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = A.svm.att_svm_batch(data.X, data.Z, opt)
     assert feas.all()
-    batched = regpath.path_constants(data, W_mm)
+    batched = path.path_constants(data, W_mm)
     for b in range(3):
-        one = regpath.path_constants(data.trial(b), W_mm[b])
+        one = path.path_constants(data.trial(b), W_mm[b])
         for k, v in one.items():
             assert batched[k][b] == pytest.approx(v, rel=1e-12)
 

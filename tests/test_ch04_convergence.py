@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import attnsvm.experiments.convergence as C
+import attnsvm.experiments.trajectories as TR
 from attnsvm import tokens
 from attnsvm import losses, metrics, svm
 import attnsvm.bounds as A_bounds
@@ -29,8 +30,8 @@ def inst():
 def choices(inst):
     """Locally optimal and non-locally-optimal choices alpha != opt (seeded search)."""
     data, _, _ = inst
-    lo, f_lo = C.find_choices(data, locally_optimal=True, seed=0)
-    nlo, f_nlo = C.find_choices(data, locally_optimal=False, seed=0)
+    lo, f_lo = svm.find_choices(data, locally_optimal=True, seed=0)
+    nlo, f_nlo = svm.find_choices(data, locally_optimal=False, seed=0)
     assert f_lo.any() and f_nlo.any()
     return lo, f_lo, nlo, f_nlo
 
@@ -124,9 +125,9 @@ def test_ray_alignment_identity(inst, choices):
             Wa = svm.att_svm(data.X[b], data.Z[b], alpha)
             for c in (0.0, 0.7, 3.0, 10.0):
                 _, G = losses.loss_grad(c * Wa, data.trial(b))
-                got = C.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa)
+                got = svm.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa)
                 assert got == pytest.approx(-np.sum(G * Wa), rel=1e-8, abs=1e-13)
-                assert C.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa, scaled=True) == \
+                assert svm.ray_alignment(data.trial(b), alpha, c, W_alpha=Wa, scaled=True) == \
                     pytest.approx(np.exp(c) * got, rel=1e-10, abs=1e-13)
 
 
@@ -141,13 +142,13 @@ def test_ray_theorem_limit_and_sign(inst, choices):
         Wa = svm.att_svm(x.X, x.Z, alpha)
         assert svm.is_locally_optimal(x.X, x.y, x.Z, x.v, alpha)
         for loss in ("logistic", "exponential"):
-            lam = C.ray_alignment_limit(x, alpha, W_alpha=Wa, loss=loss, tol=1e-7)
+            lam = svm.ray_alignment_limit(x, alpha, W_alpha=Wa, loss=loss, tol=1e-7)
             assert lam > 0
-            val = C.ray_alignment(x, alpha, [1e6, 1e7], W_alpha=Wa, loss=loss, scaled=True)
+            val = svm.ray_alignment(x, alpha, [1e6, 1e7], W_alpha=Wa, loss=loss, scaled=True)
             np.testing.assert_allclose(val, lam, rtol=1e-4)
         # the derivative of c -> L(c W_a) is -<-grad L, W_a>: negative on a grid of large c,
         # and the loss decreases there towards its floor
-        assert np.all(C.ray_alignment(x, alpha, np.geomspace(20, 1e6, 30), W_alpha=Wa,
+        assert np.all(svm.ray_alignment(x, alpha, np.geomspace(20, 1e6, 30), W_alpha=Wa,
                                       scaled=True) > 0)
         Ls = [losses.loss_value(c * Wa, x) for c in np.linspace(20, 26, 4)]
         assert np.all(np.diff(Ls) < 0)
@@ -162,16 +163,16 @@ def test_ray_theorem_negative_constant_means_increase():
     """thm-ray, other direction: a (not locally optimal) alpha with Lambda_alpha < 0 has
     <-grad L, W_a> < 0 far along its ray: the loss increases along it."""
     data = A_data.sized_trials(4, 5, 6, trials=12, seed=3)
-    alpha, found = C.find_choices(data, locally_optimal=False, seed=0)
+    alpha, found = svm.find_choices(data, locally_optimal=False, seed=0)
     neg = 0
     for b in np.flatnonzero(found):
         x = data.trial(b)
         Wa = svm.att_svm(x.X, x.Z, alpha[b])
-        lam = C.ray_alignment_limit(x, alpha[b], W_alpha=Wa, tol=1e-7)
+        lam = svm.ray_alignment_limit(x, alpha[b], W_alpha=Wa, tol=1e-7)
         if lam < 0:
             neg += 1
             assert not svm.is_locally_optimal(x.X, x.y, x.Z, x.v, alpha[b])
-            assert np.all(C.ray_alignment(x, alpha[b], [1e5, 1e6], W_alpha=Wa, scaled=True) < 0)
+            assert np.all(svm.ray_alignment(x, alpha[b], [1e5, 1e6], W_alpha=Wa, scaled=True) < 0)
     assert neg >= 1
 
 
@@ -278,9 +279,9 @@ def test_overparam_sweep_shape_and_trend():
 
 
 def test_toy_2d_and_trajectories():
-    data, key = C.toy_2d(seed=0)
+    data, key = TR.toy_2d(seed=0)
     assert data.d == 2 and not data.batched
-    tr = C.trajectories_2d(data, steps=1500, device="cpu")
+    tr = TR.trajectories_2d(data, steps=1500, device="cpu")
     assert tr.corr["W_vs_W_mm"] > 0.99
     assert tr.corr["KQ_vs_W_mm_nuc"] > 0.99
     assert tr.corr["p_vs_p_mm"] > 0.99
@@ -387,8 +388,8 @@ def test_local_claims_hold_and_can_fail():
 def test_trajectories_claims_hold_and_can_fail():
     """The checked claims of ch04a (Trajectories2D) hold on the 2-D instance, and each turns
     false when its numbers are set against it."""
-    data, _ = C.toy_2d(seed=0)
-    tr = C.trajectories_2d(data, steps=1500, device="cpu")
+    data, _ = TR.toy_2d(seed=0)
+    tr = TR.trajectories_2d(data, steps=1500, device="cpu")
     c = tr.claims()
     assert set(c) == {"own_svm", "approach"} and all(h for h, _ in c.values()), c
     s = tr.summary()

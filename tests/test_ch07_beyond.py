@@ -6,7 +6,7 @@ import attnsvm.metrics as M
 import attnsvm.svm as svm
 import attnsvm.data as A_data
 import attnsvm.metrics as A_metrics
-from attnsvm.experiments import selection as S
+from attnsvm.experiments import beyond as BY
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +76,10 @@ def test_selected_sets_and_prediction_rule():
 
 def test_linear_head_all_predicted_and_mlp_generalized_closer():
     data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
-    lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
+    lin = BY.multi_token_selection(data, head="linear", steps=1500, device="cpu")
     assert lin.fraction_predicted == 1.0
     assert np.all(lin.set_sizes == 1)
-    mlp = S.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
+    mlp = BY.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
                                   device="cpu")
     ok = mlp.feasible & mlp.feasible_single
     assert ok.any()
@@ -90,7 +90,7 @@ def test_linear_head_all_predicted_and_mlp_generalized_closer():
 
 def test_multi_token_summary_is_nan_safe_and_consistent():
     data = A_data.unit_instances(4, 5, 6, trials=3, seed=0)
-    r = S.multi_token_selection(data, head="linear", optimizer="ngd", lr=0.1, steps=60, seed=0,
+    r = BY.multi_token_selection(data, head="linear", optimizer="ngd", lr=0.1, steps=60, seed=0,
                                 device="cpu")
     s = r.summary()
     assert s["frac_pred"] == r.fraction_predicted
@@ -134,11 +134,11 @@ def test_multi_token_horizons_summary_and_claims():
     (the short run is the start of the long one), position-keyed summary, claims that follow the
     numbers (and fail when the rate falls)."""
     kw = dict(head="mlp", mass_tol=0.01, device="cpu")
-    r = S.multi_token_horizons(3, 4, (4, 6), trials=3, horizons=(40, 200), **kw)
+    r = BY.multi_token_horizons(3, 4, (4, 6), trials=3, horizons=(40, 200), **kw)
     s = r.summary()
     assert (s["horizon_short"], s["horizon_long"], s["d_0"], s["d_1"]) == (40, 200, 4, 6)
     assert s["trials"] == 3 and s["n_instances"] == 6
-    direct = S.multi_token_selection(A_data.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
+    direct = BY.multi_token_selection(A_data.unit_instances(3, 4, 6, trials=3, seed=0), steps=200, **kw)
     np.testing.assert_array_equal(direct.predicted, r.runs[6][200].predicted)
     np.testing.assert_allclose(direct.history.params["W"], r.runs[6][200].history.params["W"])
     both = np.concatenate([r.runs[d][200].predicted for d in (4, 6)])
@@ -150,7 +150,7 @@ def test_multi_token_horizons_summary_and_claims():
         r.runs[d][200].predicted[:] = False
     assert not r.claims()["rate_rises"][0] and not r.claims()["rate_rises_each_d"][0]
     with pytest.raises(ValueError, match="horizons"):
-        S.multi_token_horizons(3, 4, (4,), trials=1, horizons=(200, 40), **kw)
+        BY.multi_token_horizons(3, 4, (4,), trials=1, horizons=(200, 40), **kw)
 
 
 def test_run_claims_hold_and_can_fail():
@@ -159,8 +159,8 @@ def test_run_claims_hold_and_can_fail():
     clears the threshold on fewer, and the norm grows slower than with the linear head. Each
     fails when its numbers are set against it."""
     data = A_data.unit_instances(6, 8, 10, trials=4, seed=0)
-    lin = S.multi_token_selection(data, head="linear", steps=1500, device="cpu")
-    mlp = S.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
+    lin = BY.multi_token_selection(data, head="linear", steps=1500, device="cpu")
+    mlp = BY.multi_token_selection(data, head="mlp", width=20, steps=1500, mass_tol=0.01,
                                   device="cpu")
     assert list(lin.claims()) == ["sets_single"] and lin.claims()["sets_single"][0]
     c = mlp.claims(control=lin)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.experiments import rates
+from attnsvm.experiments import globalconv
 
 
 #: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
@@ -13,8 +13,8 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = rates.score_data(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     return data, opt, W_mm, A.bounds.constants(data, opt, W_mm)
 
 
@@ -77,7 +77,7 @@ def test_alignment_random_points(inst):
 def test_cone_property_fails_off_model():
     """With distinct non-optimal scores the loss is not monotone in the margins: at W = 0 a
     non-optimal token scoring above the average u_i gets a negative weight on A_it."""
-    data, opt = rates.score_data(4, 4, 6, trials=2, distinct=True, seed=3)
+    data, opt = A.data.score_instances(4, 4, 6, trials=2, distinct=True, seed=3)
     W = np.zeros((2, 6, 6))
     _, u, s = _loss(data, W)
     g = data.y[..., None] * np.einsum("bntd,bd->bnt", data.X, data.v)
@@ -88,7 +88,7 @@ def test_cone_property_fails_off_model():
     np.testing.assert_allclose(np.einsum("bnt,bntd,bne->bde", coef, U, Z), -A.losses.risk_grad(data, W),
                                rtol=1e-9, atol=1e-15)
     # in the equal-score model the same weights are never negative (reduction lemma)
-    data2, opt2 = rates.score_data(4, 4, 6, trials=2, seed=3)
+    data2, opt2 = A.data.score_instances(4, 4, 6, trials=2, seed=3)
     coef2, *_ = _coef_sum(data2, opt2, W)
     assert coef2.min() >= 0
 
@@ -114,7 +114,7 @@ def _adversarial_start(data, opt, R0):
     """R0 W_mm^alpha / |W_mm^alpha|, alpha = opt with sequence 0's token swapped for the next."""
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
-    Wa = rates.svm_batch(data, alpha)
+    Wa = A.svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     return R0 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)
 
 
@@ -142,7 +142,8 @@ def test_observed_global_vs_trap(inst):
     h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=3000, init=W0, refs={"W_mm": W_mm},
                     n_records=5, device="cpu")
     assert np.all(h.corr["W_mm"][-1] > 0.99)
-    one, o, a, _ = rates.find_trap(3, 3, 4, seed=0)
+    traps, o, a, _ = globalconv._find_traps(3, 3, 4, trials=1, seed=0)
+    one, o, a = traps.trial(0), o[0], a[0]
     Wm = A.svm.att_svm(one.X, one.Z, o)
     Wt = A.svm.att_svm(one.X, one.Z, a)
     assert A.svm.is_locally_optimal(one.X, one.y, one.Z, one.v, a) and np.any(a != o)
@@ -156,9 +157,9 @@ def test_observed_global_vs_trap(inst):
 
 
 def test_global_experiment_groups_and_ngd_guaranteed_progress():
-    exp = rates.global_experiment(3, 3, 4, trials=2, steps=200, R0=10.0, radius=1.0, lr_gd=1.0,
+    exp = globalconv.global_experiment(3, 3, 4, trials=2, steps=200, R0=10.0, radius=1.0, lr_gd=1.0,
                                   lr_ngd=0.1, n_records=10, seed=0, device="cpu")
-    assert list(exp.slices) == list(rates.GLOBAL_GROUPS)
+    assert list(exp.slices) == list(globalconv.GLOBAL_GROUPS)
     assert exp.runs["ngd"].W.shape == (8, 4, 4) and exp.W0.shape == (8, 4, 4)
     # the adversarial starts point along W_mm^alpha with norm R0
     sl = exp.slices["equal-score, adversarial init"]
@@ -166,16 +167,16 @@ def test_global_experiment_groups_and_ngd_guaranteed_progress():
     np.testing.assert_allclose(A.metrics.corr(exp.W0[sl], exp.W_alpha[sl]), 1.0, atol=1e-12)
     # proved: NGD's projection on W_mm grows at least eta * kappa per step
     assert exp.ngd_progress >= 1.0
-    assert set(exp.final("ngd")) == set(rates.GLOBAL_GROUPS)
+    assert set(exp.final("ngd")) == set(globalconv.GLOBAL_GROUPS)
 
 
 # ----------------------------------------------------------------------------- global, under (Cx)
 @pytest.fixture(scope="module", params=list(SCORES))
 def cx_inst(request):
     """Orthogonal-query equal-score instances (the cross-sequence condition holds)."""
-    data, opt = rates.score_data(4, 4, 6, trials=3, seed=5, queries="orthogonal",
+    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=5, queries="orthogonal",
                                  **SCORES[request.param])
-    return data, opt, rates.svm_batch(data, opt)
+    return data, opt, A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
 
 
 def _brute_cross_min(data, opt):
@@ -193,8 +194,8 @@ def _brute_cross_min(data, opt):
 
 
 def test_orthogonal_queries_and_cross_gram():
-    u, opt_u = rates.score_data(4, 3, 5, trials=3, seed=7)
-    o, opt_o = rates.score_data(4, 3, 5, trials=3, seed=7, queries="orthogonal")
+    u, opt_u = A.data.score_instances(4, 3, 5, trials=3, seed=7)
+    o, opt_o = A.data.score_instances(4, 3, 5, trials=3, seed=7, queries="orthogonal")
     # only the queries change, and they are exactly orthonormal
     for name in ("X", "y", "v"):
         np.testing.assert_array_equal(getattr(u, name), getattr(o, name))
@@ -204,18 +205,35 @@ def test_orthogonal_queries_and_cross_gram():
     np.testing.assert_allclose(A.bounds.cross_gram_min(u, opt_u), _brute_cross_min(u, opt_u), rtol=1e-12)
     assert np.all(A.bounds.cross_gram_min(u, opt_u) < 0)
     assert np.all(A.bounds.cross_gram_min(o, opt_o) >= 0)
-    one, opt1 = rates.score_data(1, 4, 3, trials=2, seed=0)
+    one, opt1 = A.data.score_instances(1, 4, 3, trials=2, seed=0)
     assert np.all(np.isinf(A.bounds.cross_gram_min(one, opt1)))          # n = 1: (Cx) is empty
     with pytest.raises(ValueError, match="d >= n"):
-        rates.score_data(5, 3, 4, queries="orthogonal")
+        A.data.score_instances(5, 3, 4, queries="orthogonal")
     with pytest.raises(ValueError, match="queries"):
-        rates.score_data(3, 3, 4, queries="sphere")
+        A.data.score_instances(3, 3, 4, queries="sphere")
 
 
 def _starts(data, opt, W_mm, R):
     """A random start of norm R and an adversarial one, R W_mm^alpha/|W_mm^alpha|."""
     return {"random": A.data.random_inits(data.d, data.trials, radius=R, seed=3),
             "adversarial": _adversarial_start(data, opt, R)}
+
+
+def test_every_step_is_one_fit_call(monkeypatch):
+    """attnsvm.train.every_step records every step of one fit call (record_every=1), not of a run
+    split into pieces: its records (more than one evaluation block) end at the iterate of a plain
+    run of the same steps, bit for bit."""
+    calls, real = [], A.train.fit
+    monkeypatch.setattr(A.train, "fit", lambda *a, **k: calls.append(k) or real(*a, **k))
+    data, opt = A.data.score_instances(2, 3, 3, trials=2, seed=0)
+    W0 = np.zeros((2, 3, 3))
+    lq, ex, W = A.train.every_step(data, opt, optimizer="ngd", lr=0.1, steps=700, init=W0, device="cpu")
+    assert len(calls) == 1 and calls[0]["record_every"] == 1
+    assert lq.shape == (701, 2, 2) and ex.shape == (701, 2)
+    h = real(data, model="W", optimizer="ngd", lr=0.1, steps=700, init=W0, n_records=2, device="cpu")
+    np.testing.assert_array_equal(W, h.W)
+    np.testing.assert_array_equal(ex[-1], A.losses.excess_loss(data, opt, h.W))
+    np.testing.assert_array_equal(lq[-1], A.metrics.log_q(data, opt, h.W))
 
 
 def test_no_attention_loss_every_step(cx_inst):
@@ -229,9 +247,9 @@ def test_no_attention_loss_every_step(cx_inst):
     for R in (3.0, 12.0):
         for W0 in _starts(data, opt, W_mm, R).values():
             for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
-                lq, ex, _ = rates.every_step(data, opt, optimizer=name, lr=eta, steps=400,
+                lq, ex, _ = A.train.every_step(data, opt, optimizer=name, lr=eta, steps=400,
                                              init=W0, device="cpu")
-                ok, checked, worst = rates.q_monotone(lq, ex)
+                ok, checked, worst = A.bounds.q_monotone(lq, ex)
                 assert np.all(checked >= 100) and np.all(ok), (name, R, worst)
                 s = np.exp(-np.logaddexp(0, lq))
                 assert np.all(s.min(-1) >= A.bounds.s0_lower(c["R_A"], data.T, R) * (1 - 1e-12))
@@ -267,20 +285,20 @@ def test_no_attention_loss_positive_cross_terms():
     50-90 steps, so fewer steps are checked for it.)"""
     data, opt = _positive_cross_instance()
     assert np.all(A.bounds.cross_gram_min(data, opt) > 0.5)
-    W_mm = rates.svm_batch(data, opt)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     np.testing.assert_allclose(c["Delta_min"], 1.0)
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     alpha = opt.copy()
     alpha[:, 0] = 1
-    Wa = rates.svm_batch(data, alpha)
+    Wa = A.svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     for R in (3.0, 12.0):
         for W0 in (A.data.random_inits(data.d, data.trials, radius=R, seed=3),
                    R * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)):
             for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
-                lq, ex, _ = rates.every_step(data, opt, optimizer=name, lr=eta, steps=400,
+                lq, ex, _ = A.train.every_step(data, opt, optimizer=name, lr=eta, steps=400,
                                              init=W0, device="cpu")
-                ok, checked, worst = rates.q_monotone(lq, ex)
+                ok, checked, worst = A.bounds.q_monotone(lq, ex)
                 assert np.all(checked >= 40) and np.all(ok), (name, R, worst)
 
 
@@ -289,9 +307,9 @@ def test_no_attention_loss_can_fail():
     step at a hundredth of eta_GD raises some q_i. (ii) With (Cx) (n = 1), a step 100 times
     eta_GD (GD) or eta_NGD (NGD) raises q, while the lemma's step lowers it. Catches the steps
     of bounds.noloss_steps made 100 times too large (then the lemma's own step raises q)."""
-    data, opt = rates.score_data(3, 3, 4, trials=8, seed=0)
+    data, opt = A.data.score_instances(3, 3, 4, trials=8, seed=0)
     assert np.all(A.bounds.cross_gram_min(data, opt) < 0)
-    c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
+    c = A.bounds.constants(data, opt, A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0])
     eta_gd, _ = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], data.n)
     W = 3.0 * np.random.default_rng(0).standard_normal((8, 4, 4))
     W1 = W - (0.01 * eta_gd)[:, None, None] * A.losses.risk_grad(data, W)
@@ -299,8 +317,8 @@ def test_no_attention_loss_can_fail():
     assert rise.max() > 1e-5
     # (ii) one sequence, tokens whose lifted features have a negative inner product
     # (an instance with such a pair: seed 9; with seed 1 the pair's second step is too short)
-    data, opt = rates.score_data(1, 3, 4, trials=4, seed=9, queries="orthogonal", gamma_opt=0.1)
-    c = A.bounds.constants(data, opt, rates.svm_batch(data, opt))
+    data, opt = A.data.score_instances(1, 3, 4, trials=4, seed=9, queries="orthogonal", gamma_opt=0.1)
+    c = A.bounds.constants(data, opt, A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0])
     eta_gd, eta_ngd = A.bounds.noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], 1)
     U, Z = A.bounds.lifted_factors(data, opt)
 
@@ -343,14 +361,14 @@ def test_global_theorem_ngd_and_gd(cx_inst):
     starts = dict(_starts(data, opt, W_mm, 1.5),
                   near=A.losses.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm)
     for label, W0 in starts.items():
-        g = rates.global_constants(data, opt, W_mm, W0)
+        g = A.bounds.global_constants(data, opt, W_mm, W0)
         # the NGD step condition implies the lemma's and log 2 / R_A
         assert np.all(g["eta_ngd_global"] <= g["eta_ngd_noloss"])
         assert np.all(g["eta_ngd_global"] <= np.log(2) / g["R_A"])
         assert np.all(g["s0"] >= g["s0_lower"])
         for name in ("ngd", "gd"):
             steps = 8000 if label == "near" else 6000 if equal else 2000
-            r = rates.global_run(data, opt, W_mm, W0, optimizer=name, steps=steps, device="cpu")
+            r = A.train.global_run(data, opt, W_mm, W0, optimizer=name, steps=steps, device="cpu")
             assert np.all(r["proved"]) and np.all(r["mono"])
             assert np.all(r["excess_holds"]) and np.all(r["mass_holds"])
             reached = np.isfinite(r["first"])
@@ -386,7 +404,7 @@ def test_t_reach_is_where_the_excess_bound_enters_region(cx_inst):
                   near=A.losses.scale_to_excess(data, opt, W_mm, 4 * c["eps0"])[:, None, None] * W_mm,
                   edge=A.losses.scale_to_excess(data, opt, W_mm, 1.5 * c["eps0"])[:, None, None] * W_mm)
     for label, W0 in starts.items():
-        g = rates.global_constants(data, opt, W_mm, W0)
+        g = A.bounds.global_constants(data, opt, W_mm, W0)
         assert np.all(g["E0"] > g["eps0"]), label
         for name in ("ngd", "gd"):
             eta = g[f"eta_{name}_global"]
@@ -409,10 +427,10 @@ def test_global_bounds_reject_bad_input():
     with pytest.raises(ValueError, match="eta"):
         A.bounds.global_excess_bound([0, 1], 1.0, -0.1, 0.1, optimizer="ngd")
     with pytest.raises(ValueError, match="optimizer"):
-        rates.global_run(*rates.score_data(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
+        A.train.global_run(*A.data.score_instances(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
                          optimizer="adam", steps=1)
-    data, opt = rates.score_data(2, 3, 3, trials=2)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(2, 3, 3, trials=2)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     E_zero = A.losses.excess_loss(data, opt, 0 * W_mm)
     k = A.losses.scale_to_excess(data, opt, W_mm, E_zero / 2)
     np.testing.assert_allclose(A.losses.excess_loss(data, opt, k[:, None, None] * W_mm), E_zero / 2, rtol=1e-9)
@@ -432,11 +450,11 @@ def _far_start(data, opt, W_mm, excess, scale=100.0, seed=3):
 
 @pytest.fixture(scope="module")
 def cx_far():
-    data, opt = rates.score_data(4, 4, 6, trials=3, seed=5, queries="orthogonal")
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=5, queries="orthogonal")
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     W0 = _far_start(data, opt, W_mm, 4 * c["eps0"])                 # outside the region: E0 = 4 eps0
-    return data, opt, W_mm, W0, rates.global_constants(data, opt, W_mm, W0)
+    return data, opt, W_mm, W0, A.bounds.global_constants(data, opt, W_mm, W0)
 
 
 @pytest.mark.slow
@@ -502,7 +520,7 @@ def test_global_direction_gd_pre_region_term(cx_far):
     D_bar and D exceeds D_bar minus the term."""
     data, opt, W_mm, _, _ = cx_far
     W0 = _adversarial_start(data, opt, 1.0)
-    g = rates.global_constants(data, opt, W_mm, W0)
+    g = A.bounds.global_constants(data, opt, W_mm, W0)
     assert np.all(g["cross_min"] >= 0) and np.all(g["E0"] > 5 * g["eps0"]) and np.all(g["s0"] < 0.25)
     eta = float(g["eta_gd_global"].min())
     kw = _gd_kw(g, eta)
@@ -546,13 +564,13 @@ def test_global_direction_gd_below_one():
     angle and 1 - corr quadratic, so while the bound is below 1 it is loose by a factor
     cot(theta/2) at least; the far start of test_global_direction_gd_from_zero (bound above 1)
     catches D_bar / 1.15. Slow: about 8 s idle (36 s under load)."""
-    data, opt = rates.score_data(2, 2, 4, trials=3, seed=5, queries="orthogonal")
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(2, 2, 4, trials=3, seed=5, queries="orthogonal")
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     Q = A.bounds.orth_component(data, opt, np.random.default_rng(3).standard_normal(W_mm.shape))
     Q *= (3.6 * np.linalg.norm(W_mm, axis=(-2, -1)) / np.linalg.norm(Q, axis=(-2, -1)))[:, None, None]
     W0 = A.losses.scale_to_excess(data, opt, W_mm, 1.05 * c["eps0"])[:, None, None] * W_mm + Q
-    g = rates.global_constants(data, opt, W_mm, W0)
+    g = A.bounds.global_constants(data, opt, W_mm, W0)
     assert np.all(g["cross_min"] >= -1e-12) and np.all(g["E0"] > g["eps0"])
     eta = 0.2 * float(g["eta_gd_global"].min())
     kw = _gd_kw(g, eta)
@@ -613,7 +631,7 @@ def test_chapter_result_objects():
     """The notebook's numbers and claims at small size: every claim of both result objects holds,
     and the summary numbers sit in range (a false claim, e.g. NGD not reaching W_mm from random
     starts or a run leaving the proved bound, makes the ``all(holds)`` assertion fail)."""
-    exp = rates.global_experiment(3, 3, 4, trials=4, steps=3000, R0=30.0, radius=3.0, lr_gd=1.0,
+    exp = globalconv.global_experiment(3, 3, 4, trials=4, steps=3000, R0=30.0, radius=3.0, lr_gd=1.0,
                                   lr_ngd=0.1, seed=0, device="cpu")
     s = exp.summary()
     assert len(s) == 45 and all(isinstance(v, (int, float)) for v in s.values())
@@ -622,7 +640,7 @@ def test_chapter_result_objects():
     assert s["ngd_rand_reach"] >= 0.8 * 4 and s["trap_stay"] > 0.999 and s["ngd_progress"] >= 1.0
     assert -1 <= s["gd_rand_start"] < s["gd_rand_min"] <= 1 and s["eq_cx_count"] < 2
     assert s["gd_adv_far"] > 0 and s["gd_tp_spearman"] <= -0.9
-    cx = rates.global_cx_experiment(3, 3, 4, trials=2, steps=6000, radius=1.0, R_adv=1.5, R_big=30.0,
+    cx = globalconv.global_cx_experiment(3, 3, 4, trials=2, steps=6000, radius=1.0, R_adv=1.5, R_big=30.0,
                                     lr_gd=1.0, lr_ngd=0.1, seed=0, device="cpu")
     c = cx.summary()
     claims = cx.claims()

@@ -13,8 +13,8 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = rates.score_data(4, 3, 5, trials=3, seed=2, **SCORES[request.param])
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=2, **SCORES[request.param])
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
     W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)     # a start in the region E <= eps0
@@ -156,8 +156,8 @@ def test_polyak_capped_equals_gd(inst):
 
 @pytest.mark.slow
 def test_invariance_and_floor():
-    data, opt = rates.score_data(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(3, 3, 4, trials=3, distinct=True, seed=4)   # holds for any data
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(4, 3, radius=2.0, seed=1)
     U, Z = A.bounds.lifted_factors(data, opt)
     for name, kw in (("gd", dict(lr=1.0)), ("ngd", dict(lr=0.1)), ("polyak", dict(eta_max=10.0))):
@@ -179,12 +179,12 @@ def test_invariance_and_floor():
 
 @pytest.mark.slow
 def test_observed_rates():
-    data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(6, 4, 8, trials=4, seed=0)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    runs = rates.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
+    runs = A.train.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
-    s = {k: np.median(A.metrics.slopes(h.steps, rates.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+    s = {k: np.median(A.metrics.slopes(h.steps, A.train.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
 
@@ -247,8 +247,8 @@ def test_polyak_star_unbounded_outside_region():
     prop-polyak-star). On this fixed instance one trial's step throws the iterate into
     saturation on a non-optimal token: E stays above eps0 while the gradient underflows, and the
     next step E/||g||^2 is non-finite. The capped rule min(E/||g||^2, eta_max) stays finite."""
-    data, opt = rates.score_data(4, 3, 5, trials=3, seed=9)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=9)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     W0 = A.data.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=7)
     h = A.train.fit(data, model="W", optimizer="polyak_star", steps=4, init=W0, snapshots=True,
@@ -266,16 +266,16 @@ def test_polyak_star_unbounded_outside_region():
 
 
 def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
-    """The notebook's runs (rates.fit_settings with drop_nonfinite): on the diverging instance above the
+    """The notebook's runs (attnsvm.train.fit_settings with drop_nonfinite): on the diverging instance above the
     failing trial is dropped, recorded in config, NaN in the history and in the metrics, and the
     other trials are exactly the runs without it; a rule not named still raises."""
-    data, opt = rates.score_data(4, 3, 5, trials=3, seed=9)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=9)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=7)
     settings = {"polyak_star": dict(lr=1.0)}
     with pytest.raises(A.train.NonFiniteError):
-        rates.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
-    h = rates.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
+        A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
+    h = A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
                   drop_nonfinite=("polyak_star",))["polyak_star"]
     dropped = h.config["dropped_trials"]
     live = np.setdiff1d(np.arange(3), dropped)
@@ -284,7 +284,7 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     ref = A.train.fit(data.take(live), model="W", optimizer="polyak_star", steps=150,
                       init=W0[live], snapshots=True, n_records=10)
     np.testing.assert_array_equal(h.snapshots[:, live], ref.snapshots)
-    m = rates.trajectory_metrics(data, opt, W_mm, h)
+    m = A.train.trajectory_metrics(data, opt, W_mm, h)
     assert np.all(np.isnan(m["excess"][:, dropped])) and np.all(np.isfinite(m["excess"][:, live]))
 
 
@@ -307,14 +307,14 @@ def test_first_step_and_theorem_checks(inst):
     which a condition holds for good; the NGD check rejects a run that violates the contraction."""
     t = np.array([0, 1, 2, 4, 8])
     mask = np.array([[0, 1, 0], [1, 1, 0], [0, 1, 0], [1, 1, 0], [1, 1, 1]], dtype=bool)
-    np.testing.assert_array_equal(rates.first_step(t, mask), [4.0, 0.0, 8.0])
-    assert np.isnan(rates.first_step(t, np.zeros((5, 1), dtype=bool))[0])
+    np.testing.assert_array_equal(A.metrics.first_step(t, mask), [4.0, 0.0, 8.0])
+    assert np.isnan(A.metrics.first_step(t, np.zeros((5, 1), dtype=bool))[0])
     data, opt, W_mm, c, W0 = inst
     eta = float(c["eta_ngd"].min())
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=200, init=W0, snapshots=True,
                     n_records=20, device="cpu")
     E = A.losses.excess_loss(data, opt, h.snapshots)
-    t0 = rates.first_step(h.steps, E <= c["eps0"])
+    t0 = A.metrics.first_step(h.steps, E <= c["eps0"])
     assert np.all(t0 == 0) and np.all(A.bounds.ngd_linear_holds(h.steps, E, t0, eta, c))
     flat = np.repeat(E[:1], len(h.steps), axis=0)                     # no decrease at all
     assert not np.any(A.bounds.ngd_linear_holds(h.steps, flat, t0, eta, c))
@@ -328,8 +328,8 @@ def test_direction_from_margin_lemma():
     rng = np.random.default_rng(11)
     cases = [dict(), SCORES["heterogeneous"], dict(distinct=True)]
     for kw in cases:
-        data, opt = rates.score_data(4, 3, 5, trials=3, seed=7, **kw)
-        W_mm = rates.svm_batch(data, opt)
+        data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=7, **kw)
+        W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
         gA = 1 / np.linalg.norm(W_mm, axis=(-2, -1))
         n_pos = 0
         for scale in (0.5, 1.0, 3.0):
@@ -519,10 +519,10 @@ def test_direction_bound_from_t0(inst):
     for name, eta in (("ngd", float(c["eta_ngd"].min())), ("gd", 1.0)):
         h = A.train.fit(data, model="W", optimizer=name, lr=eta, steps=400, init=start,
                         snapshots=True, n_records=30, device="cpu")
-        M = rates.trajectory_metrics(data, opt, W_mm, h)
+        M = A.train.trajectory_metrics(data, opt, W_mm, h)
         t = M["t"]
         mask = (M["excess"] <= c["eps0"]) if name == "ngd" else A.bounds.gd_step_condition(c, eta, M["excess"])
-        t0 = rates.first_step(t, mask)
+        t0 = A.metrics.first_step(t, mask)
         t0[0] = np.nan if name == "gd" else t0[0]                   # a trial without t0 is skipped
         r = A.bounds.direction_bound_from_t0(t, t0, M, c, optimizer=name, eta=eta)
         assert r["bound"].shape == (t.size, B) and r["fraction"] == 1.0
@@ -573,7 +573,7 @@ def test_curvature_outside_region(inst):
     rng = np.random.default_rng(7)
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
-    Wa = rates.svm_batch(data, alpha)
+    Wa = A.svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     starts = [k * rng.standard_normal(W_mm.shape) for k in (0.0, 0.5, 2.0, 6.0)]
     starts.append(4 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True))
     W = np.repeat(np.stack(starts), 4, axis=0)                         # (S, B, d, d), 4 draws each
@@ -729,8 +729,8 @@ def tight():
     """One sequence, two tokens, a small score gap (gamma* = 0.05, gamma° = 0): here b+/b- and
     Delta are close to their limits 1 and 0, so the sandwich, the curvature bound and the summed
     error of the GD rate theorem are close to equalities (measured below)."""
-    data, opt = rates.score_data(1, 2, 3, trials=3, seed=0, gamma_opt=0.05, gamma_other=0.0)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(1, 2, 3, trials=3, seed=0, gamma_opt=0.05, gamma_other=0.0)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     return data, opt, W_mm, c
 

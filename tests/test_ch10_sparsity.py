@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import attnsvm as A
-from attnsvm.experiments import rates
+from attnsvm.experiments import sparsity
 
 
 #: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
@@ -13,8 +13,8 @@ SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5, 1.0]
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, **SCORES[request.param])
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(5, 4, 6, trials=3, seed=5, **SCORES[request.param])
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     rng = np.random.default_rng(0)
     W0 = 8 * W_mm + 0.3 * rng.standard_normal(W_mm.shape)
@@ -77,8 +77,8 @@ def test_ngd_sparsity_bounds(inst):
     assert np.all(bound[-1] < bound[0])
     mass = A.metrics.nonopt_mass(data, opt, h.snapshots)                     # (K, B, n)
     assert np.all(mass.max(-1) <= bound * (1 + 1e-9))
-    r = rates.exp_rate(h.steps, np.log(mass.max(-1)))
-    rE = rates.exp_rate(h.steps, A.losses.excess_loss(data, opt, h.snapshots, log=True))
+    r = A.metrics.exp_rate(h.steps, np.log(mass.max(-1)))
+    rE = A.metrics.exp_rate(h.steps, A.losses.excess_loss(data, opt, h.snapshots, log=True))
     assert np.all(rE >= -np.log1p(-eta * c["mu"] / 2) * (1 - 1e-9))
     assert np.all(r <= 4 * eta * c["mu"] / 2)
 
@@ -95,7 +95,7 @@ def test_ngd_rate_bracket(inst):
     assert np.all(log_mean >= lower - 1e-9)                              # not faster than e^{-eta gamma_A t}
     # observation, not the proposition: the FITTED rate (a least-squares slope over the second
     # half of the run) also stays below eta gamma_A, up to a 2% fitting tolerance
-    r = rates.exp_rate(h.steps, log_mean)
+    r = A.metrics.exp_rate(h.steps, log_mean)
     assert np.all(r <= eta * c["gamma_A"] * 1.02)
 
 
@@ -108,7 +108,7 @@ def test_observed_ngd_rate_above_lower_end_at_large_step(inst):
     h = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=2000, init=W0, snapshots=True, device="cpu")
     lm = A.metrics.nonopt_mass(data, opt, h.snapshots, log=True)
     log_mean = np.log(np.exp(lm - lm.max(-1, keepdims=True)).mean(-1)) + lm.max(-1)
-    assert np.all(rates.exp_rate(h.steps, log_mean) >= eta * c["mu"] / 2)
+    assert np.all(A.metrics.exp_rate(h.steps, log_mean) >= eta * c["mu"] / 2)
 
 
 def test_gd_sparsity_rate(inst):
@@ -125,12 +125,12 @@ def test_gd_sparsity_rate(inst):
 
 
 def test_gd_slope_minus_one():
-    data, opt = rates.score_data(6, 4, 8, trials=4, seed=0)
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(6, 4, 8, trials=4, seed=0)
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    h = rates.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60,
+    h = A.train.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60,
                            device="cpu")["gd"]
-    m = rates.trajectory_metrics(data, opt, W_mm, h)
+    m = A.train.trajectory_metrics(data, opt, W_mm, h)
     assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
 
 
@@ -148,12 +148,12 @@ def test_sparsity_from_t0_under_cx():
     below 1: the bound is at least 7.6 times the mass, 20-28x at the end of the NGD runs and
     10-11x at the end of the GD runs (n = 5 of it is the factor n of cor-mass-excess); the test
     asserts that it is within a factor 15 somewhere, so the bound divided by 15 would fail."""
-    data, opt = rates.score_data(5, 4, 6, trials=3, seed=5, queries="orthogonal")
-    W_mm = rates.svm_batch(data, opt)
+    data, opt = A.data.score_instances(5, 4, 6, trials=3, seed=5, queries="orthogonal")
+    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = A.bounds.constants(data, opt, W_mm)
     alpha = opt.copy()
     alpha[:, 0] = (alpha[:, 0] + 1) % data.T
-    Wa = rates.svm_batch(data, alpha)
+    Wa = A.svm.att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
     bmD, _ = _bounds(data, opt, None)
     K = 1500
     t = np.arange(K + 1)[:, None]
@@ -161,7 +161,7 @@ def test_sparsity_from_t0_under_cx():
     for label, W0 in (("random", A.data.random_inits(6, 3, radius=1.0, seed=1)),
                       ("wrong token", 1.5 * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)),
                       ("near", near)):
-        g = rates.global_constants(data, opt, W_mm, W0)
+        g = A.bounds.global_constants(data, opt, W_mm, W0)
         np.testing.assert_allclose(g["bD_minus"], bmD.min(-1), rtol=1e-12)
         for name in ("ngd", "gd"):
             eta = float(g[f"eta_{name}_global"].min())
@@ -176,7 +176,7 @@ def test_sparsity_from_t0_under_cx():
             mass = (1 - np.take_along_axis(s, opt[None, ..., None], -1)[..., 0]).max(-1)   # (K+1, B)
             assert np.all(mass <= mass_bound * (1 + 1e-9)), (label, name)
             assert np.all(np.diff(mass_bound, axis=0) < 0)                 # and it decays
-            r = rates.global_run(data, opt, W_mm, W0, optimizer=name, steps=K, device="cpu")
+            r = A.train.global_run(data, opt, W_mm, W0, optimizer=name, steps=K, device="cpu")
             assert r["eta"] == eta and np.all(r["mass_holds"])            # the library's check agrees
             informative = mass_bound < 1
             if label == "near":
@@ -189,9 +189,9 @@ def test_sparsity_from_t0_under_cx():
 @pytest.mark.slow
 def test_chapter_result_object():
     """The notebook's numbers and claims at small size (4 trials): every claim of
-    :class:`rates.SparsityRun` holds and the numbers sit in range; NGD's exponential rate sits
+    :class:`sparsity.SparsityRun` holds and the numbers sit in range; NGD's exponential rate sits
     at eta * gamma_A (a rate off by a constant factor would fail ``ngd_at_upper_end``)."""
-    res = rates.sparsity_experiment(6, 4, 8, trials=4, steps=4000, cx_steps=3000, seed=0,
+    res = sparsity.sparsity_experiment(6, 4, 8, trials=4, steps=4000, cx_steps=3000, seed=0,
                                     device="cpu")
     s = res.summary()
     assert len(s) == 34 and all(isinstance(v, (int, float)) for v in s.values())

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from attnsvm import datasets as realdata
+from attnsvm import optim
 from attnsvm.experiments import nets
+import attnsvm.models.nets as MN
 
 
 # ----------------------------------------------------------------------------- Proposition
@@ -47,7 +49,7 @@ def test_sparsity_bound_is_tight():
 
 def test_sparsity_bound_on_a_bias_free_layer():
     torch.manual_seed(0)
-    att = nets.MultiHeadAttention(16, 4, bias=False).double()
+    att = MN.MultiHeadAttention(16, 4, bias=False).double()
     with torch.no_grad():
         att.query.weight.mul_(5.0)
     att.record = True
@@ -70,7 +72,7 @@ def test_sparsity_bound_on_a_bias_free_layer():
 # ----------------------------------------------------------------------------- measurements
 def test_head_norms_match_explicit_products():
     torch.manual_seed(1)
-    att = nets.MultiHeadAttention(24, 8)
+    att = MN.MultiHeadAttention(24, 8)
     explicit = torch.linalg.matrix_norm(att.head_matrices())
     torch.testing.assert_close(att.head_norms(), explicit, rtol=1e-5, atol=1e-7)
     h, m, D = 8, 3, 24
@@ -84,10 +86,10 @@ def test_attention_stats_extremes_and_padding():
     B, H, T = 2, 3, 4
     onehot = torch.zeros(B, H, T, T)
     onehot[..., 0] = 1.0
-    mx, ent = nets.attention_stats(onehot)
+    mx, ent = MN.attention_stats(onehot)
     assert torch.allclose(mx, torch.ones(H)) and torch.allclose(ent, torch.zeros(H), atol=1e-6)
     uni = torch.full((B, H, T, T), 1 / T)
-    mx, ent = nets.attention_stats(uni)
+    mx, ent = MN.attention_stats(uni)
     assert torch.allclose(mx, torch.full((H,), 1 / T)) and torch.allclose(ent, torch.ones(H))
     # padding: 2 valid tokens, uniform over them; padded queries must not count
     mask = torch.tensor([[True, True, False, False]] * B)
@@ -95,7 +97,7 @@ def test_attention_stats_extremes_and_padding():
     p[..., :2] = 0.5
     p[:, :, 2:, :] = 0.0
     p[:, :, 2:, 0] = 1.0                                                # garbage on padded queries
-    mx, ent = nets.attention_stats(p, mask)
+    mx, ent = MN.attention_stats(p, mask)
     assert torch.allclose(mx, torch.full((H,), 0.5)) and torch.allclose(ent, torch.ones(H))
 
 
@@ -224,7 +226,7 @@ REF = {
 
 @pytest.fixture(scope="module")
 def minilm():
-    return nets.load_minilm()
+    return MN.load_minilm()
 
 
 def test_minilm_loads_with_network_disabled(monkeypatch):
@@ -235,7 +237,7 @@ def test_minilm_loads_with_network_disabled(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    model, tok = nets.load_minilm()
+    model, tok = MN.load_minilm()
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
     e = model.sentence_embedding(tok, ["offline works"])
     assert e.shape == (1, 384) and torch.isfinite(e).all()
@@ -255,7 +257,7 @@ def test_minilm_matches_reference(minilm):
 
 def test_minilm_bad_directory(tmp_path):
     with pytest.raises(realdata.DataNotFoundError, match="model.safetensors"):
-        nets.load_minilm(tmp_path)
+        MN.load_minilm(tmp_path)
 
 
 @pytest.mark.slow
@@ -263,10 +265,10 @@ def test_text_classifier_trains(minilm):
     model, tok = minilm
     texts = ["good", "great movie", "awful", "terrible film", "loved it", "hated it"] * 4
     y = torch.tensor([1, 1, 0, 0, 1, 0] * 4)
-    H, M = nets.encode_frozen(model, tok, texts, stop=5, max_len=8)
+    H, M = MN.encode_frozen(model, tok, texts, stop=5, max_len=8)
     before = model.layers[5].attn.query.weight.detach().clone()
     cmp = nets.compare_optimizers(
-        lambda: nets.TextClassifier(model, 2, trainable_layers=1), ((H, M), y),
+        lambda: MN.TextClassifier(model, 2, trainable_layers=1), ((H, M), y),
         {"adam": dict(lr=1e-3), "sps": dict(lr=1.0, eta_max=1.0)}, steps=15, batch_size=8,
         n_records=4, device="cpu")
     for h in cmp.runs.values():
@@ -290,7 +292,7 @@ def test_four_optimizers_on_a_tiny_vit(digits):
     train, test, ds = digits
     settings = {"sgd": dict(lr=0.1), "sngd": dict(lr=0.05), "sps": dict(lr=1.0, eta_max=1.0),
                 "adam": dict(lr=1e-3)}
-    cmp = nets.compare_optimizers(lambda: nets.ViT(ds.shape, 10, dim=32), train, settings,
+    cmp = nets.compare_optimizers(lambda: MN.ViT(ds.shape, 10, dim=32), train, settings,
                                   steps=40, batch_size=32, test=test, n_records=5, device="cpu")
     runs, first = cmp.runs, cmp.runs["sgd"].head_norm[0]
     for name, h in runs.items():
@@ -316,7 +318,7 @@ def test_four_optimizers_on_a_tiny_vit(digits):
 def test_observed_adam_grows_norms_and_sparsifies(digits):
     train, test, ds = digits
     torch.manual_seed(0)
-    m = nets.ViT(ds.shape, 10)
+    m = MN.ViT(ds.shape, 10)
     h = nets.train_torch(m, train, optimizer="adam", lr=1e-3, steps=200, batch_size=32,
                          n_records=4, device="cpu")
     assert np.median(h.head_norm[-1] / h.head_norm[0]) > 1.02
@@ -382,11 +384,11 @@ def test_text_claims_hold_and_fail():
 def test_bad_arguments(digits):
     train, _, ds = digits
     with pytest.raises(ValueError, match="optimizer"):
-        nets.make_optimizer("lbfgs", [torch.zeros(1, requires_grad=True)], lr=0.1)
+        optim.make_optimizer("lbfgs", [torch.zeros(1, requires_grad=True)], lr=0.1)
     with pytest.raises(ValueError, match="batch_size"):
-        nets.train_torch(nets.ViT(ds.shape, 10), train, optimizer="sgd", lr=0.1, batch_size=10 ** 6)
+        nets.train_torch(MN.ViT(ds.shape, 10), train, optimizer="sgd", lr=0.1, batch_size=10 ** 6)
     with pytest.raises(ValueError, match="divisible"):
-        nets.ViT((1, 10, 10), 10, patch=4)
+        MN.ViT((1, 10, 10), 10, patch=4)
     with pytest.raises(ValueError, match="name"):
         realdata.load_image_dataset("svhn")
 

@@ -294,8 +294,8 @@ def test_adam_eps_split_at_t_eps():
     assert np.all(np.abs(split["rate_ratio"] - 1) < 0.1), split["rate_ratio"]
     assert np.median(split["gain"]) > 0, split["gain"]
     final = max(np.max(np.abs(a - b)) for a, b in zip(
-        G.margin_ratios(runs[1]["iterates"][-1], data.X, data.y, norms, gam).values(),
-        G.margin_ratios(runs[0]["iterates"][-1], data.X, data.y, norms, gam).values()))
+        A.svm.margin_ratios(runs[1]["iterates"][-1], data.X, data.y, norms, gam).values(),
+        A.svm.margin_ratios(runs[0]["iterates"][-1], data.X, data.y, norms, gam).values()))
     assert final > 0.005, final
     half = [{k: r[k][r["steps"] <= 7000] for k in ("steps", "iterates")} for r in runs]
     early = G._adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
@@ -383,10 +383,10 @@ def test_check_sd_bound_equals_inline(setup):
             rhs = (np.log(N) + Bq ** 2 * Q / 2) / s[:t].sum()
             np.testing.assert_allclose(rt[k], rhs, rtol=1e-10)
             live += int(np.sum(rhs < gam[q]))
-        holds, n_live = G.check_sd_bound(r, data.X, data.y, q, gam[q], lr=lr, decay=decay)
+        holds, n_live = A.bounds.check_sd_bound(r, data.X, data.y, q, gam[q], lr=lr, decay=decay)
         assert holds and n_live == live and live > 0
         # with a wrong (doubled) maximum margin the gap exceeds the bound: the check fails
-        bad, bad_live = G.check_sd_bound(r, data.X, data.y, q, 2 * gam[q], lr=lr, decay=decay)
+        bad, bad_live = A.bounds.check_sd_bound(r, data.X, data.y, q, 2 * gam[q], lr=lr, decay=decay)
         assert bad_live > 0 and not bad
     with pytest.raises(ValueError, match="norm"):
         A.bounds.sd_margin_radius(r["steps"], data.X, 3.0, lr=lr, decay=decay)
@@ -397,14 +397,14 @@ def test_margin_ratios_and_gaps(setup):
     norms = {"1": 1.0, "2": 2.0, "inf": np.inf}
     gammas = {k: gam[q] for k, q in norms.items()}
     w2 = A.svm.linear_svm_p(data.X, data.y, 2.0)
-    rat = G.margin_ratios(w2, data.X, data.y, norms, gammas)
+    rat = A.svm.margin_ratios(w2, data.X, data.y, norms, gammas)
     np.testing.assert_allclose(rat["2"], 1.0, rtol=1e-8)
     assert np.all(rat["1"] <= 1 + 1e-9) and np.all(rat["inf"] <= 1 + 1e-9)
     for b in range(B):       # per trial, the same as margin_in_norm on that trial alone
         assert rat["inf"][b] == pytest.approx(
             A.svm.margin_in_norm(w2[b], data.X[b], data.y[b], np.inf) / gam[np.inf][b], rel=1e-12)
     its = np.stack([w2, 2 * w2, -w2])
-    gap = G.margin_gaps(its, data.X, data.y, 2.0, gam[2.0])
+    gap = A.svm.margin_gaps(its, data.X, data.y, 2.0, gam[2.0])
     np.testing.assert_allclose(gap[:2], 0.0, atol=1e-9)
     assert np.all(gap[2] > gam[2.0])
 
@@ -413,19 +413,19 @@ def test_phase_fit_and_slopes():
     """An exponential series has a constant per-phase rate (R^2 = 1), a power law does not."""
     P, t = 100, np.arange(0, 5001, 50)
     expo = np.exp(-0.002 * t)[:, None] * np.array([[1.0, 3.0]])
-    rate, r2, k = G.phase_fit(t, expo, P)
+    rate, r2, k = A.metrics.phase_fit(t, expo, P)
     np.testing.assert_allclose(rate, 0.2, rtol=1e-10)
     np.testing.assert_allclose(r2, 1.0, atol=1e-12)
     assert k == 50
     power = np.where(t > 0, 1.0 / np.maximum(t, 1), np.nan)[:, None]
-    early = G.phase_fit(t, power, P, stop=2500)[0]
-    late = G.phase_fit(t, power, P, start=2500)[0]
+    early = A.metrics.phase_fit(t, power, P, stop=2500)[0]
+    late = A.metrics.phase_fit(t, power, P, start=2500)[0]
     assert late[0] / early[0] < 0.5
-    np.testing.assert_allclose(G.gap_slopes(t, np.where(t > 0, np.maximum(t, 1.0) ** -0.5, 1.0)[:, None]), -0.5)
+    np.testing.assert_allclose(A.metrics.slopes(t, np.where(t > 0, np.maximum(t, 1.0) ** -0.5, 1.0)[:, None]), -0.5)
     with pytest.raises(ValueError, match="phase boundaries"):
-        G.phase_fit(t, expo, 10000)
+        A.metrics.phase_fit(t, expo, 10000)
     with pytest.raises(ValueError, match="positive"):
-        G.phase_fit(t, -expo, P)
+        A.metrics.phase_fit(t, -expo, P)
 
 
 @pytest.mark.slow
@@ -443,7 +443,7 @@ def test_observed_rates_in_each_geometry():
                      ("md3", 3.0, dict(optimizer="md", p=3.0, lr=3.0, normalize=True))]:
         r = G._fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
         gam = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
-        slope[k] = np.median(G.gap_slopes(r["steps"], G.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
+        slope[k] = np.median(A.metrics.slopes(r["steps"], A.svm.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4
     assert slope["md15"] < slope["ngd"] - 0.2
     assert slope["md3"] > slope["ngd"] + 0.1

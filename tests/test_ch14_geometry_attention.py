@@ -184,7 +184,7 @@ def test_att_svm_batch_reports_failed_and_infeasible_trials(inst, monkeypatch):
         A.svm.att_svm_batch(X, Z, opt, norm=3.0, strict=True, return_status=True)
     # the driver names both, per (run, norm, trial)
     fin = {"r": np.stack([A.svm.att_svm(inst.X[b], inst.Z[b], inst.opt[b]) for b in range(4)])}
-    cmp = G.compare_att_svms(X, Z, fin, {"r": [3.0]})
+    cmp = A.svm.compare_att_svms(X, Z, fin, {"r": [3.0]})
     flagged = {(b, s) for _, _, b, s in cmp.flagged()}
     assert (1, "failed") in flagged
     assert np.isnan(cmp.corr["r", 3.0][1]) and np.isnan(cmp.ratio["r", 3.0][1])
@@ -198,7 +198,7 @@ def test_compare_att_svms_equals_per_trial(inst):
     fin = {"a": np.stack([A.svm.att_svm(inst.X[b], inst.Z[b], inst.opt[b]) for b in range(B)])
            + 0.05 * rng.standard_normal((B, d, d)), "b": rng.standard_normal((B, d, d))}
     norms = {"a": [2.0, np.inf, "spectral"], "b": [3.0]}
-    cmp = G.compare_att_svms(inst.X, inst.Z, fin, norms, opt=inst.opt)
+    cmp = A.svm.compare_att_svms(inst.X, inst.Z, fin, norms, opt=inst.opt)
     for k, qs in norms.items():
         for q in qs:
             for b in range(B):
@@ -222,7 +222,7 @@ def test_compare_att_svms_equals_per_trial(inst):
     assert cmp.ratio["a", 2.0].max() <= 1 + 1e-9        # nothing beats the Att-SVM in its norm
     assert cmp.ratio["a", 2.0].min() > 0.5 and cmp.opt_frac["a"] == 1.0
     with pytest.raises(ValueError, match="norms"):
-        G.compare_att_svms(inst.X, inst.Z, fin, {"c": [2.0]})
+        A.svm.compare_att_svms(inst.X, inst.Z, fin, {"c": [2.0]})
 
 
 def test_att_margin_gap(inst):
@@ -230,7 +230,7 @@ def test_att_margin_gap(inst):
     W = A.svm.att_svm_batch(inst.X, inst.Z, inst.opt, strict=True)[0]
     rng = np.random.default_rng(3)
     its = np.stack([W, 3.0 * W, W + 0.1 * rng.standard_normal(W.shape)])
-    gap = G.att_margin_gap(its, inst.X, inst.Z, inst.opt, W)
+    gap = A.svm.att_margin_gap(its, inst.X, inst.Z, inst.opt, W)
     np.testing.assert_allclose(gap[:2], 0.0, atol=1e-9)
     assert np.all(gap[2] > 0)
     for b in range(len(W)):          # the per-trial computation
@@ -252,9 +252,9 @@ def test_prgd_attention_rate_observed():
         r = G._fit_margin(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
         sel = A.tokens.selected_tokens(data.X, r["iterates"][-1], data.Z)     # the Att-SVM of the selected tokens
         W_sel = A.svm.att_svm_batch(data.X, data.Z, sel, strict=True)[0]
-        gap = G.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)
-        early = G.phase_fit(r["steps"], gap, 100, stop=2000)[0]
-        late = G.phase_fit(r["steps"], gap, 100, start=2000)[0]
+        gap = A.svm.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)
+        early = A.metrics.phase_fit(r["steps"], gap, 100, stop=2000)[0]
+        late = A.metrics.phase_fit(r["steps"], gap, 100, start=2000)[0]
         ratio[k] = np.median(late / early)
     assert 2 / 3 <= ratio["prgd"] <= 3 / 2
     assert ratio["ngd"] < 0.5
@@ -324,13 +324,13 @@ def _sd_run(norm, steps=1500, n=2, decay=0.0):
     d = 3), from W_{t0} = k W^{start}_mm with E(W_{t0}) = eps0/100, at the theorem's largest step
     eta_max (t - t0 + 1)^{-decay}. Returns the constants, the steps, N0, the gaps and E."""
     from attnsvm.bounds import sd_att_constants
-    from attnsvm.experiments.rates import score_data
+    from attnsvm.data import score_instances
     from attnsvm.losses import excess_loss, risk_grad, scale_to_excess
     from attnsvm.optim import steepest_direction
     from attnsvm.svm.geometry import matrix_norm
     from attnsvm.tokens import opt_margins
 
-    data, opt = score_data(n, 2, 3, seed=0)
+    data, opt = score_instances(n, 2, 3, seed=0)
     X, Z = data.X[0], data.Z[0]
     W_own = A.svm.att_svm(X, Z, opt[0], norm=norm)
     c = {k: float(v[0]) for k, v in sd_att_constants(data, opt, W_own[None], norm).items()}

@@ -477,7 +477,7 @@ def test_ntp_path_comparison_point():
 @pytest.mark.slow
 def test_ntp_regularization_path():
     """thm-ntpattn-path on ntp_sequences(10, 6, 3, queries=2, levels=2, seed=1), W_R from the
-    library's projected-gradient path solver (attnsvm.experiments.regpath._spg) started at the
+    library's projected-gradient path solver (attnsvm.path._spg) started at the
     comparison point, R = 2, 4, 8, 16. Checked: both parts of the excess are at most eps_R (item 1;
     measured total excess / eps_R is 0.86, 0.93, 0.96, 0.95, so dividing C_Omega by 1.17 fails), and, at
     the radii where the hypotheses hold (R = 8, 16), the finite-part error, the graph-margin
@@ -489,7 +489,7 @@ def test_ntp_regularization_path():
     hold with the proved constants; their orders are loose: R (1 - corr) falls from 0.025 at R = 2
     to 0.009 at R = 16, while the proved O(1/R) constant is g K_inf = 4.1)."""
     from attnsvm.bounds import ntp_path_bounds
-    from attnsvm.experiments.regpath import _project, _spg
+    from attnsvm.path import _project, _spg
 
     data, W_G, W_star, Q, mask, c = _path_instance()
     Rs = _PATH_RADII

@@ -210,7 +210,7 @@ def test_every_public_generator_is_registered():
                "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
                # the chapters' named draws: registered generators on a named stream (same arrays
                # as the driver functions they replace: tests/test_data.py::test_named_draws)
-               "unit_instances", "prompt_instances", "random_inits"}
+               "unit_instances", "prompt_instances", "score_instances", "random_inits"}
     public = {n for n in data.__all__ if callable(getattr(data, n)) and n not in helpers
               and not isinstance(getattr(data, n), type)}
     assert public == set(data.GENERATORS)
@@ -236,6 +236,14 @@ def test_named_draws():
     W = data.random_inits(5, 2, radius=3.0, seed=4)
     np.testing.assert_allclose(W[1, 2, :3], [1.40038813, -0.78008679, -0.08711253], atol=1e-8)
     np.testing.assert_allclose(np.linalg.norm(W, axis=(-2, -1)), 3.0, rtol=1e-12)
+    # Part III's draws (experiments.rates.score_data before issue 28): prescribed_scores on "scores"
+    sc, opt = data.score_instances(3, 4, 5, trials=3, seed=2, queries="orthogonal")
+    ref, ref_opt = data.prescribed_scores(3, 4, 5, trials=3, queries="orthogonal",
+                                          seed=data.Stream(2, "scores"))
+    np.testing.assert_array_equal(sc.X, ref.X)
+    np.testing.assert_array_equal(opt, ref_opt)
+    one, _ = data.score_instances(3, 4, 5, trials=1, seed=2, queries="orthogonal")
+    np.testing.assert_array_equal(one.X[0], sc.X[0])
 
 
 def _generator_calls(path):

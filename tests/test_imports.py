@@ -295,17 +295,6 @@ ENTRY_SUFFIXES = ("_experiment", "_study", "_sweep")
 #: them is gone or has become an entry point, so that its entry is deleted with it; a new name
 #: that is not an entry point or a result class fails at once.
 DRIVER_PENDING = {
-    "convergence": {"ray_alignment", "ray_alignment_limit", "toy_2d", "find_choices"},
-    "geometry": {"margin_ratios", "margin_gaps", "check_sd_bound", "gap_slopes", "phase_fit",
-                 "att_margin_gap", "compare_att_svms"},
-    "joint": {"joint_references"},
-    "nets": {"MultiHeadAttention", "attention_stats", "ViT", "read_safetensors", "WordPieceTokenizer",
-             "MiniLM", "load_minilm", "TextClassifier", "encode_frozen", "make_optimizer"},
-    "ntp": {"linear_limits", "ufm_geometry"},
-    "rates": {"score_data", "svm_batch", "find_trap", "fit_settings", "trajectory_metrics", "exp_rate",
-              "sensitivity", "first_step", "global_constants", "every_step", "q_monotone",
-              "first_in_region", "global_run"},
-    "regpath": {"log_excess", "project_ball", "reg_path", "path_constants"},
 }
 
 

@@ -74,7 +74,7 @@ def test_renamed_names_the_new_keyword():
     (lambda: attnsvm.experiments.convergence.local_experiment(query="cross"), "cross="),
     (lambda: attnsvm.experiments.convergence.overparam_sweep(query="cross"), "cross="),
     (lambda: attnsvm.experiments.regpath.regpath_study(2, 3, 4, R=[1.0], instances=2), "trials="),
-    (lambda: attnsvm.experiments.geometry.att_margin_gap(None, None, None, W_svm=None, sel=None), "alpha="),
+    (lambda: attnsvm.svm.att_margin_gap(None, None, None, W_svm=None, sel=None), "alpha="),
 ])
 def test_an_old_keyword_raises_a_type_error_naming_the_new_one(call, new):
     with pytest.raises(TypeError, match=new):

@@ -124,6 +124,26 @@ def test_record_grid_and_device():
     assert resolve_device("cpu").type == "cpu"
 
 
+@pytest.mark.parametrize("steps", [7, 1500, 20000, 200000])
+def test_record_grid_without_zero_and_with_extra_steps(steps):
+    """``initial=False`` gives the ``n_records`` rounded log-spaced steps in [1, steps] of the
+    chapters' own grids, and ``extra`` merges further steps (phase boundaries, horizons)."""
+    log = np.round(np.logspace(0, np.log10(steps), 60))
+    np.testing.assert_array_equal(record_grid(steps, n_records=60, initial=False),
+                                  np.unique(log).astype(int))
+    extra = [steps // 5, steps // 2]
+    np.testing.assert_array_equal(record_grid(steps, n_records=60, initial=False, extra=extra),
+                                  np.unique(np.concatenate([log, extra])).astype(int))
+    period = max(1, steps // 10)
+    np.testing.assert_array_equal(
+        record_grid(steps, n_records=41, extra=np.arange(period, steps + 1, period)),
+        np.unique(np.concatenate([np.round(np.logspace(0, np.log10(steps), 40)),
+                                  np.arange(0, steps + 1, period)])).astype(int))
+    assert record_grid(steps, 3, initial=False)[0] == 3 or steps < 3
+    with pytest.raises(ValueError, match="extra"):
+        record_grid(steps, extra=[steps + 1])
+
+
 @pytest.mark.parametrize("kw,arg", [
     (dict(lr=0.0), "lr"), (dict(lr=-1.0), "lr"), (dict(steps=0), "steps"),
     (dict(optimizer="lbfgs"), "optimizer"), (dict(model="QK"), "model"),

@@ -17,14 +17,16 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``bounds``   proved bounds of the book, as functions
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
+``path``     the regularization path: norm-constrained risk minimization (spectral projected gradient)
 ``datasets`` offline loaders of real data sets (images, labelled text, the MiniLM files)
 
 The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_book build``, the
 ``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
-module per group of chapters: ``feasibility``, ``regpath``, ``convergence``, ``selection``,
-``rates``, ``joint``, ``nets``, ``geometry``, ``ntp``, ``ntpattn``.
+module per group of chapters: ``feasibility``, ``regpath``, ``trajectories``, ``convergence``,
+``selection``, ``beyond``, ``globalconv``, ``rates``, ``sparsity``, ``joint``, ``nets``, ``geometry``,
+``ntp``, ``ntpattn``.
 
 Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
 ``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
@@ -36,7 +38,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
-               "bounds", "claims", "experiments",
+               "bounds", "claims", "experiments", "path",
                "graphs", "datasets")
 
 #: public name -> submodule that defines it

@@ -29,14 +29,16 @@ notebooks evaluate them here).
   :math:`A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top` (:func:`lifted_factors`), the token
   scores split at ``opt`` (:func:`attnsvm.tokens.opt_scores`), the proofs' constants :math:`R_A, \gamma_A,
   \kappa, \lambda, \mu, H, \varepsilon_0, \dots` (:func:`constants`) and the cross-sequence
-  condition (Cx) (:func:`cross_gram_min`);
+  condition (Cx) (:func:`cross_gram_min`), the global theorem's constants at a start
+  (:func:`global_constants`) and its lemma checked along an every-step record (:func:`q_monotone`);
 * theory curves of the rates chapter: NGD's norm bounds (:func:`ngd_norm_bounds`), the
   invariance floor (:func:`orth_component`, :func:`orth_floor`), the Polyak cap threshold
   (:func:`polyak_cap_threshold`), the (L - L*) Polyak step's progress
   (:func:`polyak_star_progress_bound`);
 * the saturation lemma and its cone version (Chapter 4): :func:`saturation_bound`,
   :func:`cone_margin_bound`; the steepest-descent margin bound of ``thm-sd-margin``
-  (Chapter 13): :func:`sd_margin_radius`; the smoothness constant of the next-token log-loss
+  (Chapter 13): :func:`sd_margin_radius` and :func:`check_sd_bound` (where it holds along a run);
+  the smoothness constant of the next-token log-loss
   (Chapter 16): :func:`smoothness_bound`; steepest descent on the equal-score model in its own
   norm (book: ``thm-sd-att``, Chapter 14): :func:`sd_att_constants`, :func:`sd_att_margin_bound`;
   the regularization path of next-token attention (book: ``thm-ntpattn-path``, Chapter 16):
@@ -56,7 +58,7 @@ from scipy.special import lambertw, logsumexp
 from . import metrics, svm, tokens
 from ._checks import as_float_array, check_int, check_positive
 from .data import support_sets
-from .losses import get_loss
+from .losses import excess_loss, get_loss
 from .optim import dual_norm, matrix_norm
 
 __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", "gd_direction_bound",
@@ -64,12 +66,13 @@ __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", 
            "global_excess_bound", "mass_from_excess", "finite_part_bound", "lifted_factors",
            "constants", "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold",
            "polyak_star_progress_bound", "gd_step_condition", "ngd_linear_holds",
-           "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min",
+           "gd_inverse_excess_holds", "direction_bound_from_t0", "cross_gram_min", "global_constants",
+           "q_monotone",
            "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
            "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
            "sd_att_constants", "sd_att_margin_bound", "ntp_path_constants", "ntp_path_bounds",
            "ngd_floorless_constants", "ngd_floorless_bound", "saturation_bound", "cone_margin_bound",
-           "sd_margin_radius", "smoothness_bound", "support_constants", "residual_parts",
+           "sd_margin_radius", "check_sd_bound", "smoothness_bound", "support_constants", "residual_parts",
            "residual_constants", "ngd_margin_offset", "gd_margin_offset", "squared_direction_bound",
            "nonsupport_mass", "sharpness_constant"]
 
@@ -711,7 +714,7 @@ def ngd_floorless_bound(etas, E_t0, norm_t0, *, mu, eps0, gamma_A, H, R_A, Delta
     etas : array_like, shape (K,), the steps from :math:`t_0` (one schedule for every trial)
     E_t0, norm_t0 : array_like, shape () or (B,)
     mu, eps0, gamma_A, H, R_A, Delta_max, b_minus, b_plus : array_like, shape () or (B,)
-        The constants of the chapter (``attnsvm.experiments.rates.constants``).
+        The constants of the chapter (:func:`constants`).
 
     Returns
     -------
@@ -911,7 +914,7 @@ def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_
     ----------
     t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
     metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
-        (:func:`attnsvm.experiments.rates.trajectory_metrics`)
+        (:func:`attnsvm.train.trajectory_metrics`)
     consts : dict of (B,) constants (:func:`constants`)
     optimizer : {"ngd", "gd"}; eta : float > 0
     measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
@@ -970,6 +973,58 @@ def cross_gram_min(data, opt):
     valid = (mask[:, :, :, None, None] & mask[:, None, None, :, :]
              & ~np.eye(n, dtype=bool)[None, :, None, :, None])
     return np.where(valid, G, np.inf).min(axis=(1, 2, 3, 4))
+
+
+def global_constants(data, opt, W_mm, W0):
+    r"""The constants of the global theorem (book: ``thm-global-region``) per trial: the dict of
+    :func:`constants` plus ``E0`` :math:`E(W_0)`, ``s0`` :math:`\min_i s_i(W_0)`, ``s0_lower``
+    (:func:`s0_lower`), ``mu0`` :math:`\gamma_A\min(s_0, 2/3)`, ``eta_gd_noloss``,
+    ``eta_ngd_noloss`` (:func:`noloss_steps`), ``eta_ngd_global``, ``eta_gd_global`` (the largest
+    steps of the theorem, :func:`global_steps`) and ``cross_min`` (:func:`cross_gram_min`). All
+    (B,) arrays."""
+    c = constants(data, opt, W_mm)
+    W0 = np.asarray(W0, dtype=float)
+    n, T = data.X.shape[-3], data.X.shape[-2]
+    E0 = excess_loss(data, opt, W0)
+    s0 = np.exp(-np.logaddexp(0.0, metrics.log_q(data, opt, W0).max(-1)))
+    mu0 = global_mu0(c["gamma_A"], s0)
+    eta_gd0, eta_ngd0 = noloss_steps(c["R_A"], c["gamma_A"], c["bD_plus"], n)
+    eta_ngd, eta_gd = global_steps(mu0, c["H"], E0, eta_gd_noloss=eta_gd0, lam=c["lam"],
+                                   R_A=c["R_A"])
+    return dict(c, E0=E0, s0=s0, mu0=mu0,
+                s0_lower=s0_lower(c["R_A"], T, np.linalg.norm(W0, axis=(-2, -1))),
+                eta_gd_noloss=eta_gd0, eta_ngd_noloss=eta_ngd0, eta_ngd_global=eta_ngd,
+                eta_gd_global=eta_gd, cross_min=cross_gram_min(data, opt))
+
+
+def q_monotone(log_q_steps, excess, *, excess_floor=1e-10, tol=1e-9):
+    r"""Whether every :math:`q_i` is nonincreasing at every step (book:
+    ``lem-no-attention-loss``), per trial.
+
+    A step :math:`t\to t+1` is checked while :math:`E(W_t) \ge` ``excess_floor``: below it the
+    float64 gradient has lost its relative accuracy (its optimal-token coefficient
+    :math:`\gamma_{i\mathrm{opt}_i} - u_i = \Delta_i(1 - s_i)` is a difference of numbers of
+    order one), and the computed step no longer follows the exact one.
+
+    Parameters
+    ----------
+    log_q_steps : (K, B, n) from :func:`attnsvm.train.every_step`
+    excess : (K, B)
+
+    Returns
+    -------
+    holds : (B,) bool, ``log q_i(W_{t+1}) <= log q_i(W_t) + tol`` at every checked step
+    checked : (B,) int, number of checked steps
+    max_increase : (B,) the largest :math:`\log q_i(W_{t+1}) - \log q_i(W_t)` over checked steps
+    """
+    log_q_steps, excess = np.asarray(log_q_steps, dtype=float), np.asarray(excess, dtype=float)
+    if log_q_steps.ndim != 3 or excess.shape != log_q_steps.shape[:2]:
+        raise ValueError(f"log_q_steps must be (K, B, n) and excess (K, B), got "
+                         f"{log_q_steps.shape} and {excess.shape}")
+    inc = np.diff(log_q_steps, axis=0).max(-1)                  # (K-1, B)
+    use = excess[:-1] >= excess_floor
+    worst = np.where(use, inc, -np.inf).max(0)
+    return worst <= tol, use.sum(0), worst
 
 
 # ----------------------------------------------------------------------------- chapters 4, 13, 16
@@ -1037,6 +1092,24 @@ def sd_margin_radius(steps, X, norm, *, lr, decay):
     with np.errstate(divide="ignore", invalid="ignore"):
         r = (np.log(X.shape[1]) + Bq[None] ** 2 * Q / 2) / S[:, None]
     return np.where(S[:, None] > 0, r, np.inf)
+
+
+def check_sd_bound(run, X, y, norm, gamma, *, lr, decay):
+    r"""Check :math:`\gamma - \bar\gamma(w_t) \le r_t` of ``thm-sd-margin`` along a run (a dict
+    of recorded ``steps`` and ``iterates``, as the chapters record them) wherever it is
+    non-vacuous (:math:`r_t < \gamma`).
+
+    Returns
+    -------
+    holds : bool
+        The inequality holds at every non-vacuous recorded (step, trial) pair.
+    live : int
+        The number of those pairs.
+    """
+    r = sd_margin_radius(run["steps"], X, norm, lr=lr, decay=decay)
+    gap = svm.margin_gaps(run["iterates"], X, y, norm, gamma)
+    live = r < np.asarray(gamma)[None]
+    return bool(np.all(gap[live] <= r[live] + 1e-12)), int(live.sum())
 
 
 def smoothness_bound(data):

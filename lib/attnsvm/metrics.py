@@ -7,7 +7,9 @@ r"""Metrics (numpy): correlation, direction error, stable softmax, attention map
 * :func:`opt_mass`: softmax mass on the optimal token :math:`s_{i,\mathrm{opt}_i}`.
 * :func:`fit_rate`: the least-squares slope of :math:`\log \mathrm{err}` against
   :math:`\log t` on the tail of a trajectory (err :math:`\approx C t^{\mathrm{slope}}`);
-  :func:`slopes`, the same per trial on the last decade.
+  :func:`slopes`, the same per trial on the last decade; :func:`exp_rate`, the exponential rate
+  of a series in log space; :func:`first_step`, the first record from which a condition holds.
+* :func:`phase_fit`: PRGD's log-gap against its phase index (per-phase rate and :math:`R^2`).
 * :func:`one_minus_corr`: :math:`1 - \mathrm{corr}` without cancellation.
 * the softmax mass off the selected tokens, in log space: :func:`log_q`, :func:`nonopt_mass`
   (batched, at ``opt``), :func:`nonselected_mass` (one instance, at a choice ``alpha``);
@@ -24,9 +26,10 @@ from ._checks import as_float_array, check_int, check_positive
 from .tokens import attention_scores, check_alpha, opt_margins
 
 __all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
-           "opt_mass", "fit_rate", "slopes", "collapse_ratio", "one_minus_corr", "log_q", "nonopt_mass",
+           "opt_mass", "fit_rate", "slopes", "exp_rate", "first_step", "collapse_ratio", "one_minus_corr",
+           "log_q", "nonopt_mass",
            "nonselected_mass", "min_margin", "selected_sets", "balanced_factors", "factor_cost", "imbalance",
-           "singular_gap"]
+           "singular_gap", "phase_fit"]
 
 
 def nanmedian(x, axis=None):
@@ -246,6 +249,66 @@ def slopes(t, series, *, tail=0.1):
         if np.all(np.isfinite(col)) and np.all(col > 0):
             out[b] = fit_rate(t[keep], col)
     return out
+
+
+def exp_rate(t, log_series, *, tail=0.5):
+    r"""Per-trial exponential rate :math:`r` of :math:`\log(\mathrm{series}) \approx c - r t`
+    (least squares on the last ``tail`` fraction of the record steps), shape (B,)."""
+    t = np.asarray(t, dtype=float)
+    keep = t >= t.max() * (1 - tail)
+    Amat = np.stack([np.ones(keep.sum()), t[keep]], axis=1)
+    coef, *_ = np.linalg.lstsq(Amat, np.asarray(log_series)[keep], rcond=None)
+    return -coef[1]
+
+
+def first_step(t, mask):
+    r"""Per trial, the first recorded step from which ``mask`` (K, B) holds at every later record
+    (NaN where it does not hold at the last record), shape (B,)."""
+    t = np.asarray(t, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    tail = np.flip(np.logical_and.accumulate(np.flip(mask, 0), axis=0), 0)   # holds from k on
+    out = np.full(mask.shape[1], np.nan)
+    for b in range(mask.shape[1]):
+        k = np.flatnonzero(tail[:, b])
+        if k.size:
+            out[b] = t[k[0]]
+    return out
+
+
+def phase_fit(t, gap, period, *, start=0, stop=None):
+    r"""Fit :math:`\log \mathrm{gap} = c - \rho\,k` over the phase boundaries :math:`t = kP`
+    with :math:`P \le t`, ``start`` :math:`\le t \le` ``stop`` (one point per phase of PRGD, at
+    the same place of every phase, so the saw-tooth inside a phase does not enter the fit). A
+    constant ``rate`` over successive windows is an exponential rate in :math:`t`; a gap
+    :math:`\propto t^{-\beta}` has a per-phase rate that falls like :math:`\beta/k`.
+
+    Returns
+    -------
+    rate : ndarray (B,)
+        :math:`\rho` per phase (``> 0``: the gap shrinks by :math:`e^{-\rho}` per phase).
+    r2 : ndarray (B,)
+        :math:`R^2` of each trial's line.
+    phases : int
+        The number of fitted phase boundaries.
+    """
+    t = np.asarray(t, dtype=int)
+    period = check_int("period", period, minimum=1)
+    gap = as_float_array("gap", gap, ndim=2, finite=False)
+    keep = (t % period == 0) & (t >= max(start, period))
+    if stop is not None:
+        keep &= t <= stop
+    if keep.sum() < 3:
+        raise ValueError(f"need at least 3 recorded phase boundaries t = k*{period} >= {start}, "
+                         f"got {int(keep.sum())}")
+    if np.any(~(gap[keep] > 0)):
+        raise ValueError("gap must be positive at the fitted phase boundaries")
+    k = t[keep] / period
+    z = np.log(gap[keep])                                                 # (P, B)
+    coef = np.polyfit(k, z, 1)                                            # (2, B)
+    rate = -coef[0]
+    res = z - (coef[0][None] * k[:, None] + coef[1][None])
+    r2 = 1.0 - (res ** 2).sum(0) / ((z - z.mean(0)) ** 2).sum(0)
+    return rate, r2, int(keep.sum())
 
 
 def collapse_ratio(E, groups):

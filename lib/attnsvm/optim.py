@@ -1,5 +1,6 @@
 r"""Step rules, defined once: a registry of small units used by the batched engine
-(:func:`attnsvm.train.fit`) and by thin ``torch.optim`` wrappers.
+(:func:`attnsvm.train.fit`) and by thin ``torch.optim`` wrappers (:func:`make_optimizer` builds the
+stochastic optimizers of Part III, :data:`STOCHASTIC`).
 
 A step rule maps gradients to parameter increments :math:`\Delta` (``param += Delta``).
 Gradients are passed in *log-scaled* form: the true gradient of parameter :math:`j` is
@@ -72,7 +73,7 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
            "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
            "steepest_direction", "dual_norm", "matrix_norm", "mirror_map", "parse_norm",
-           "NGD", "Polyak", "SignGD", "Adam", "settings_config"]
+           "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -732,3 +733,23 @@ def settings_config(settings):
     if len(caps) == 1:
         out["eta_max"] = caps.pop()
     return out
+
+
+#: the stochastic optimizers of Part III (:func:`make_optimizer`)
+STOCHASTIC = ("sgd", "sngd", "sps", "adam")
+
+
+def make_optimizer(name, params, *, lr, eta_max=None):
+    """``"sgd"``: ``torch.optim.SGD(lr)``; ``"sngd"``: :class:`NGD` (one global
+    norm over all parameters); ``"sps"``: :class:`Polyak` with multiplier ``lr``
+    and cap ``eta_max``; ``"adam"``: :class:`Adam`."""
+    params = [p for p in params if p.requires_grad]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "sngd":
+        return NGD(params, lr=lr)
+    if name == "sps":
+        return Polyak(params, lr=lr, eta_max=eta_max)
+    if name == "adam":
+        return Adam(params, lr=lr)
+    raise ValueError(f"optimizer must be one of {STOCHASTIC}, got {name!r}")

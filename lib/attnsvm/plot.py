@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["COLORS", "RC", "use_style", "figure", "trial_band", "save_or_glue"]
+__all__ = ["COLORS", "LABELS", "RC", "use_style", "figure", "trial_band", "save_or_glue"]
 
 #: fixed colour per method or quantity, shared by every chapter
 COLORS = {
@@ -22,6 +22,10 @@ COLORS = {
     "prgd": "#bcbd22",
     "W": "#1f77b4", "KQ": "#ff7f0e", "prompt": "#17becf", "theory": "#555555",
 }
+
+#: display name of each optimizer of Part III's figures (chapters 9 and 10)
+LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
+          "polyak_star": "Polyak $L-L^\\star$"}
 
 #: the book's matplotlib settings. Figures are rendered at 200 dpi and shown in the book at
 #: :data:`CSS_PX_PER_INCH` CSS pixels per inch (at most the page width), so a font of ``f``

@@ -24,6 +24,11 @@ then one step (the rule's increment), one recorder (what is recorded at the reco
 snapshots of any named parameter), one finite-value guard (:class:`NonFiniteError` naming
 the trial and the step) and one loop. :func:`fit` builds the configuration and :func:`run`
 runs it.
+
+Part III's runs, each on the record grid of :func:`fit` (no second training loop):
+:func:`fit_settings` (one call per optimizer, log-spaced snapshots) and
+:func:`trajectory_metrics` (exact metrics of its snapshots); :func:`every_step` (one call recorded
+at every step) and :func:`global_run` (it, checked against the global theorem).
 """
 from __future__ import annotations
 
@@ -33,20 +38,22 @@ import numbers
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
 
+from . import bounds, metrics
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
-from .losses import get_loss, log_excess_loss, log_mean_loss
+from .losses import excess_loss, get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, Descent, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
+           "fit_settings", "trajectory_metrics", "every_step", "global_run",
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
@@ -83,13 +90,21 @@ class NonFiniteError(FloatingPointError):
         self.step = step
 
 
-def record_grid(steps, record_every="log", n_records=100):
-    """Sorted unique record steps in ``[0, steps]`` (always containing 0 and ``steps``).
+def record_grid(steps, record_every="log", n_records=100, *, extra=(), initial=True):
+    """Sorted unique record steps in ``[0, steps]`` (always containing ``steps``, and 0 unless
+    ``initial=False``).
 
     ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
     (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``; a sequence of
     ints: those steps (strictly increasing, in ``[0, steps]``) with 0 and ``steps`` added.
+    ``extra``: further steps in ``[0, steps]`` merged into the grid (phase boundaries, horizons).
+    ``initial=False`` leaves the step 0 out (the records a chapter compares, of a run that
+    :func:`fit` records from 0 anyway; ``"log"`` then has ``n_records`` log-spaced steps).
     """
+    extra = np.asarray(extra, dtype=np.int64).ravel()
+    if extra.size and (extra.min() < 0 or extra.max() > steps):
+        raise ValueError(f"extra steps must lie in [0, steps={steps}], got {extra.min()}..{extra.max()}")
+    start = [0] if initial else []
     if not isinstance(record_every, (str, numbers.Integral)):
         try:
             g = np.asarray(record_every)
@@ -99,14 +114,17 @@ def record_grid(steps, record_every="log", n_records=100):
                 or np.any(np.diff(g) <= 0) or g[0] < 0 or g[-1] > steps):
             raise ValueError(f"record_every must be 'log', a positive int or strictly increasing "
                              f"ints in [0, steps={steps}], got {record_every!r}")
-        return np.unique(np.concatenate([[0], g, [steps]])).astype(np.int64)
+        if not initial:
+            g = g[g > 0]
+        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
     if isinstance(record_every, str):
         check_choice("record_every", record_every, ("log",))
-        n_records = check_int("n_records", n_records, minimum=2)
-        g = np.round(np.geomspace(1, steps, n_records - 1)).astype(np.int64)
-        return np.unique(np.concatenate([[0], g, [steps]]))
+        n_records = check_int("n_records", n_records, minimum=2 if initial else 1)
+        g = np.round(np.geomspace(1, steps, n_records - len(start))).astype(np.int64)
+        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
     k = check_int("record_every", record_every, minimum=1)
-    return np.unique(np.concatenate([np.arange(0, steps + 1, k), [steps]])).astype(np.int64)
+    g = np.arange(0 if initial else k, steps + 1, k)
+    return np.unique(np.concatenate([g, [steps], extra])).astype(np.int64)
 
 
 @dataclass
@@ -1224,3 +1242,174 @@ class _Recorder:
             excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
             snapshots=traj.get(self.terms.main), trajectory=traj,
             config=self.cfg.as_dict(self.terms.trials))
+
+
+# ----------------------------------------------------------------------------- Part III's runs
+def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
+                 device="auto", drop_nonfinite=()):
+    r"""Train every optimizer of ``settings`` (name -> :func:`fit` keyword arguments, with an
+    optional ``optimizer`` when the name is not the rule's) on all trials at once, the attention
+    model ``"W"`` with the reference ``W_mm``: one :func:`fit` call per optimizer, snapshots of
+    ``W`` on the log-spaced record grid of ``n_records`` records.
+
+    For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
+    (:class:`NonFiniteError`) is dropped and the others are trained again; the dropped trials are
+    NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
+    them). Any other optimizer raises.
+
+    Returns dict name -> :class:`History`.
+    """
+    out = {}
+    B = W_mm.shape[0]
+    for name, kw in settings.items():
+        kw = dict(kw)
+        opt_name = kw.pop("optimizer", name)
+        keep = np.arange(B)
+        while True:
+            sub = keep.size < B
+            try:
+                h = fit(data.take(keep) if sub else data, model="W", optimizer=opt_name,
+                        steps=steps, init=(init[keep] if sub and init is not None else init),
+                        refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
+                        n_records=n_records, seed=seed, device=device, **kw)
+                break
+            except NonFiniteError as err:
+                if name not in drop_nonfinite or keep.size == 1:
+                    raise
+                keep = np.delete(keep, err.trial)
+        out[name] = _pad_trials(h, keep, B) if keep.size < B else h
+    return out
+
+
+def _pad_trials(h, keep, B):
+    """History ``h`` of the trials ``keep`` as one of ``B`` trials: NaN (float) or 0 elsewhere.
+    ``params`` and ``opt`` have the trial axis first, every recorded array second."""
+    def pad(x, axis):
+        if x is None:
+            return None
+        x = np.asarray(x)
+        shape = list(x.shape)
+        shape[axis] = B
+        out = np.full(shape, np.nan) if x.dtype.kind == "f" else np.zeros(shape, x.dtype)
+        out[(slice(None),) * axis + (keep,)] = x
+        return out
+
+    fields_ = {f: pad(getattr(h, f), 1) for f in ("loss", "log_loss", "norm", "opt_mass", "selected",
+                                                   "margin", "excess", "snapshots")}
+    return replace(
+        h, **fields_, opt=pad(h.opt, 0), corr={k: pad(v, 1) for k, v in h.corr.items()},
+        params={k: pad(v, 0) for k, v in h.params.items()},
+        trajectory={k: pad(v, 1) for k, v in h.trajectory.items()},
+        config={**h.config, "dropped_trials": sorted(set(range(B)) - set(keep.tolist()))})
+
+
+def trajectory_metrics(data, opt, W_mm, hist):
+    r"""Exact metrics along a run recorded with snapshots (:func:`fit_settings`): dict of (K, B)
+    arrays, plus ``t`` (K,).
+
+    ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
+    ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
+    non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
+    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`fit_settings`) are NaN.
+    """
+    dropped = hist.config.get("dropped_trials", [])
+    if dropped:
+        B = W_mm.shape[0]
+        live = np.setdiff1d(np.arange(B), dropped)
+        part = replace(hist, snapshots=hist.snapshots[:, live], norm=hist.norm[:, live],
+                       loss=hist.loss[:, live],
+                       config={k: v for k, v in hist.config.items() if k != "dropped_trials"})
+        sub = trajectory_metrics(data.take(live), opt[live], W_mm[live], part)
+        out = {"t": sub.pop("t")}
+        for k, v in sub.items():
+            full = np.full((v.shape[0], B) + v.shape[2:], np.nan)
+            full[:, live] = v
+            out[k] = full
+        return out
+    S = hist.snapshots                                              # (K, B, d, d)
+    lm = metrics.nonopt_mass(data, opt, S, log=True)                # (K, B, n)
+    mx = lm.max(-1, keepdims=True)
+    log_mass = mx[..., 0] + np.log(np.exp(lm - mx).mean(-1))
+    return dict(t=hist.steps, one_minus_corr=metrics.one_minus_corr(S, W_mm[None]),
+                dir_err=metrics.direction_error(S, W_mm[None]), norm=hist.norm,
+                excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
+                mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
+                min_margin=metrics.min_margin(data, opt, S), loss=hist.loss)
+
+
+#: records evaluated at a time by :func:`every_step` (bounds its temporaries, not the run)
+_EVAL_BLOCK = 500
+
+
+def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
+    r"""One :func:`fit` call of ``"gd"`` or ``"ngd"`` for ``steps`` steps on all trials of the
+    attention model ``"W"``, recorded at every step (``record_every=1``, snapshots of ``W``):
+    :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at every step,
+    and the final ``W`` (B, d, d). The snapshots take :math:`8(\mathrm{steps}+1)Bd^2` bytes."""
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    steps = check_int("steps", steps, minimum=1)
+    h = fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=init, snapshots=True,
+            record_every=1, device=device)
+    S = h.snapshots
+    blocks = range(0, S.shape[0], _EVAL_BLOCK)
+    lq = np.concatenate([metrics.log_q(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
+    ex = np.concatenate([excess_loss(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
+    return lq, ex, h.W
+
+
+def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, device="auto"):
+    r"""One GD or NGD run from ``W0`` on all trials (:func:`every_step`), checked against the
+    global theorem (book: ``lem-no-attention-loss``, ``thm-global-region``,
+    ``cor-sparsity-global``) at every step.
+
+    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
+    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`attnsvm.bounds.global_constants`), valid
+    for every trial; a number runs that step, and the bounds are then evaluated only where it is
+    within the theorem's step of the trial.
+
+    Returns
+    -------
+    dict with ``eta`` (float), ``consts`` (:func:`attnsvm.bounds.global_constants`), ``proved``
+    (B,) bool (the step is within the theorem's), ``noloss`` (B,) bool (the step is within
+    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
+    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
+    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time
+    at ``eta`` (NaN where not ``proved``), ``first`` (B,) the observed first step from which
+    :math:`E(W_t)\le\varepsilon_0` (:func:`attnsvm.metrics.first_step`; NaN where the run ends
+    outside the region), ``mono``, ``mono_checked``, ``mono_worst``
+    (:func:`attnsvm.bounds.q_monotone`), ``excess_holds`` and ``mass_holds`` (steps + 1, B)
+    bool: :math:`E(W_t)` below the theorem's bound and :math:`\max_i(1-s_i(W_t))` below the
+    corollary's (False where not ``proved``).
+    """
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    g = bounds.global_constants(data, opt, W_mm, W0)
+    thm = g[f"eta_{optimizer}_global"]
+    if isinstance(lr, str):
+        if lr != "theorem":
+            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
+        eta = float(thm.min())
+    else:
+        eta = float(lr)
+        if not eta > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+    proved = eta <= thm * (1 + 1e-12)
+    noloss = eta <= g[f"eta_{optimizer}_noloss"]
+    lq, ex, W = every_step(data, opt, optimizer=optimizer, lr=eta, steps=steps, init=W0,
+                           device=device)
+    t = np.arange(ex.shape[0])
+    mono, checked, worst = bounds.q_monotone(lq, ex)
+    n = lq.shape[-1]
+    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
+    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
+    with np.errstate(divide="ignore"):
+        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
+        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
+                      + 1e-9)
+    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                excess_bound=bound,
+                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
+                                                        optimizer=optimizer), np.nan),
+                first=metrics.first_step(t, ex <= g["eps0"]), mono=mono, mono_checked=checked,
+                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)

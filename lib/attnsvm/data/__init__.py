@@ -22,7 +22,8 @@ whatever ``B`` is, and ``gen(..., seed=trial_seed(s, b))`` reproduces it unbatch
 * :func:`overparameterized`: ``d >= n``; every choice of tokens has a feasible Att-SVM.
 * :func:`prompt_2d`: tiny 2-D prompt-attention instances for trajectory pictures.
 * :func:`separable`: linearly separable data with a planted margin.
-* :func:`prescribed_scores`: exact token scores (one optimal token, equal or distinct others).
+* :func:`prescribed_scores`: exact token scores (one optimal token, equal or distinct others);
+  :func:`score_instances`, its batched draw on the named stream ``"scores"`` (Part III).
 * :func:`planted_token`: Gaussian tokens with one planted label-carrying token per sequence.
 * :func:`planted_prompt`: a relevant token, a distractor and background (prompt attention).
 * :func:`ntp_synthetic`, :func:`ntp_patterns`, :func:`ntp_corpus`: next-token prediction with a
@@ -48,7 +49,8 @@ from .containers import AttnData, LinearData, NTPData, NTPSeqData, TrialsData
 from .linear import separable
 from .ntp import (OTHER, Corpus, ntp_corpus, ntp_patterns, ntp_sequences, ntp_synthetic,  # noqa: F401
                   support_patterns, support_sets, tokenize, zen_of_python)
-from .planted import planted_prompt, planted_token, prescribed_scores, prompt_2d, prompt_instances
+from .planted import (planted_prompt, planted_token, prescribed_scores, prompt_2d, prompt_instances,
+                      score_instances)
 from .seeding import (GENERATORS, KEYED_STREAMS, STREAMS, Stream, draw_rngs, keyed_stream, stream, stream_seed,
                       trial_seed)
 
@@ -56,7 +58,7 @@ __all__ = ["AttnData", "LinearData", "NTPSeqData", "trial_seed", "STREAMS", "Str
            "GENERATORS", "random_unit", "score_gap", "orthogonal", "overparameterized",
            "prompt_2d", "separable", "prescribed_scores", "planted_token", "planted_prompt",
            "ntp_sequences", "keyed_instances", "keyed_instance", "keyed_trials", "sized_trials",
-           "random_inits", "unit_instances", "prompt_instances",
+           "random_inits", "unit_instances", "prompt_instances", "score_instances",
            "TrialsData", "NTPData", "ntp_synthetic", "ntp_patterns",
            "support_patterns", "support_sets", "Corpus",
            "KEYED_STREAMS", "keyed_stream", "draw_rngs", "ntp_corpus", "zen_of_python", "tokenize"]

@@ -260,3 +260,27 @@ def prompt_instances(n, T, d, *, trials=1, gap=0.5, noise=0.1, seed=0):
     trials = check_int("trials", trials, minimum=1)
     return planted_prompt(n, T, d, gap=gap, noise=noise, trials=trials,
                           seed=Stream(seed, "prompt-instances"))
+
+
+def score_instances(n, T, d, *, trials=1, gamma_opt=1.0, gamma_other=0.0, distinct=False,
+                    spread=0.8, queries="uniform", seed=0):
+    r"""The prescribed-score model :func:`prescribed_scores` of Part III, batched with ``trials``
+    trials, on the named data stream ``"scores"`` of ``seed`` (trial ``b`` does not depend on
+    ``trials``). The token scores are exactly :math:`\gamma^\star` (``gamma_opt``) at the
+    optimal position and :math:`\gamma^\circ` (``gamma_other``) elsewhere (the equal-score model,
+    book: ``def-equal-scores``), or, with ``distinct=True``, distinct values in
+    :math:`[\gamma^\circ, \gamma^\circ + \mathrm{spread}\,(\gamma^\star - \gamma^\circ)]`;
+    numbers or per-sequence arrays (n,). ``queries="orthogonal"`` draws orthonormal queries (needs
+    ``d >= n``): then :math:`\langle A_{it}, A_{js}\rangle = 0` for :math:`i \ne j`, the
+    cross-sequence condition (Cx) of the global-convergence theorem
+    (:func:`attnsvm.bounds.cross_gram_min`).
+
+    Returns
+    -------
+    data : AttnData, batched (trials, n, T, d)
+    opt : ndarray (trials, n) int
+    """
+    trials = check_int("trials", trials, minimum=1)
+    return prescribed_scores(n, T, d, gamma_opt=gamma_opt, gamma_other=gamma_other,
+                             distinct=distinct, spread=spread, queries=queries, trials=trials,
+                             seed=Stream(seed, "scores"))

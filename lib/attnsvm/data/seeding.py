@@ -32,12 +32,12 @@ def trial_seed(seed, b):
 STREAMS = {
     "unit-instances": 5,        # unit_instances (data seed)
     "prompt-instances": 6,      # prompt_instances (data)
-    "choice-search": 7,         # experiments.convergence.find_choices (random search)
-    "scores": 8,                # experiments.rates.score_data (data)
+    "choice-search": 7,         # svm.find_choices (random search)
+    "scores": 8,                # score_instances (data, Part III)
     "init": 9,                  # random initial matrices (random_inits)
     "cone-start": 11,           # experiments.convergence.cone_experiment (perturbation)
     "prompt-head-init": 12,     # experiments.selection.prompt_joint (initial head)
-    "trap-search": 13,          # experiments.rates.global_experiment (trap candidates)
+    "trap-search": 13,          # experiments.globalconv.global_experiment (trap candidates)
 }
 if len(set(STREAMS.values())) != len(STREAMS):      # pragma: no cover - a table error
     raise RuntimeError("attnsvm.data.STREAMS: two stream names share a key")
@@ -48,7 +48,7 @@ if len(set(STREAMS.values())) != len(STREAMS):      # pragma: no cover - a table
 KEYED_STREAMS = {
     "fit-init": ("(seed, b, 0)", "attnsvm.train.fit: the initial parameters of trial b"),
     "fit-noise": ("(seed, b, 1)", "attnsvm.train.fit: the mini-batch and noise seed of trial b"),
-    "regpath-start": ("(seed, b, k, i)", "experiments.regpath: start i of instance b at radius k"),
+    "regpath-start": ("(seed, b, k, i)", "path.reg_path: start i of instance b at radius k"),
     "geometry-init": ("(b,)", "experiments.geometry.attention_geometry: the initial W of trial b"),
     "dataset-split": ("(seed,)", "attnsvm.datasets: the seeded subsets of the real data sets"),
     "ntp-patterns": ("(pattern_seed,)", "data.ntp_patterns: the support sets every trial shares"),

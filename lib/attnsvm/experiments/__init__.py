@@ -10,9 +10,13 @@ module             chapters  what
 ``separable``      1         implicit bias on separable data: rates of GD, NGD, Polyak, Adam
 ``feasibility``    2         feasibility and rank of the Att-SVM over a grid of sizes
 ``regpath``        3         the regularization path (norm-constrained risk minimization)
+``trajectories``   4         the W, (K,Q) and prompt trajectories of a two-dimensional instance
 ``convergence``    4         local and global convergence, cones, over-parameterization
-``selection``      5-7       (K,Q) vs W, prompt attention, selection beyond one token
-``rates``          8-10      finite-time rates, global convergence, sparsification
+``selection``      5-6       (K,Q) vs W, prompt attention
+``beyond``         7         selection beyond one token: token sets of an MLP head, their Att-SVM
+``globalconv``     8         global convergence from any start; the global theorem under (Cx)
+``rates``          9         finite-time rates of GD, NGD, Polyak, Adam; their proved bounds
+``sparsity``       10        sparsification of the attention map along the runs
 ``joint``          11        joint training of W and the head
 ``nets``           12        a small ViT and a pretrained text encoder, stochastic training
 ``geometry``       13-14     optimizer geometry: margins in other norms, Att-SVMs, their rates
@@ -22,7 +26,8 @@ module             chapters  what
 """
 import importlib
 
-_MODULES = ("separable", "feasibility", "regpath", "convergence", "selection", "rates", "joint", "nets",
+_MODULES = ("separable", "feasibility", "regpath", "trajectories", "convergence", "selection", "beyond",
+            "globalconv", "rates", "sparsity", "joint", "nets",
             "geometry", "ntp", "ntpattn")
 
 __all__ = list(_MODULES)

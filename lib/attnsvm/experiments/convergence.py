@@ -19,21 +19,22 @@ Theory helpers (numpy, one instance)
   saturation lemma and of its cone version.
 * ``attnsvm.losses.loss_value``, ``attnsvm.losses.loss_grad``: :math:`\mathcal{L}(W)` and
   :math:`\nabla\mathcal{L}(W)` of the W-parameterization with a fixed linear head.
-* :func:`ray_alignment`, :func:`ray_alignment_limit`: :math:`\langle -\nabla\mathcal{L}(c
-  W^\alpha_{mm}), W^\alpha_{mm}\rangle` (computed in a cancellation-free form) and its
-  asymptotic constant :math:`\Lambda_\alpha`.
+* ``attnsvm.svm.ray_alignment``, ``attnsvm.svm.ray_alignment_limit``: :math:`\langle
+  -\nabla\mathcal{L}(c W^\alpha_{mm}), W^\alpha_{mm}\rangle` (computed in a cancellation-free
+  form) and its asymptotic constant :math:`\Lambda_\alpha`; ``attnsvm.svm.find_choices``: a
+  seeded search for choices that are (or are not) locally optimal.
 * ``loss_floor`` (``attnsvm.losses``, re-exported): :math:`\frac1n\sum_i \ell(\gamma_{i\alpha_i})`.
 
 Experiments (batched: one ``attnsvm.train.fit`` call per setting)
 -----------------------------------------------------------------
-* :func:`toy_2d`: a seeded two-dimensional instance (the data: :func:`attnsvm.data.sized_trials`).
 * :func:`classify`: the outcome of each trial (global / local / other), see :data:`GLOBAL_CORR`.
 * :func:`local_experiment`: random initializations, correlations with :math:`W_{mm}` (for
   ``opt``) and with :math:`W^\alpha_{mm}` (for the tokens selected at the end).
 * :func:`cone_experiment`: initializations inside a cone around :math:`W^\alpha_{mm}`.
 * :func:`overparam_sweep`: the fraction of trials converging to the global :math:`W_{mm}`
   as a function of ``d``.
-* :func:`trajectories_2d`: the W, (K,Q) and prompt trajectories of a two-dimensional instance.
+* the W, (K,Q) and prompt trajectories of a two-dimensional instance (notebook ``ch04a``):
+  :mod:`attnsvm.experiments.trajectories`.
 """
 from __future__ import annotations
 
@@ -41,23 +42,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_positive, renamed
+from .._checks import as_float_array, check_positive, renamed
 from ..data import AttnData
 from .. import data as _data
 from .. import metrics as _metrics
 from .. import svm as _svm
 from .. import tokens as _tokens
 from .. import train as _train
-from ..losses import check_instance, loss_floor, nonneg_loss  # noqa: F401  (loss_floor re-exported: ch04's API)
+from ..losses import loss_floor  # noqa: F401  (re-exported: ch04's API)
 from ..tokens import selection_margins  # noqa: F401  (re-exported: ch04's API)
 
 __all__ = [
     "GLOBAL_CORR",
     "selection_margins",
-    "ray_alignment",
-    "ray_alignment_limit",
     "loss_floor",
-    "toy_2d",
     "Outcomes",
     "classify",
     "LocalRun",
@@ -67,11 +65,8 @@ __all__ = [
     "ConeRun",
     "cone_experiment",
     "follow",
-    "find_choices",
     "OverparamSweep",
     "overparam_sweep",
-    "Trajectories2D",
-    "trajectories_2d",
 ]
 
 #: default correlation threshold of "converged in direction" (see :func:`classify`)
@@ -86,99 +81,6 @@ def _check_batched_choice(data, alpha):
     if np.shape(alpha) != (B, n):
         raise ValueError(f"alpha must have shape ({B}, {n}), got {np.shape(alpha)}")
     return B, n, d
-
-
-# ----------------------------------------------------------------------------- theory helpers
-def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False):
-    r""":math:`\langle -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle` (or times
-    :math:`e^{c}` if ``scaled``), for scalars ``c`` (array_like, any shape).
-
-    Uses the cancellation-free form (:math:`m_{it}` the margins of :math:`W^\alpha_{mm}`,
-    :math:`\Delta_{it} = \gamma_{i\alpha_i} - \gamma_{it}`)
-
-    .. math::
-
-        \langle -\nabla\mathcal{L}(W), W^\alpha_{mm}\rangle = \frac1n\sum_i
-        \big(-\ell'(u_i)\big) \sum_{t\ne\alpha_i} s_{it}\, m_{it}
-        \Big(\Delta_{it} - \sum_{\tau\ne\alpha_i} s_{i\tau}\Delta_{i\tau}\Big),
-
-    with :math:`s_{it}` for :math:`t \ne \alpha_i` from log-softmax, so ``scaled`` values stay
-    exact for large ``c``.
-    """
-    data = check_instance(data)
-    n, T = data.n, data.T
-    alpha = _tokens.check_alpha(alpha, (n,), T)
-    if W_alpha is None:
-        W_alpha = _svm.att_svm(data.X, data.Z, alpha)
-    nd = nonneg_loss(loss).neg_deriv_np
-    m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
-    g = _tokens.token_scores(data.X, data.y, data.v)
-    delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
-    c = np.asarray(c, dtype=float)
-    out = np.empty(c.shape)
-    for idx, cc in np.ndenumerate(c):
-        # log s_it = -c m_it - log(1 + sum_tau e^{-c m_tau})  (t != alpha), log s_alpha = -log(...)
-        e = np.where(np.isfinite(m), -cc * np.where(np.isfinite(m), m, 0.0), -np.inf)
-        lz = np.logaddexp(0.0, np.logaddexp.reduce(e, axis=1))                   # (n,)
-        ls = e - lz[:, None]                                                     # -inf at alpha
-        s = np.exp(ls)
-        avg = (s * delta).sum(1)                                                 # sum_tau s Δ
-        u = g[np.arange(n), alpha] - avg
-        mm = np.where(np.isfinite(m), m, 0.0)
-        if scaled:
-            inner = (np.exp(ls + cc) * mm * (delta - avg[:, None])).sum(1)
-        else:
-            inner = (s * mm * (delta - avg[:, None])).sum(1)
-        out[idx] = float(np.mean(nd(u) * inner))
-    return out[()] if out.ndim == 0 else out
-
-
-def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6):
-    r"""The constant :math:`\Lambda_\alpha = \lim_{c\to\infty} e^{c}\langle
-    -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle
-    = \frac1n\sum_i -\ell'(\gamma_{i\alpha_i}) \sum_{t\in S_i}(\gamma_{i\alpha_i} - \gamma_{it})`,
-    :math:`S_i` the support tokens (``attnsvm.svm.support_tokens`` with ``tol``)."""
-    data = check_instance(data)
-    n, T = data.n, data.T
-    alpha = _tokens.check_alpha(alpha, (n,), T)
-    if W_alpha is None:
-        W_alpha = _svm.att_svm(data.X, data.Z, alpha)
-    S = _svm.support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
-    nd = nonneg_loss(loss).neg_deriv_np
-    g = _tokens.token_scores(data.X, data.y, data.v)
-    ga = g[np.arange(n), alpha]
-    return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
-
-
-# ----------------------------------------------------------------------------- data
-def toy_2d(*, n=3, T=3, seed=0, min_corr_gap=0.02, max_tries=2000):
-    r"""A two-dimensional instance (``d = 2``) for pictures: the first seed-derived draw of
-    :func:`attnsvm.data.sized_trials` (``trials=1``) whose Frobenius and nuclear-norm
-    Att-SVMs and whose prompt SVM all exist, and whose :math:`W_{mm}` and :math:`W^*_{mm}` differ
-    (:math:`\mathrm{corr} \le 1 -` ``min_corr_gap``), so that the two parameterizations can be
-    told apart.
-
-    Returns
-    -------
-    data : AttnData (unbatched)
-    key : int
-        The seed of :func:`attnsvm.data.sized_trials` that produced it.
-    """
-    n = check_int("n", n, minimum=1)
-    T = check_int("T", T, minimum=2)
-    for k in range(max_tries):
-        key = seed * max_tries + k
-        data = _data.sized_trials(n, T, 2, trials=1, seed=key).trial(0)
-        try:
-            opt = _tokens.optimal_tokens(data.X, data.y, data.v)
-            Wf = _svm.att_svm(data.X, data.Z, opt)
-            Wn = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
-            _svm.p_svm(data.X, opt)
-        except (_svm.InfeasibleError, ValueError):
-            continue
-        if _metrics.corr(Wf, Wn) <= 1 - min_corr_gap:
-            return data, key
-    raise RuntimeError(f"no suitable 2-D instance in {max_tries} draws (n={n}, T={T})")
 
 
 # ----------------------------------------------------------------------------- outcomes
@@ -423,45 +325,6 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
 
 
 # ----------------------------------------------------------------------------- cone experiment
-def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
-    r"""For each trial, a choice :math:`\alpha \ne \mathrm{opt}` whose Att-SVM exists and which
-    is (``locally_optimal=True``) or is not (``False``) locally optimal, by seeded random
-    search: each candidate changes the selected token of one random sequence of ``opt`` (or of
-    the last candidate) to a random other token.
-
-    Returns
-    -------
-    alpha : (B, n) int
-    found : (B,) bool      False where no such choice was found in ``max_tries`` candidates
-    """
-    if not isinstance(data, AttnData) or not data.batched:
-        raise ValueError("data must be a batched AttnData")
-    B, n, T = data.trials, data.n, data.T
-    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
-    alpha = opt.copy()
-    found = np.zeros(B, dtype=bool)
-    for b in range(B):
-        r = _data.stream(seed, "choice-search", b)
-        cur = opt[b].copy()
-        for _ in range(max_tries):
-            cand = cur.copy()
-            i = r.integers(n)
-            cand[i] = (cand[i] + r.integers(1, T)) % T
-            if np.all(cand == opt[b]):
-                continue
-            lo = _svm.is_locally_optimal(data.X[b], data.y[b], data.Z[b], data.v[b], cand)
-            if lo == locally_optimal:
-                try:
-                    _svm.att_svm(data.X[b], data.Z[b], cand)
-                except _svm.InfeasibleError:
-                    cur = opt[b].copy()
-                    continue
-                alpha[b], found[b] = cand, True
-                break
-            cur = cand if r.random() < 0.5 else opt[b].copy()
-    return alpha, found
-
-
 @dataclass
 class ConeRun:
     r"""Trajectories of :func:`cone_experiment` (``K`` records, ``B`` trials).
@@ -547,7 +410,7 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
     W_a = W_alpha
     opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas_opt = _svm.att_svm_batch(data.X, data.Z, opt)
-    lam = np.array([ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
+    lam = np.array([_svm.ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
     with _train.cpu_threads(device):
         h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=W0,
@@ -682,126 +545,6 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
                                       threshold=threshold))
 
 
-# ----------------------------------------------------------------------------- 2-D pictures
-@dataclass
-class Trajectories2D:
-    r"""Trajectories of :func:`trajectories_2d` on one two-dimensional instance.
-
-    Attributes
-    ----------
-    data : AttnData (unbatched, d = 2)
-    opt : (n,) int
-    W_mm, W_mm_nuc : (2, 2)     Frobenius and nuclear-norm Att-SVMs of opt
-    p_mm : (2,)                 prompt SVM of opt
-    steps : (K,)
-    W : (K, 2, 2)               W-parameterization iterates
-    W_kq : (K, 2, 2)            K Q^T iterates
-    p : (K, 2)                  prompt iterates
-    corr : dict                 final correlations (W vs W_mm, W vs W_mm_nuc, KQ vs both, p vs p_mm)
-    """
-
-    data: AttnData
-    opt: np.ndarray
-    W_mm: np.ndarray
-    W_mm_nuc: np.ndarray
-    p_mm: np.ndarray
-    steps: np.ndarray
-    W: np.ndarray
-    W_kq: np.ndarray
-    p: np.ndarray
-    corr: dict
-    config: dict = field(default_factory=dict)
-
-    def summary(self):
-        """The final correlations (``corr_w``, ``corr_kq``, ``corr_w_nuc``, ``corr_kq_fro``,
-        ``corr_p``), the correlation of the two SVMs (``corr_fro_nuc``), and the early horizon
-        ``steps_early`` (the record nearest ``steps / 10``) with ``gap_{w,kq,p}_early``, the
-        ``1 - corr`` of each parameterization with its own SVM there."""
-        c = self.corr
-        return {"corr_w": c["W_vs_W_mm"], "corr_kq": c["KQ_vs_W_mm_nuc"],
-                "corr_w_nuc": c["W_vs_W_mm_nuc"], "corr_kq_fro": c["KQ_vs_W_mm"],
-                "corr_p": c["p_vs_p_mm"],
-                "corr_fro_nuc": float(_metrics.corr(self.W_mm, self.W_mm_nuc)),
-                "steps_early": int(self.steps[self._early]),
-                **{f"gap_{k}_early": v for k, v in self._gaps(self._early).items()}}
-
-    @property
-    def _early(self):
-        """The record nearest a tenth of the run's steps (the early horizon of ``approach``)."""
-        return int(np.argmin(np.abs(self.steps - self.steps[-1] / 10)))
-
-    def _gaps(self, k):
-        """``1 - corr`` of each parameterization with its own SVM at record ``k``."""
-        return {"w": float(1 - _metrics.corr(self.W[k], self.W_mm)),
-                "kq": float(1 - _metrics.corr(self.W_kq[k], self.W_mm_nuc)),
-                "p": float(1 - _metrics.corr(self.p[k], self.p_mm))}
-
-    def claims(self):
-        r"""Checked claims (``name -> (holds, detail)``).
-
-        * ``own_svm``: after ``steps`` steps, W, :math:`KQ^\top` and p each have correlation at
-          least 0.999 with their own SVM (:math:`W_{mm}`, :math:`W^*_{mm}`, :math:`p_{mm}`), and W
-          and :math:`KQ^\top` are closer to their own SVM than to the other one;
-        * ``approach``: for ``W`` and the prompt ``p``, ``1 - corr`` with the own SVM is at
-          least 2 times smaller at the last record (``steps``) than at the record
-          ``steps_early`` nearest ``steps / 10``: a trend, at two horizons. ``(K, Q)`` is not
-          in it: on the instance of seed 0 its ``1 - corr`` falls to ~1e-6 by step 2000 and is
-          larger again at the ``paper`` profile's 5000 steps.
-        """
-        s = self.summary()
-        steps, early = int(self.steps[-1]), s["steps_early"]
-        fin = {k: 1 - s[f"corr_{k}"] for k in ("w", "kq", "p")}
-        own = (min(s["corr_w"], s["corr_kq"], s["corr_p"]) >= 0.999
-               and s["corr_w"] > s["corr_w_nuc"] and s["corr_kq"] > s["corr_kq_fro"])
-        return {
-            "own_svm": (bool(own),
-                        f"after {steps} steps: corr W {s['corr_w']:.5f} (vs W*_mm "
-                        f"{s['corr_w_nuc']:.5f}), KQ {s['corr_kq']:.5f} (vs W_mm "
-                        f"{s['corr_kq_fro']:.5f}), p {s['corr_p']:.5f} (>= 0.999)"),
-            "approach": (bool(all(2 * fin[k] <= s[f"gap_{k}_early"] for k in ("w", "p"))),
-                         f"1 - corr at step {early} -> {steps} (at least 2 times smaller): "
-                         + ", ".join(f"{k} {s[f'gap_{k}_early']:.2e} -> {fin[k]:.2e}"
-                                     for k in ("w", "p"))
-                         + f" (kq, not claimed: {s['gap_kq_early']:.2e} -> {fin['kq']:.2e})"),
-        }
-
-
-def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, seed=0,
-                    device="auto"):
-    r"""Train the W, (K,Q) and prompt parameterizations on one instance with ``d = 2``
-    (normalized GD: ``"ngd"`` for W and p, ``"ngd_param"`` — each of K, Q normalized by its own
-    gradient norm — for (K,Q); random initialization :math:`N(0,` ``init_scale`` :math:`^2)`)
-    and record the iterates.
-
-    Returns
-    -------
-    Trajectories2D
-    """
-    data = check_instance(data)
-    if data.d != 2:
-        raise ValueError(f"trajectories_2d needs d = 2, got d = {data.d}")
-    opt = _tokens.optimal_tokens(data.X, data.y, data.v)
-    W_mm = _svm.att_svm(data.X, data.Z, opt)
-    W_nuc = _svm.att_svm(data.X, data.Z, opt, norm="nuc")
-    p_mm = _svm.p_svm(data.X, opt)
-    kw = dict(steps=steps, lr=lr, init="random", init_scale=init_scale, n_records=n_records,
-              snapshots=True, seed=seed, device=device)
-    with _train.cpu_threads(device):
-        hW = _train.fit(data, model="W", optimizer="ngd", **kw)
-        hK = _train.fit(data, model="KQ", optimizer="ngd_param", **kw)
-        hp = _train.fit(data, model="prompt", optimizer="ngd", **kw)
-    W, Wk, p = hW.snapshots[:, 0], hK.snapshots[:, 0], hp.snapshots[:, 0]
-    corr = {"W_vs_W_mm": float(_metrics.corr(W[-1], W_mm)),
-            "W_vs_W_mm_nuc": float(_metrics.corr(W[-1], W_nuc)),
-            "KQ_vs_W_mm_nuc": float(_metrics.corr(Wk[-1], W_nuc)),
-            "KQ_vs_W_mm": float(_metrics.corr(Wk[-1], W_mm)),
-            "p_vs_p_mm": float(_metrics.corr(p[-1], p_mm))}
-    return Trajectories2D(data=data, opt=opt, W_mm=W_mm, W_mm_nuc=W_nuc, p_mm=p_mm,
-                          steps=hW.steps, W=W, W_kq=Wk, p=p, corr=corr,
-                          config=dict(n=data.n, T=data.T, steps=steps, lr=lr, init_scale=init_scale,
-                                      seed=seed))
-
-
 # ----------------------------------------------------------------------------- chapter 4 follow-ups
 @dataclass
 class LocalFollowups:
@@ -903,7 +646,7 @@ def local_followups(run, *, more_steps=4000, cone_R0=20.0, cone_eps=0.05, cone_s
     r"""Chapter 4's follow-ups of a :class:`LocalRun`: continue the trials that ended elsewhere
     than opt for ``more_steps`` (:func:`follow`), start them again in the cone of their final
     selection (:func:`cone_experiment`), and start every trial where one is found
-    (:func:`find_choices`) in the cone of a selection that is not locally optimal.
+    (:func:`attnsvm.svm.find_choices`) in the cone of a selection that is not locally optimal.
 
     Returns
     -------
@@ -919,7 +662,7 @@ def local_followups(run, *, more_steps=4000, cone_R0=20.0, cone_eps=0.05, cone_s
                       device=device)
         cone_lo = cone_experiment(sub, out.selected[idx], R0=cone_R0, eps=cone_eps,
                                   steps=cone_steps, lr=lr, seed=seed, device=device)
-    alpha_nlo, found = find_choices(run.data, locally_optimal=False, seed=seed)
+    alpha_nlo, found = _svm.find_choices(run.data, locally_optimal=False, seed=seed)
     nlo_data = run.data.take(np.flatnonzero(found))
     cone_nlo = cone_experiment(nlo_data, alpha_nlo[found], R0=cone_R0, eps=cone_eps,
                                steps=cone_steps, lr=lr, seed=seed, device=device)

@@ -5,15 +5,16 @@ The driver owns no mathematics: the step rules are :mod:`attnsvm.optim`'s (train
 max-margin problems :mod:`attnsvm.svm`'s, the fits :mod:`attnsvm.metrics`'s. It batches over
 trials what the chapters compare:
 
-* linear (chapter 13): :func:`margin_ratios` (the table :math:`\bar\gamma_q(w_T)/\gamma_q`),
-  :func:`margin_gaps` (:math:`\gamma_q - \bar\gamma_q(w_t)` along a run),
-  ``attnsvm.bounds.sd_margin_radius`` and :func:`check_sd_bound` (the bound :math:`r_t` of
-  ``thm-sd-margin`` and where it holds), :func:`gap_slopes` (fitted log-log slopes of a gap),
-  :func:`phase_fit` (PRGD's log-gap against its phase index, with :math:`R^2`);
-* attention (chapter 14): :func:`att_margin_gap` (the relative Att-SVM margin gap along a run),
-  :func:`attnsvm.tokens.selected_tokens` and :func:`compare_att_svms`, which solves
-  the Att-SVM of every (run, norm) on the tokens each run selects, with each trial's solver
-  status, and returns correlations and own-norm margin ratios (:class:`AttSVMComparison`).
+* linear (chapter 13): :func:`attnsvm.svm.margin_ratios` (the table
+  :math:`\bar\gamma_q(w_T)/\gamma_q`), :func:`attnsvm.svm.margin_gaps` (along a run),
+  :func:`attnsvm.bounds.sd_margin_radius` and :func:`attnsvm.bounds.check_sd_bound` (the bound
+  :math:`r_t` of ``thm-sd-margin`` and where it holds), :func:`attnsvm.metrics.slopes` (fitted
+  log-log slopes of a gap), :func:`attnsvm.metrics.phase_fit` (PRGD's log-gap against its phase
+  index, with :math:`R^2`);
+* attention (chapter 14): :func:`attnsvm.svm.att_margin_gap` (the relative Att-SVM margin gap
+  along a run), :func:`attnsvm.tokens.selected_tokens` and :func:`attnsvm.svm.compare_att_svms`
+  (the Att-SVMs of every run and norm on the tokens each run selects,
+  :class:`attnsvm.svm.AttSVMComparison`).
 """
 from __future__ import annotations
 
@@ -25,212 +26,13 @@ import torch
 from .. import data as _data
 from .. import metrics, svm, tokens
 from .. import train as _train
-from .._checks import as_float_array, check_int, renamed
-from ..bounds import sd_margin_radius
+from .._checks import check_int
+from ..bounds import check_sd_bound, sd_margin_radius
 from ..devices import resolve_device
 from ..losses import linear_log_grad_norm
 from ..models import AttentionClassifier, LinearClassifier, MarginObjective
 
-__all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry",
-           "margin_ratios", "margin_gaps", "check_sd_bound", "gap_slopes",
-           "phase_fit", "att_margin_gap", "AttSVMComparison", "compare_att_svms"]
-
-
-# ----------------------------------------------------------------------------- linear
-
-def _key(q):
-    """Glue-friendly name of a norm: 1.75 -> "1_75", 2.0 -> "2", inf -> "inf"."""
-    if isinstance(q, str):
-        return q
-    return "inf" if np.isinf(q) else f"{q:g}".replace(".", "_")
-
-
-def margin_ratios(w, X, y, norms, gammas):
-    r"""Per-trial :math:`\bar\gamma_q(w)/\gamma_q` for every named norm.
-
-    Parameters
-    ----------
-    w : array_like (..., B, d)
-    X, y : (B, n, d), (B, n)
-    norms : dict name -> p (a real ``p >= 1`` or ``inf``)
-    gammas : dict name -> (B,) maximum margins :math:`\gamma_q = 1/\|w_q\|_q`
-
-    Returns
-    -------
-    dict name -> ndarray (..., B)
-    """
-    return {k: svm.margin_in_norm(w, X, y, q) / np.asarray(gammas[k])
-            for k, q in norms.items()}
-
-
-def margin_gaps(iterates, X, y, q, gamma):
-    r""":math:`\gamma_q - \bar\gamma_q(w_t)` for recorded iterates (K, B, d): shape (K, B)."""
-    return np.asarray(gamma)[None] - svm.margin_in_norm(iterates, X[None], y[None], q)
-
-
-def check_sd_bound(run, X, y, norm, gamma, *, lr, decay):
-    r"""Check :math:`\gamma - \bar\gamma(w_t) \le r_t` of ``thm-sd-margin`` along a run (a dict
-    of recorded ``steps`` and ``iterates``, as the chapters record them) wherever it is
-    non-vacuous (:math:`r_t < \gamma`).
-
-    Returns
-    -------
-    holds : bool
-        The inequality holds at every non-vacuous recorded (step, trial) pair.
-    live : int
-        The number of those pairs.
-    """
-    r = sd_margin_radius(run["steps"], X, norm, lr=lr, decay=decay)
-    gap = margin_gaps(run["iterates"], X, y, norm, gamma)
-    live = r < np.asarray(gamma)[None]
-    return bool(np.all(gap[live] <= r[live] + 1e-12)), int(live.sum())
-
-
-def gap_slopes(t, gap, *, tail=0.1):
-    r"""Per-trial fitted log-log slope of a positive gap (K, B) on the last decade
-    ``[tail * t_max, t_max]`` (:func:`attnsvm.metrics.slopes`): :math:`\mathrm{gap} \approx c\,t^{\beta}`.
-    NaN for trials whose gap is not positive there."""
-    return metrics.slopes(t, gap, tail=tail)
-
-
-def phase_fit(t, gap, period, *, start=0, stop=None):
-    r"""Fit :math:`\log \mathrm{gap} = c - \rho\,k` over the phase boundaries :math:`t = kP`
-    with :math:`P \le t`, ``start`` :math:`\le t \le` ``stop`` (one point per phase of PRGD, at
-    the same place of every phase, so the saw-tooth inside a phase does not enter the fit). A
-    constant ``rate`` over successive windows is an exponential rate in :math:`t`; a gap
-    :math:`\propto t^{-\beta}` has a per-phase rate that falls like :math:`\beta/k`.
-
-    Returns
-    -------
-    rate : ndarray (B,)
-        :math:`\rho` per phase (``> 0``: the gap shrinks by :math:`e^{-\rho}` per phase).
-    r2 : ndarray (B,)
-        :math:`R^2` of each trial's line.
-    phases : int
-        The number of fitted phase boundaries.
-    """
-    t = np.asarray(t, dtype=int)
-    period = check_int("period", period, minimum=1)
-    gap = as_float_array("gap", gap, ndim=2, finite=False)
-    keep = (t % period == 0) & (t >= max(start, period))
-    if stop is not None:
-        keep &= t <= stop
-    if keep.sum() < 3:
-        raise ValueError(f"need at least 3 recorded phase boundaries t = k*{period} >= {start}, "
-                         f"got {int(keep.sum())}")
-    if np.any(~(gap[keep] > 0)):
-        raise ValueError("gap must be positive at the fitted phase boundaries")
-    k = t[keep] / period
-    z = np.log(gap[keep])                                                 # (P, B)
-    coef = np.polyfit(k, z, 1)                                            # (2, B)
-    rate = -coef[0]
-    res = z - (coef[0][None] * k[:, None] + coef[1][None])
-    r2 = 1.0 - (res ** 2).sum(0) / ((z - z.mean(0)) ** 2).sum(0)
-    return rate, r2, int(keep.sum())
-
-
-# ----------------------------------------------------------------------------- attention
-
-@renamed(sel="alpha")
-def att_margin_gap(iterates, X, Z, alpha, W_svm, norm="fro"):
-    r"""Relative Att-SVM margin gap :math:`1 - \bar\gamma(W_t)/\bar\gamma(W^\alpha)` of recorded
-    iterates (K, B, d, d) against the Att-SVM ``W_svm`` (B, d, d) of the same norm and token
-    choice ``alpha`` (B, n) (``attnsvm.svm.att_margin_in_norm``): shape (K, B), :math:`\ge 0`, and 0
-    exactly at the maximizers of the normalized margin."""
-    best = svm.att_margin_in_norm(W_svm, X, Z, alpha, norm)
-    return 1.0 - svm.att_margin_in_norm(iterates, X, Z, alpha, norm) / best[None]
-
-
-@dataclass
-class AttSVMComparison:
-    r"""Final iterates of several runs against the Att-SVMs of several norms, per trial.
-
-    For run ``k`` and norm ``q`` (keys ``(k, q)``), on the tokens ``sel[k]`` that the run's
-    final iterate selects: the Att-SVM ``svms[k, q]`` (B, d, d) and its solver ``status``
-    (B,) (``attnsvm.svm.att_svm_batch(..., return_status=True)``), the correlation ``corr``
-    (B,) of the iterate with it, and the own-norm margin ratio
-    ``ratio`` (B,) :math:`\bar\gamma_q(W_T)/\bar\gamma_q(W^{\alpha}_q) \le 1`
-    (``attnsvm.svm.att_margin_in_norm``), which does not depend on which minimizer the solver
-    returns when the norm is not strictly convex. Trials without a solution give NaN.
-    """
-
-    sel: dict
-    opt_frac: dict
-    svms: dict = field(default_factory=dict)
-    status: dict = field(default_factory=dict)
-    corr: dict = field(default_factory=dict)
-    ratio: dict = field(default_factory=dict)
-
-    def median(self, what, run, norm):
-        """NaN-safe median over trials of ``corr`` or ``ratio`` for (run, norm)."""
-        return float(metrics.nanmedian(getattr(self, what)[(run, norm)]))
-
-    def flagged(self):
-        """Every solve whose status is not ``"optimal"``: a list of ``(run, norm, trial,
-        status)``, each named (``"optimal_inaccurate"``, ``"infeasible"`` or ``"failed"``)."""
-        return [(k, q, int(b), str(s[b])) for (k, q), s in self.status.items()
-                for b in np.flatnonzero(s != "optimal")]
-
-    def summary(self):
-        """Medians of ``corr_<run>_<norm>`` and ``ratio_<run>_<norm>``, ``optfrac_<run>`` and
-        the counts of flagged (run, norm, trial) comparisons: ``n_inaccurate`` (status
-        ``"optimal_inaccurate"``) and ``n_failed`` (``"failed"`` or ``"infeasible"``)."""
-        out = {}
-        for (k, q) in self.corr:
-            out[f"corr_{k}_{_key(q)}"] = self.median("corr", k, q)
-            out[f"ratio_{k}_{_key(q)}"] = self.median("ratio", k, q)
-        for k, f in self.opt_frac.items():
-            out[f"optfrac_{k}"] = f
-        flags = self.flagged()
-        out["n_inaccurate"] = sum(s == "optimal_inaccurate" for *_, s in flags)
-        out["n_failed"] = sum(s in ("failed", "infeasible") for *_, s in flags)
-        return out
-
-
-def compare_att_svms(X, Z, finals, norms, *, opt=None):
-    r"""Compare final iterates with the Att-SVMs of several norms on the tokens they select.
-
-    Parameters
-    ----------
-    X : array_like (B, n, T, d); Z : (B, n, d)
-    finals : dict run -> ndarray (B, d, d), the final iterates
-    norms : dict run -> list of norms (a real ``p >= 1``, ``inf``, ``"fro"``, ``"spectral"``,
-        ``"nuc"``); 2.0 is the Frobenius norm
-    opt : int array (B, n), optional
-        The optimal tokens; gives ``opt_frac`` (fraction of sequences where a run selects them).
-
-    Returns
-    -------
-    AttSVMComparison
-        Identical selections are solved once per norm (runs that select the same tokens share
-        their Att-SVMs).
-    """
-    X = as_float_array("X", X, ndim=4)
-    Z = as_float_array("Z", Z, shape=X.shape[:2] + X.shape[3:])
-    unknown = sorted(set(norms) - set(finals))
-    if unknown:
-        raise ValueError(f"norms names runs {unknown} that are not in finals {sorted(finals)}")
-    sel = {k: tokens.selected_tokens(X, np.asarray(W, dtype=float), Z) for k, W in finals.items()}
-    opt_frac = {} if opt is None else {k: float(np.mean(s == np.asarray(opt))) for k, s in sel.items()}
-    out = AttSVMComparison(sel=sel, opt_frac=opt_frac)
-    cache = {}
-    for k, qs in norms.items():
-        W = np.asarray(finals[k], dtype=float)
-        for q in qs:
-            ck = (sel[k].tobytes(), str(q))
-            if ck not in cache:
-                cache[ck] = svm.att_svm_batch(X, Z, sel[k], norm=q, return_status=True)
-            Ws, ok, status = cache[ck]
-            nq = "fro" if q == 2.0 else q
-            c = metrics.corr(W, Ws, elem_ndim=2)
-            own = svm.att_margin_in_norm(W, X, Z, sel[k], nq)
-            best = svm.att_margin_in_norm(Ws, X, Z, sel[k], nq)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                r = own / best
-            out.svms[k, q], out.status[k, q] = Ws, status
-            out.corr[k, q] = np.where(ok, c, np.nan)
-            out.ratio[k, q] = np.where(ok, r, np.nan)
-    return out
+__all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry"]
 
 
 # ----------------------------------------------------------------------------- chapter drivers
@@ -240,9 +42,8 @@ def _fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponenti
     :class:`attnsvm.models.MarginObjective` with ``loss``, from ``init``), recorded at
     ``record_steps`` (default 60 log-spaced steps): dict ``steps`` (K,), ``iterates`` (K, B, ...)
     and ``log_loss`` (K, B). ``kw``: the rule's keyword arguments of ``fit``."""
-    if record_steps is None:
-        record_steps = np.round(np.logspace(0, np.log10(steps), 60)).astype(int)
-    rec = np.unique(np.asarray(record_steps, dtype=int))
+    rec = (_train.record_grid(steps, n_records=60, initial=False) if record_steps is None
+           else np.unique(np.asarray(record_steps, dtype=int)))
     name = model.trainable[0]
     h = _train.fit(batch, model=MarginObjective(model, loss), init=init, steps=steps,
                    record_every=rec, snapshots=(name,), device=init[name].device, **kw)
@@ -272,9 +73,8 @@ def _prgd(lr, period, growth):
 
 
 def _rate_grid(steps, period):
-    """40 log-spaced record steps and every phase boundary ``k * period``."""
-    return np.unique(np.concatenate([np.round(np.logspace(0, np.log10(steps), 40)),
-                                     np.arange(0, steps + 1, period)]).astype(int))
+    """0, 40 log-spaced record steps and every phase boundary ``k * period``."""
+    return _train.record_grid(steps, n_records=41, extra=np.arange(period, steps + 1, period))
 
 
 #: chapter 13, Adam's stability constant: the records at which :math:`\epsilon` is at most this
@@ -315,8 +115,8 @@ def _adam_eps_split(run0, run_eps, X, y, norms, gam, w_2, *, eps, beta2):
     for b in np.flatnonzero(crossed.any(0)):
         k = int(np.argmax(crossed[:, b]))
         t_eps[b] = t[k] if k == 0 else np.interp(le, lg[[k, k - 1], b], t[[k, k - 1]])
-    r0 = margin_ratios(run0["iterates"], X, y, norms, gam)
-    r1 = margin_ratios(run_eps["iterates"], X, y, norms, gam)
+    r0 = svm.margin_ratios(run0["iterates"], X, y, norms, gam)
+    r1 = svm.margin_ratios(run_eps["iterates"], X, y, norms, gam)
     diff = np.max([np.abs(r1[q] - r0[q]) for q in norms], axis=0)      # (K, B)
     before = lg >= le - np.log(_EPS_SMALL)
     gain = (metrics.corr(run_eps["iterates"][-1], w_2, elem_ndim=1)
@@ -365,9 +165,9 @@ class LinearGeometryRun:
         c, gap = self.config, self.rate_gap
         t, T, P = self.rate_runs["gd"]["steps"], c["rate_steps"], c["prgd_period"]
         at = lambda g, k: np.median(g[np.flatnonzero(t >= k)[0]] / np.maximum(g[-1], 1e-300))  # noqa: E731
-        fit = {k: phase_fit(t, gap[k], P) for k in ("prgd", "ngd")}
-        early = {k: phase_fit(t, gap[k], P, stop=T / 2)[0] for k in ("prgd", "ngd")}
-        late = {k: phase_fit(t, gap[k], P, start=T / 2)[0] for k in ("prgd", "ngd")}
+        fit = {k: metrics.phase_fit(t, gap[k], P) for k in ("prgd", "ngd")}
+        early = {k: metrics.phase_fit(t, gap[k], P, stop=T / 2)[0] for k in ("prgd", "ngd")}
+        late = {k: metrics.phase_fit(t, gap[k], P, start=T / 2)[0] for k in ("prgd", "ngd")}
         late_t = t >= T / 10
         ngd_t = gap["ngd"][late_t] * t[late_t, None]
         return {"final": {k: float(np.median(g[-1])) for k, g in gap.items()},
@@ -529,23 +329,23 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
                "adam_const999": _adam(lr_adam_const, 0.999),
                "adam_eps": _adam(lr_adam_const, 0.999, eps=eps_adam)}
     runs = {k: _fit_margin(model, w0, batch, steps=steps, **kw) for k, kw in methods.items()}
-    ratio = {k: {q: float(np.median(v)) for q, v in margin_ratios(
+    ratio = {k: {q: float(np.median(v)) for q, v in svm.margin_ratios(
         r["iterates"][-1], data.X, data.y, norms, gam).items()} for k, r in runs.items()}
     bound = {k: check_sd_bound(_fit_margin(model, w0, batch, steps=steps, **dict(methods[k], lr=lr_bound)),
                                data.X, data.y, norms[OWN_NORM[k]], gam[OWN_NORM[k]], lr=lr_bound,
                                decay=decay) for k in _SD}
     t = runs["cd"]["steps"]
-    slope = {k: float(np.median(gap_slopes(t, margin_gaps(
+    slope = {k: float(np.median(metrics.slopes(t, svm.margin_gaps(
         runs[k]["iterates"], data.X, data.y, norms[OWN_NORM[k]], gam[OWN_NORM[k]]))))
         for k in ("cd", "ngd", "sign", "md_small", "md")}
-    slope_bound = {k: float(np.median(gap_slopes(t, sd_margin_radius(
+    slope_bound = {k: float(np.median(metrics.slopes(t, sd_margin_radius(
         t, data.X, norms[OWN_NORM[k]], lr=lr_sd, decay=decay)))) for k in _SD}
     rate_methods = {"gd": dict(optimizer="gd", lr=lr_gd, decay=0.0), "ngd": _sd(2, lr_ngd, 0.0),
                     "prgd": _prgd(prgd_lr, prgd_period, prgd_growth)}
     rec = _rate_grid(rate_steps, prgd_period)
     rate_runs = {k: _fit_margin(model, w0, batch, steps=rate_steps, record_steps=rec, **kw)
                  for k, kw in rate_methods.items()}
-    rate_gap = {k: margin_gaps(r["iterates"], data.X, data.y, 2.0, gam["2"])
+    rate_gap = {k: svm.margin_gaps(r["iterates"], data.X, data.y, 2.0, gam["2"])
                 for k, r in rate_runs.items()}
     config = dict(n=n, d=d, margin=margin, trials=trials, steps=steps, lr_sd=lr_sd,
                   lr_bound=lr_bound, decay=decay, p_md=p_md, p_md_small=p_md_small, lr_md=lr_md,
@@ -634,12 +434,12 @@ class AttentionGeometryRun:
     def _rates(self):
         t, T, P, gap = self.rate_runs["ngd"]["steps"], self.config["rate_steps"], \
             self.config["prgd_period"], self.att_gap
-        early = {k: phase_fit(t, g, P, stop=T / 2)[0] for k, g in gap.items()}
-        late = {k: phase_fit(t, g, P, start=T / 2)[0] for k, g in gap.items()}
+        early = {k: metrics.phase_fit(t, g, P, stop=T / 2)[0] for k, g in gap.items()}
+        late = {k: metrics.phase_fit(t, g, P, start=T / 2)[0] for k, g in gap.items()}
         err = {k: float(np.median(1 - c[-1])) for k, c in self.rate_corr.items()}
         return {"err": err, "speedup": err["ngd"] / err["prgd"],
                 "rate_ratio": {k: float(np.median(late[k] / early[k])) for k in gap},
-                "r2": float(np.median(phase_fit(t, gap["prgd"], P)[1])),
+                "r2": float(np.median(metrics.phase_fit(t, gap["prgd"], P)[1])),
                 "gap_final": {k: float(np.median(g[-1])) for k, g in gap.items()},
                 "optfrac": {k: float(np.mean(s == self.data.opt)) for k, s in self.sel_rate.items()}}
 
@@ -670,7 +470,7 @@ class AttentionGeometryRun:
         for (b2, q), tr in self.adam_trend().items():
             for i, (t, v) in enumerate(tr):
                 out[f"adam_h{i}"] = t
-                out[f"adam_{'linf' if np.isinf(q) else 'fro'}_{_key(b2)}_h{i}"] = v
+                out[f"adam_{'linf' if np.isinf(q) else 'fro'}_{svm.norm_key(b2)}_h{i}"] = v
         out["n_inaccurate"] = cmp.summary()["n_inaccurate"]
         out["n_solves"] = sum(s.size for s in cmp.status.values())
         out["n_inaccurate_adam"] = self.adam_cmp.summary()["n_inaccurate"]
@@ -755,7 +555,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     ``steps`` steps by dual-normalized mirror descent for every ``p`` of ``ps`` (2 must be one:
     it is NGD), sign descent, Adam (:math:`\epsilon = 0`, :math:`\beta_2 = 0.99`, constant step
     and :math:`\eta_0 (t+1)^{-1/2}`) and spectral descent; each final iterate compared with the
-    Att-SVMs of its norms on the tokens it selects (:func:`compare_att_svms`); NGD and PRGD for
+    Att-SVMs of its norms on the tokens it selects (:func:`attnsvm.svm.compare_att_svms`); NGD and PRGD for
     ``rate_steps`` steps recorded at every phase boundary, against the Frobenius Att-SVM of the
     tokens each selects at the end. Mirror descent's own-norm margin ratios are also recorded at
     ``md_horizons`` (default ``steps // 5, steps // 2, steps``), on the tokens of the final
@@ -791,8 +591,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                    else sorted({check_int("md_horizons", t, minimum=1) for t in md_horizons}))
     if md_horizons[-1] > steps:
         raise ValueError(f"md_horizons must not exceed steps = {steps}, got {md_horizons}")
-    rec = np.unique(np.concatenate([np.round(np.logspace(0, np.log10(steps), 60)),
-                                    md_horizons]).astype(int))
+    rec = _train.record_grid(steps, n_records=60, initial=False, extra=md_horizons)
     runs = {k: _fit_margin(model, W0, batch, steps=steps, loss="logistic",
                            record_steps=rec if k.startswith("md") else None, **kw)
             for k, kw in rules.items()}
@@ -800,11 +599,11 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     norms = {f"md{p:g}": ps for p in ps}
     norms.update({"sign": [np.inf, 2.0], "adam": [np.inf, 2.0], "adam_decay": [np.inf, 2.0],
                   "spectral": ["spectral", 2.0], "ngd": [2.0, "spectral"]})
-    cmp = compare_att_svms(data.X, data.Z, {k: r["iterates"][-1] for k, r in runs.items()}, norms,
+    cmp = svm.compare_att_svms(data.X, data.Z, {k: r["iterates"][-1] for k, r in runs.items()}, norms,
                            opt=data.opt)
     md_corr = {p: metrics.corr(runs[f"md{p:g}"]["iterates"], cmp.svms[f"md{p:g}", p][None],
                                elem_ndim=2) for p in ps}
-    md_ratio = {p: 1.0 - att_margin_gap(runs[f"md{p:g}"]["iterates"], data.X, data.Z,
+    md_ratio = {p: 1.0 - svm.att_margin_gap(runs[f"md{p:g}"]["iterates"], data.X, data.Z,
                                         cmp.sel[f"md{p:g}"], cmp.svms[f"md{p:g}", p], norm=p)
                 for p in ps}
     adam_finals = {}
@@ -812,7 +611,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
         a = _fit_margin(model, W0, batch, steps=adam_horizons[-1], loss="logistic",
                         record_steps=adam_horizons, **_adam(lr_adam, b2))
         adam_finals.update({_adam_key(b2, t): W for t, W in zip(a["steps"], a["iterates"])})
-    adam_cmp = compare_att_svms(data.X, data.Z, adam_finals,
+    adam_cmp = svm.compare_att_svms(data.X, data.Z, adam_finals,
                                 {k: [np.inf, 2.0] for k in adam_finals}, opt=data.opt)
     rec = _rate_grid(rate_steps, prgd_period)
     rate_rules = {"ngd": _sd(2, lr_md, 0.0), "prgd": _prgd(lr_md, prgd_period, prgd_growth)}
@@ -820,7 +619,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                                 record_steps=rec, **kw) for k, kw in rate_rules.items()}
     sel = {k: tokens.selected_tokens(data.X, r["iterates"][-1], data.Z) for k, r in rate_runs.items()}
     W_ref = {k: svm.att_svm_batch(data.X, data.Z, s, strict=True)[0] for k, s in sel.items()}
-    att_gap = {k: att_margin_gap(r["iterates"], data.X, data.Z, sel[k], W_ref[k])
+    att_gap = {k: svm.att_margin_gap(r["iterates"], data.X, data.Z, sel[k], W_ref[k])
                for k, r in rate_runs.items()}
     rate_corr = {k: metrics.corr(r["iterates"], W_ref[k][None], elem_ndim=2)
                  for k, r in rate_runs.items()}

@@ -2,7 +2,7 @@ r"""Joint training of the attention matrix and the head (Chapter 11).
 
 The data: seeded instances with one planted label-carrying token per sequence
 (:func:`attnsvm.data.planted_token`, batched; the head starts at :math:`v_0 = 0`);
-:func:`joint_references` solves the attention SVM and the max-margin head of the reference
+:func:`attnsvm.svm.joint_references` solves the attention SVM and the max-margin head of the reference
 tokens, and :func:`joint_fit` trains ``W`` and ``v`` jointly in one :func:`attnsvm.train.fit`
 call (snapshots of both along the way) and compares them with the references.
 """
@@ -14,14 +14,13 @@ import numpy as np
 
 from .._checks import check_int
 from ..data import planted_token
-from ..svm import att_svm_batch, head_svm
+from ..svm import att_svm_batch, head_svm, joint_references
 from ..metrics import attention, corr
 from ..optim import settings_config
 from ..tokens import optimal_tokens
 from ..train import fit
 
-__all__ = ["JointRun", "joint_references", "joint_fit", "JointExperiment",
-           "joint_experiment"]
+__all__ = ["JointRun", "joint_fit", "JointExperiment", "joint_experiment"]
 
 
 @dataclass
@@ -49,14 +48,6 @@ class JointRun:
     alpha: np.ndarray
 
 
-def joint_references(data, alpha):
-    """Per trial, the Frobenius attention SVM (``att_svm_batch(X, Z, alpha, strict=True)``) and the max-margin head
-    ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
-    W = att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
-    v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
-    return W, v
-
-
 def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000, segments=24,
               record_steps=None, refs=None, seed=0, device="auto"):
     r"""Train ``W`` and ``v`` jointly from ``W_0 = 0`` and the data's ``v`` and record both along
@@ -70,7 +61,7 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
         Number of log-spaced record steps after 0 (``record_grid(steps, "log", segments + 1)``).
     record_steps : increasing ints from 0 to ``steps``, optional: explicit record steps (instead
         of ``segments`` log-spaced ones).
-    refs : ``(W_ref, v_ref)``, optional (default :func:`joint_references`).
+    refs : ``(W_ref, v_ref)``, optional (default :func:`attnsvm.svm.joint_references`).
     """
     W_ref, v_ref = joint_references(data, alpha) if refs is None else refs
     if record_steps is None:

@@ -7,7 +7,7 @@ training runs of :func:`attnsvm.train.fit` that are batched over trials. The mat
 * :func:`ntp_linear_experiment` (synthetic data) and :func:`zen_experiment` (the Zen of Python)
   train the linear decoder with GD, NGD and Adam (:class:`NTPLinearRun`, :class:`ZenRun`);
 * :func:`ufm_experiment` trains the unconstrained-features model and reads its logit geometry
-  (:func:`ufm_geometry`, :class:`UFMRun`).
+  (``_ufm_geometry``, :class:`UFMRun`).
 
 Each result has ``.summary()`` (the chapter's glued numbers) and ``.claims()`` (its checked
 sentences, for :func:`attnsvm.claims.check`).
@@ -27,13 +27,8 @@ from .. import svm as _svm
 from .. import train as _train
 from ..models import NTPUFM, NTPLinear
 
-__all__ = ["linear_limits", "ufm_geometry", "NTPLinearRun", "ZenRun", "UFMRun",
+__all__ = ["NTPLinearRun", "ZenRun", "UFMRun",
            "ntp_linear_experiment", "zen_experiment", "ufm_experiment"]
-
-
-def _log_grid(steps, n, *extra):
-    """``n`` log-spaced record steps in ``[1, steps]`` (rounded, unique) and ``extra``."""
-    return np.unique(np.r_[np.round(np.logspace(0, np.log10(steps), n)), extra]).astype(np.int64)
 
 
 def _fit_at(data, rec, device="cpu", **kw):
@@ -43,7 +38,7 @@ def _fit_at(data, rec, device="cpu", **kw):
     return h, np.searchsorted(h.steps, rec)
 
 
-def linear_limits(data, *, rules, W_star=None, W_mm=None, device="cpu"):
+def _linear_limits(data, *, rules, W_star=None, W_mm=None, device="cpu"):
     r"""Train the linear NTP decoder (:class:`attnsvm.models.NTPLinear`, from 0, with
     :func:`attnsvm.train.fit`) with each rule and measure both limits of Theorem 2.
 
@@ -75,7 +70,8 @@ def linear_limits(data, *, rules, W_star=None, W_mm=None, device="cpu"):
         kw = dict(kw)
         steps, rule = kw.pop("steps"), kw.pop("optimizer")
         rec = kw.pop("record_steps", None)
-        rec = _log_grid(steps, 50) if rec is None else np.unique(np.asarray(rec, dtype=np.int64))
+        rec = (_train.record_grid(steps, n_records=50, initial=False) if rec is None
+               else np.unique(np.asarray(rec, dtype=np.int64)))
         extra = dict(betas=(0.9, 0.999), eps=1e-8) if rule == "adam" else {}
         h, idx = _fit_at(data, rec, device, model=NTPLinear(), optimizer=rule, steps=steps,
                          init="zeros", snapshots=True, **extra, **kw)
@@ -105,7 +101,7 @@ class NTPLinearRun:
     data : NTPData (batched)
     W_star, W_mm : (B, V, d)   the finite part and the NTP-SVM
     PF : (B, Vd, Vd)           the projector on :math:`F`
-    runs, res : as returned by :func:`linear_limits` (rules ``gd``, ``ngd``, ``adam``)
+    runs, res : as returned by ``_linear_limits`` (rules ``gd``, ``ngd``, ``adam``)
     """
 
     data: object
@@ -197,7 +193,8 @@ def _race_claims(gd_fast, ngd, adam, rise, prefix=""):
 
 def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
     return {"gd": dict(optimizer="gd", steps=steps, lr=1.0 / (2.0 * _losses.ce_smoothness(data)),
-                       record_steps=_log_grid(steps, n_records, steps_fast, *extra)),
+                       record_steps=_train.record_grid(steps, n_records=n_records, initial=False,
+                                                       extra=(steps_fast, *extra))),
             "ngd": dict(optimizer="ngd", steps=steps_fast, lr=lr_ngd),
             "adam": dict(optimizer="adam", steps=steps_fast, lr=lr_adam)}
 
@@ -215,7 +212,7 @@ def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
     """
     data = _data.ntp_synthetic(m, V, d, support=support, trials=trials, seed=seed)
     W_star, W_mm = _svm.ntp_finite(data.H, data.P), _svm.ntp_svm(data.H, data.P)
-    out = linear_limits(data, W_star=W_star, W_mm=W_mm, device=device, rules=_rules(
+    out = _linear_limits(data, W_star=W_star, W_mm=W_mm, device=device, rules=_rules(
         data, steps, steps_fast, lr_ngd, lr_adam, 50, steps // 100))
     return NTPLinearRun(data, W_star, W_mm, _svm.projector_F(data), out["runs"], out["res"],
                         config=dict(m=m, V=V, d=d, support=support, trials=trials, steps=steps,
@@ -275,7 +272,7 @@ def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
     m = len(_data.ntp_corpus(k=k, vocab_size=vocab_size, trials=1, seed=seed).contexts)
     zen = _data.ntp_corpus(k=k, vocab_size=vocab_size, d=m + extra_dims, trials=trials, seed=seed)
     data = zen.data
-    out = linear_limits(data, device=device,
+    out = _linear_limits(data, device=device,
                         rules=_rules(data, steps, steps_fast, lr_ngd, lr_adam, 40))
     return ZenRun(data, out["W_star"], out["W_mm"], _svm.projector_F(data), out["runs"],
                   out["res"], config=dict(k=k, vocab_size=vocab_size, extra_dims=extra_dims,
@@ -284,7 +281,7 @@ def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
                   corpus=zen)
 
 
-def ufm_geometry(P, pi, groups, run):
+def _ufm_geometry(P, pi, groups, run):
     r"""The logit geometry of a UFM run (a dict of recorded ``steps``, ``W``, ``H``, ``loss``, as
     :func:`ufm_experiment` trains it), at every recorded step.
 
@@ -376,8 +373,8 @@ class UFMRun:
     Attributes
     ----------
     P, pi, groups : the data (:func:`attnsvm._data.ntp_patterns`)
-    geo : dict, :func:`ufm_geometry` of the run (at 40 log-spaced steps)
-    geo_control : dict, :func:`ufm_geometry` of the control run (other support patterns, final
+    geo : dict, ``_ufm_geometry`` of the run (at 40 log-spaced steps)
+    geo_control : dict, ``_ufm_geometry`` of the control run (other support patterns, final
         step only)
     cross_corr : (B, B) correlations of the final orthogonal parts of the two runs
     early : int, the record two decades before the end
@@ -491,7 +488,7 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     r"""Chapter 15: GD on the NTP unconstrained-features model (:class:`attnsvm.models.NTPUFM`)
     from a small random start, on ``trials`` draws of :func:`attnsvm._data.ntp_patterns`
     (``patterns`` support sets, the same in every trial), recorded at 40 log-spaced steps and
-    read by :func:`ufm_geometry`; a control run (``seed + 1``, ``pattern_seed=1``: other
+    read by ``_ufm_geometry``; a control run (``seed + 1``, ``pattern_seed=1``: other
     support sets of the same sizes) gives the cross-pattern correlations. Both run on
     ``device``.
 
@@ -502,12 +499,13 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     P, pi, groups = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                           seed=seed)
     kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale, device=device)
-    run = _train_ufm(P, pi, seed=seed, rec=_log_grid(steps, 40), **kw)
-    geo = ufm_geometry(P, pi, groups, run)
+    rec = _train.record_grid(steps, n_records=40, initial=False)
+    run = _train_ufm(P, pi, seed=seed, rec=rec, **kw)
+    geo = _ufm_geometry(P, pi, groups, run)
     sharp = NTPUFM(d).sharpness(run["W"], run["H"], {"P": P, "pi": pi}, iters=200)
     P2, pi2, groups2 = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                              seed=seed + 1, pattern_seed=1)
-    geo2 = ufm_geometry(P2, pi2, groups2,
+    geo2 = _ufm_geometry(P2, pi2, groups2,
                         _train_ufm(P2, pi2, seed=seed + 1, rec=np.array([steps]), **kw))
     cross = metrics.corr(geo["L_perp"][:, None], geo2["L_perp"][None], elem_ndim=2)
     early = int(np.searchsorted(geo["steps"], steps // 100))

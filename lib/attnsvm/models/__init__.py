@@ -79,7 +79,8 @@ The package: :mod:`~attnsvm.models.parameterizations` (how the scores are parame
 (the objective interface), :mod:`~attnsvm.models.ntp_linear` (:class:`NTPLinear`) and
 :mod:`~attnsvm.models.ntp_ufm` (:class:`NTPUFM`) and
 :mod:`~attnsvm.models.ntp_attention` (:class:`SelfAttentionNTP`, next-token prediction with one
-self-attention layer).
+self-attention layer); :mod:`~attnsvm.models.nets` holds Chapter 12's networks (multi-head
+attention, a small ViT, the pretrained MiniLM encoder and its tokenizer), imported on its own.
 """
 from .attention import AttentionClassifier
 from .heads import LinearHead, MLPHead

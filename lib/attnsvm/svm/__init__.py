@@ -59,25 +59,28 @@ smaller margin raises :class:`SolverError`. Nothing returns ``None`` or NaN.
 Layout
 ------
 ``attsvm``    the SVMs (:func:`att_svm`, :func:`att_svm_batch`, :func:`p_svm` strict or relaxed,
-              :func:`head_support`, :func:`linear_svm`, :func:`head_svm`) and the choice of
+              :func:`head_support`, :func:`linear_svm`, :func:`head_svm`, :func:`joint_references`) and the choice of
               solver path
-``geometry``  l_p linear SVMs, margins in a norm, the spectral-norm Att-SVM (Part IV)
+``geometry``  l_p linear SVMs, margins in a norm, the spectral-norm Att-SVM, margin ratios and gaps
+              along a run, the comparison of iterates with the Att-SVMs of several norms (Part IV)
 ``ntp``       the NTP-SVM of the linear decoder and the logit-space SVM (Chapter 15)
 ``graph``     the priority-graph Att-SVM of next-token prediction (Chapter 16)
 ``finite``    the finite parts W* of next-token prediction (linear, logit space, attention)
-``local``     support tokens, local optimality, cones, numerical rank
+``local``     support tokens, local optimality, cones, numerical rank, the ray alignment,
+              the search for (non-)locally optimal choices
 ``_ipm``      the dense interior point (Frobenius norm)
 ``_cvx``      the cvxpy path (nuclear and l_p norms; fallback)
 ``_common``   errors, validation, constraint lists, the problem object
 """
 from ._common import CLARABEL_OPTIONS, InfeasibleError, SolverError
 from ._ipm import choose_formulation
-from .attsvm import att_svm, att_svm_batch, head_support, head_svm, linear_svm, p_svm
+from .attsvm import att_svm, att_svm_batch, head_support, head_svm, joint_references, linear_svm, p_svm
 from .finite import graph_finite, graph_subspace, logit_finite, logit_project_F, ntp_finite, projector_F
-from .geometry import (att_margin_in_norm, att_svm_spectral, linear_svm_p, margin_in_norm, matrix_norm,
+from .geometry import (AttSVMComparison, att_margin_gap, att_margin_in_norm, att_svm_spectral, compare_att_svms,
+                       linear_svm_p, margin_gaps, margin_in_norm, margin_ratios, matrix_norm, norm_key,
                        vector_norm)
 from .graph import graph_svm
-from .local import in_cone, is_locally_optimal, rank, support_tokens
+from .local import find_choices, in_cone, is_locally_optimal, ray_alignment, ray_alignment_limit, rank, support_tokens
 from .ntp import logit_margin, logit_svm, ntp_svm
 
 __all__ = [
@@ -91,6 +94,7 @@ __all__ = [
     "head_support",
     "linear_svm",
     "head_svm",
+    "joint_references",
     "graph_svm",
     "ntp_svm",
     "logit_svm",
@@ -107,8 +111,17 @@ __all__ = [
     "matrix_norm",
     "att_svm_spectral",
     "att_margin_in_norm",
+    "norm_key",
+    "margin_ratios",
+    "margin_gaps",
+    "att_margin_gap",
+    "AttSVMComparison",
+    "compare_att_svms",
     "support_tokens",
     "is_locally_optimal",
     "in_cone",
     "rank",
+    "ray_alignment",
+    "ray_alignment_limit",
+    "find_choices",
 ]

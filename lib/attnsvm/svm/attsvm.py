@@ -12,7 +12,7 @@ from ._common import (InfeasibleError, SolverError, per_trial, _check_alpha, _ch
 from ._cvx import _cvx_solve, _post_check
 from ._ipm import _fro_ipm, choose_formulation
 
-__all__ = ["att_svm", "att_svm_batch", "p_svm", "head_support", "linear_svm", "head_svm"]
+__all__ = ["att_svm", "att_svm_batch", "p_svm", "head_support", "linear_svm", "head_svm", "joint_references"]
 
 
 # ----------------------------------------------------------------------------- driver
@@ -421,3 +421,11 @@ def head_svm(X, y, alpha, *, solver=None, return_dual=False):
     y = _check_labels(y, n)
     alpha = _check_alpha(alpha, n, T, "alpha")
     return linear_svm(X[np.arange(n), alpha], y, solver=solver, return_dual=return_dual)
+
+
+def joint_references(data, alpha):
+    """Per trial, the Frobenius attention SVM (``att_svm_batch(X, Z, alpha, strict=True)``) and the max-margin head
+    ``head_svm(X, y, alpha)``; an infeasible trial raises (it is reported, never zero-filled)."""
+    W = att_svm_batch(data.X, data.Z, alpha, strict=True)[0]
+    v = np.stack([head_svm(data.X[b], data.y[b], alpha[b]) for b in range(data.trials)])
+    return W, v

@@ -1,15 +1,21 @@
-"""Token optimality around an SVM: support tokens, local optimality, cones, rank."""
+"""Token optimality around an SVM: support tokens, local optimality, cones, rank; the alignment
+of the negative gradient with the ray of an Att-SVM (:func:`ray_alignment`, its limit
+:func:`ray_alignment_limit`), and a seeded search for choices of tokens that are (or are not)
+locally optimal (:func:`find_choices`)."""
 from __future__ import annotations
 
 
 import numpy as np
 
 from .._checks import as_float_array, check_positive
-from ..tokens import TIE_TOL, token_scores
+from ..data import AttnData, stream
+from ..losses import check_instance, nonneg_loss
+from ..tokens import TIE_TOL, check_alpha, optimal_tokens, selection_margins, token_scores
 from ._common import InfeasibleError, _check_alpha, _check_X, _check_Z
 from .attsvm import att_svm
 
-__all__ = ["support_tokens", "is_locally_optimal", "in_cone", "rank"]
+__all__ = ["support_tokens", "is_locally_optimal", "in_cone", "rank", "ray_alignment", "ray_alignment_limit",
+           "find_choices"]
 
 
 # ----------------------------------------------------------------------------- local optimality
@@ -153,3 +159,105 @@ def rank(W, rtol=1e-6):
         top = sv[..., :1]
         out = np.sum((sv > rtol * top) & (top > 0), axis=-1)
     return int(out) if out.ndim == 0 else out.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- the ray of an Att-SVM
+
+def ray_alignment(data, alpha, c, *, W_alpha=None, loss="logistic", scaled=False):
+    r""":math:`\langle -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle` (or times
+    :math:`e^{c}` if ``scaled``), for scalars ``c`` (array_like, any shape).
+
+    Uses the cancellation-free form (:math:`m_{it}` the margins of :math:`W^\alpha_{mm}`,
+    :math:`\Delta_{it} = \gamma_{i\alpha_i} - \gamma_{it}`)
+
+    .. math::
+
+        \langle -\nabla\mathcal{L}(W), W^\alpha_{mm}\rangle = \frac1n\sum_i
+        \big(-\ell'(u_i)\big) \sum_{t\ne\alpha_i} s_{it}\, m_{it}
+        \Big(\Delta_{it} - \sum_{\tau\ne\alpha_i} s_{i\tau}\Delta_{i\tau}\Big),
+
+    with :math:`s_{it}` for :math:`t \ne \alpha_i` from log-softmax, so ``scaled`` values stay
+    exact for large ``c``.
+    """
+    data = check_instance(data)
+    n, T = data.n, data.T
+    alpha = check_alpha(alpha, (n,), T)
+    if W_alpha is None:
+        W_alpha = att_svm(data.X, data.Z, alpha)
+    nd = nonneg_loss(loss).neg_deriv_np
+    m = selection_margins(W_alpha, data.X, data.Z, alpha)          # (n, T), inf at alpha
+    g = token_scores(data.X, data.y, data.v)
+    delta = g[np.arange(n), alpha][:, None] - g                      # (n, T), 0 at alpha
+    c = np.asarray(c, dtype=float)
+    out = np.empty(c.shape)
+    for idx, cc in np.ndenumerate(c):
+        # log s_it = -c m_it - log(1 + sum_tau e^{-c m_tau})  (t != alpha), log s_alpha = -log(...)
+        e = np.where(np.isfinite(m), -cc * np.where(np.isfinite(m), m, 0.0), -np.inf)
+        lz = np.logaddexp(0.0, np.logaddexp.reduce(e, axis=1))                   # (n,)
+        ls = e - lz[:, None]                                                     # -inf at alpha
+        s = np.exp(ls)
+        avg = (s * delta).sum(1)                                                 # sum_tau s Δ
+        u = g[np.arange(n), alpha] - avg
+        mm = np.where(np.isfinite(m), m, 0.0)
+        if scaled:
+            inner = (np.exp(ls + cc) * mm * (delta - avg[:, None])).sum(1)
+        else:
+            inner = (s * mm * (delta - avg[:, None])).sum(1)
+        out[idx] = float(np.mean(nd(u) * inner))
+    return out[()] if out.ndim == 0 else out
+
+
+def ray_alignment_limit(data, alpha, *, W_alpha=None, loss="logistic", tol=1e-6):
+    r"""The constant :math:`\Lambda_\alpha = \lim_{c\to\infty} e^{c}\langle
+    -\nabla\mathcal{L}(cW^\alpha_{mm}), W^\alpha_{mm}\rangle
+    = \frac1n\sum_i -\ell'(\gamma_{i\alpha_i}) \sum_{t\in S_i}(\gamma_{i\alpha_i} - \gamma_{it})`,
+    :math:`S_i` the support tokens (``attnsvm.svm.support_tokens`` with ``tol``)."""
+    data = check_instance(data)
+    n, T = data.n, data.T
+    alpha = check_alpha(alpha, (n,), T)
+    if W_alpha is None:
+        W_alpha = att_svm(data.X, data.Z, alpha)
+    S = support_tokens(data.X, data.Z, alpha, W_alpha, tol=tol)
+    nd = nonneg_loss(loss).neg_deriv_np
+    g = token_scores(data.X, data.y, data.v)
+    ga = g[np.arange(n), alpha]
+    return float(np.mean(nd(ga) * np.where(S, ga[:, None] - g, 0.0).sum(1)))
+
+
+def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
+    r"""For each trial, a choice :math:`\alpha \ne \mathrm{opt}` whose Att-SVM exists and which
+    is (``locally_optimal=True``) or is not (``False``) locally optimal, by seeded random
+    search: each candidate changes the selected token of one random sequence of ``opt`` (or of
+    the last candidate) to a random other token.
+
+    Returns
+    -------
+    alpha : (B, n) int
+    found : (B,) bool      False where no such choice was found in ``max_tries`` candidates
+    """
+    if not isinstance(data, AttnData) or not data.batched:
+        raise ValueError("data must be a batched AttnData")
+    B, n, T = data.trials, data.n, data.T
+    opt = optimal_tokens(data.X, data.y, data.v)
+    alpha = opt.copy()
+    found = np.zeros(B, dtype=bool)
+    for b in range(B):
+        r = stream(seed, "choice-search", b)
+        cur = opt[b].copy()
+        for _ in range(max_tries):
+            cand = cur.copy()
+            i = r.integers(n)
+            cand[i] = (cand[i] + r.integers(1, T)) % T
+            if np.all(cand == opt[b]):
+                continue
+            lo = is_locally_optimal(data.X[b], data.y[b], data.Z[b], data.v[b], cand)
+            if lo == locally_optimal:
+                try:
+                    att_svm(data.X[b], data.Z[b], cand)
+                except InfeasibleError:
+                    cur = opt[b].copy()
+                    continue
+                alpha[b], found[b] = cand, True
+                break
+            cur = cand if r.random() < 0.5 else opt[b].copy()
+    return alpha, found
