@@ -340,6 +340,18 @@ def _drivers():
     return {p.stem: p for p in sorted((SRC / PKG / "experiments").glob("*.py")) if p.stem != "__init__"}
 
 
+#: the longest a driver module may be (issue 28): past it, split it by chapter or move mathematics out
+DRIVER_MAX_LINES = 700
+
+
+def test_no_driver_over_700_lines():
+    """Issue 28: a driver is an entry point and its result class, not a library; the longest is
+    672 lines today, so a driver that grows by a tenth is caught."""
+    long = {name: n for name, p in _drivers().items()
+            if (n := len(p.read_text().splitlines())) > DRIVER_MAX_LINES}
+    assert not long, f"drivers over {DRIVER_MAX_LINES} lines (split by chapter, or move mathematics out): {long}"
+
+
 def test_drivers_expose_only_result_classes_and_entry_points():
     """Drivers own no mathematics: their public names are result classes and entry points (the
     names of DRIVER_PENDING are the debt still to move, and may only shrink)."""
