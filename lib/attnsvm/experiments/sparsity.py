@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import bounds, metrics, svm, train
+from ..optim import AdamRule
 from ..data import random_inits, score_instances
 
 __all__ = ["SparsityRun", "sparsity_experiment"]
@@ -53,7 +54,10 @@ class SparsityRun:
         NGD's exponential rate ``ngd_rate`` against its bracket (``ngd_rate_upper``
         :math:`\eta\gamma_A`, ``ngd_rate_lower`` :math:`\eta\mu/2`, ratios ``ratio_upper``,
         ``ratio_lower``), ``ngd_final_log10``, ``gd_tmass_ratio`` (max/min of :math:`t` times GD's
-        mass over the last decade), ``n_region_<opt>`` (trials that reach the region
+        mass over the last decade), Adam's ``adam_rate_ratio`` (its exponential rate over
+        :math:`\tfrac12\log(1/\beta_2)`), ``adam_slope_horizon`` (:math:`-\tfrac T2\log(1/\beta_2)`,
+        the log-log slope that rate gives near step :math:`T`), ``adam_beta2``, ``adam_eps`` (the
+        rule's constants), ``n_region_<opt>`` (trials that reach the region
         :math:`E \le \varepsilon_0` within the horizon) and ``t0_<opt>_max`` (the latest first
         step in the region over those trials; NaN if none), and under (Cx):
         ``cx_mass_frac`` (fraction of (trial, step) pairs under the from-0 bound),
@@ -74,10 +78,15 @@ class SparsityRun:
         for name, m in M.items():
             out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
-        # Adam (beta_2 = 0.999): its mass falls geometrically, at a rate that approaches
-        # (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient reaches eps
-        out["adam_rate_ratio"] = float(np.median(metrics.exp_rate(t, M["adam"]["log_mass"]))
-                                       / (0.5 * np.log(1 / 0.999)))
+        # Adam (the rule's default constants): its mass falls geometrically, at a rate that
+        # approaches (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient
+        # reaches eps; so the log-log slope near the end of T steps is about -(T/2) log(1/beta_2)
+        adam = AdamRule()
+        half_log = 0.5 * np.log(1 / adam.betas[1])
+        out.update(adam_beta2=float(adam.betas[1]), adam_eps=float(adam.eps),
+                   adam_slope_horizon=float(-steps * half_log),
+                   adam_rate_ratio=float(np.median(metrics.exp_rate(t, M["adam"]["log_mass"]))
+                                         / half_log))
         for name in ("gd", "ngd", "polyak"):
             t0 = metrics.first_step(t, M[name]["excess"] <= c["eps0"])          # NaN: not reached
             reached = np.isfinite(t0)
@@ -132,7 +141,7 @@ class SparsityRun:
                                          f" = {s['ratio_lower']:.3f} (median; the lower end is "
                                          "proved only at the theorem's step)"),
             # Adam's mass is not polynomial: its log-log slope over the last decade depends on the
-            # horizon (-2 at 4000 steps is T log(1/beta_2)/2; notes/paper_claims.md); what holds
+            # horizon (about -(T/2) log(1/beta_2): adam_slope_horizon; notes/paper_claims.md); what holds
             # at both sizes is that it falls faster than GD's
             "adam_faster_than_gd": (sl["adam"] < sl["gd"] - 0.5,
                                     f"log-log slopes of the mass over the last decade: Adam "
