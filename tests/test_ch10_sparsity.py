@@ -194,7 +194,7 @@ def test_chapter_result_object():
     res = sparsity.sparsity_experiment(6, 4, 8, trials=4, steps=4000, cx_steps=3000, seed=0,
                                     device="cpu")
     s = res.summary()
-    assert len(s) == 37 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 42 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
     assert len(claims) == 8 and all(bool(h) for h, _ in claims.values()), claims
     assert abs(s["ngd_rate"] / s["ngd_rate_upper"] - s["ratio_upper"]) < 0.05

@@ -25,9 +25,9 @@ import numpy as np
 from ._checks import as_float_array, check_int, check_positive
 from .tokens import attention_scores, check_alpha, opt_margins
 
-__all__ = ["nanmedian", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
+__all__ = ["nanmedian", "nanmax", "corr", "direction_error", "direction_error_from_corr", "softmax", "attention",
            "opt_mass", "fit_rate", "slopes", "exp_rate", "first_step", "collapse_ratio", "one_minus_corr",
-           "log_q", "nonopt_mass",
+           "log_q", "nonopt_mass", "captured",
            "nonselected_mass", "min_margin", "selected_sets", "balanced_factors", "factor_cost", "imbalance",
            "singular_gap", "phase_fit"]
 
@@ -41,6 +41,14 @@ def nanmedian(x, axis=None):
     with np.errstate(all="ignore"):
         r = np.nanmedian(x, axis=axis)
     return float(r) if axis is None else r
+
+
+def nanmax(x):
+    """Largest finite entry of ``x`` as a float, NaN (not a warning) when there is none: e.g. the
+    latest first step over the trials that reach a set, :func:`first_step` giving NaN for the
+    others."""
+    x = np.asarray(x, dtype=float)
+    return float(np.max(x[np.isfinite(x)])) if np.isfinite(x).any() else float("nan")
 
 
 def _elem_axes(A, B, elem_ndim):
@@ -273,6 +281,18 @@ def first_step(t, mask):
         if k.size:
             out[b] = t[k[0]]
     return out
+
+
+def captured(max_mass, *, tol=1e-3):
+    r"""Whether a trial is *captured by wrong-token saturation*: some sequence puts at least
+    :math:`1 - \mathrm{tol}` of its softmax mass on non-optimal tokens (chapter 8's mechanism:
+    its optimal token's weight is then :math:`\le\mathrm{tol}`, its gradient term vanishes with
+    it, and the run does not reach the region :math:`E\le\varepsilon_0` on the horizons the
+    book runs). ``max_mass`` is the largest non-optimal mass over the sequences
+    (``trajectory_metrics(...)["max_mass"]``), any shape; returns bool of that shape."""
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must lie in (0, 1), got {tol!r}")
+    return np.asarray(max_mass, dtype=float) >= 1 - tol
 
 
 def phase_fit(t, gap, period, *, start=0, stop=None):

@@ -78,6 +78,19 @@ class SparsityRun:
         for name, m in M.items():
             out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
+        # cor-sparsity-rates holds from the first step t0 in the region, not from 0: the slope
+        # over the last decade tests it in the trials whose whole last decade lies in the region
+        # (t0 <= steps/10). At 100 trials x 5,000 steps of the papers' sizes GD enters the region
+        # only at t0 = 2,260-5,000 and no trial is covered (notes/paper_claims.md).
+        for name in ("gd", "polyak"):
+            t0 = metrics.first_step(t, M[name]["excess"] <= c["eps0"])
+            cov = np.isfinite(t0) & (t0 <= steps / 10)
+            out[f"n_covered_{name}"] = int(cov.sum())
+            out[f"mass_slope_covered_{name}"] = metrics.nanmedian(
+                np.where(cov, metrics.slopes(t, M[name]["mass"]), np.nan))
+            if name == "gd":
+                out["gd_tmass_ratio_covered"] = metrics.nanmedian(
+                    np.where(cov, gd_tmass.max(0) / gd_tmass.min(0), np.nan))
         # Adam (the rule's default constants): its mass falls geometrically, at a rate that
         # approaches (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient
         # reaches eps; so the log-log slope near the end of T steps is about -(T/2) log(1/beta_2)
@@ -93,7 +106,7 @@ class SparsityRun:
             out[f"n_region_{name}"] = int(reached.sum())
             out[f"n_missed_{name}"] = int((~reached).sum())
             out[f"n_missed_saturated_{name}"] = int(np.sum(
-                ~reached & (M[name]["max_mass"][-1] >= 1 - 1e-3)))
+                ~reached & metrics.captured(M[name]["max_mass"][-1])))
             out[f"t0_{name}_max"] = float(np.max(t0[reached])) if reached.any() else float("nan")
         n, cx = cfg["n"], self.cx
         bnd = {name: self.cx_mass_bound(name) for name in cx}
@@ -112,6 +125,7 @@ class SparsityRun:
     def claims(self):
         """The chapter's checked sentences: name -> (holds, detail)."""
         s, c, t = self.summary(), self.consts, self.t
+        trials = self.metrics["gd"]["mass"].shape[1]
         t0 = {k: metrics.first_step(t, self.metrics[k]["excess"] <= c["eps0"]) for k in ("gd", "ngd", "polyak")}
         sl = {k: s[f"mass_slope_{k}"] for k in self.metrics}
         return {
@@ -130,11 +144,20 @@ class SparsityRun:
                 "trials outside the region with a sequence of optimal-token mass <= 1e-3: "
                 + ", ".join(f"{k} {s[f'n_missed_saturated_{k}']} of {s[f'n_missed_{k}']}"
                             for k in ("ngd", "polyak", "gd")) + " (claimed for NGD and Polyak)"),
-            "gd_polyak_slope_one": (abs(sl["gd"] + 1) < 0.15 and abs(sl["polyak"] + 1) < 0.15,
-                                    f"log-log slopes of the mass: GD {sl['gd']:.3f}, Polyak "
-                                    f"{sl['polyak']:.3f}"),
-            "gd_tmass_flat": (s["gd_tmass_ratio"] < 2, "GD t * mass varies by a factor "
-                              f"{s['gd_tmass_ratio']:.3f} over the last decade"),
+            # the corollary's slope, in the trials whose last decade lies in the region; the
+            # claim needs at least half of the trials covered (else the run is too short for it)
+            "gd_polyak_slope_one": (
+                all(s[f"n_covered_{k}"] >= trials / 2 and abs(s[f"mass_slope_covered_{k}"] + 1) < 0.15
+                    for k in ("gd", "polyak")),
+                "log-log slopes of the mass over the last decade, median over the trials in the "
+                "region from its start: " + ", ".join(
+                    f"{k} {s[f'mass_slope_covered_{k}']:.3f} ({s[f'n_covered_{k}']}/{trials} "
+                    f"covered; all trials {sl[k]:.3f})" for k in ("gd", "polyak"))),
+            "gd_tmass_flat": (s["n_covered_gd"] >= trials / 2 and s["gd_tmass_ratio_covered"] < 2,
+                              "GD t * mass varies by a factor "
+                              f"{s['gd_tmass_ratio_covered']:.3f} over the last decade (median over "
+                              f"the {s['n_covered_gd']}/{trials} trials in the region from its "
+                              f"start; all trials {s['gd_tmass_ratio']:.3f})"),
             "ngd_at_upper_end": (abs(s["ratio_upper"] - 1) < 0.01, "NGD exponential rate / "
                                  f"(eta gamma_A) = {s['ratio_upper']:.5f} (median)"),
             "ngd_above_lower_observed": (s["ratio_lower"] > 1, "NGD exponential rate / (eta mu / 2)"
