@@ -712,7 +712,7 @@ def test_chapter_result_object():
     res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
                                  seed=0, device="cpu")
     s = res.summary()
-    assert len(s) == 59 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 66 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
     assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
     assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1
@@ -1092,3 +1092,177 @@ def test_ngd_no_floor_correction_needed(tight):
     b = A.bounds.ngd_floorless_bound(np.full(K, eta), E0, n0, **kw)
     b0 = (n0 - np.log(2 * c["eps0"] / E0) / c["gamma_A"]) / (n0 + eta * np.arange(K + 1)[:, None])
     assert np.all(omc <= b0) and np.all(b0 <= b)
+
+
+def _near_limit_start(W0, sc, rl, data, opt, *, margin=10.0, dist=0.1, seed=11):
+    """a u* + x* + P_perp W0 + a perturbation of norm `dist` in A ∩ (W_mm)^perp, with a chosen so
+    that gamma_A delta a = `margin` (delta the smallest off-support slack)."""
+    gA = sc["gamma_A"]
+    u = sc["W_mm"] * gA[:, None, None]
+    dmin = np.where(np.isfinite(rl["delta_k"]), rl["delta_k"], np.inf).min((1, 2))
+    pert = np.random.default_rng(seed).standard_normal(W0.shape)
+    pert -= A.bounds.orth_component(data, opt, pert)
+    pert -= np.einsum("bij,bij->b", pert, u)[:, None, None] * u
+    pert *= dist / np.linalg.norm(pert, axis=(-2, -1))[:, None, None]
+    a0 = margin / (gA * dmin)
+    return a0[:, None, None] * u + rl["x_star"] + A.bounds.orth_component(data, opt, W0) + pert
+
+
+def _restart_chain(data, opt, S, lengths, ell_bar, t1s, sc, rl, c, offset_fn, closed=True):
+    """thm-restart-residual along a recorded run S (K+1, B, d, d) with step lengths (K, B), from
+    each restart step t1 in t1s: the run hypotheses (E decreasing; sum_{s >= t1} l_s E_s <=
+    2 E_t1 / mu over the recorded horizon; the margin hypothesis m_min(W_t) >= B + gamma_A L_t
+    behind D, with B = offset_fn(E_t1)), parts 1 and 2 at every step t >= t1 with the centre
+    zeta = x* + h_N(t1), and either (closed) part 3 and the direction bound with its constant, or
+    (not closed) the direction bound with part 1's measured-drift residual. Returns the ratios
+    bound / (1 - corr) over t >= t1, one (K+1-t1, B) array per t1, and the restart constants."""
+    gA, RA = sc["gamma_A"], c["R_A"]
+    E = A.losses.excess_loss(data, opt, S)
+    assert np.all(E <= c["eps0"])
+    assert np.all(np.diff(E, axis=0) <= 0), "E not decreasing"                     # hypothesis
+    pi, _ = A.bounds.nonsupport_mass(data, opt, S, sc)
+    a = A.bounds.residual_parts(S, sc)["a"]
+    omc = A.metrics.one_minus_corr(S, sc["W_mm"][None])
+    m = A.tokens.opt_margins(data, opt, S)
+    fin_m = np.isfinite(m)
+    m_min = np.where(fin_m, m, np.inf).min((-2, -1))
+    # eps_s = (2 + Delta_max) max_i q_i(W_s), for part 2
+    q = np.exp(np.logaddexp.reduce(np.where(fin_m, -m, -np.inf), axis=-1)).max(-1)
+    eps = (2 + c["Delta_max"]) * q
+    fin = np.isfinite(rl["delta_k"])
+    decay = np.exp(-gA[:, None, None] * np.where(fin, rl["delta_k"], 0) * a[..., None, None])
+    out, rcs = [], []
+    for t1 in t1s:
+        L = np.concatenate([np.zeros((1, S.shape[1])), np.cumsum(lengths[t1:], axis=0)])
+        assert np.all((lengths[t1:] * E[t1:-1]).sum(0) <= 2 * E[t1] / c["mu"])          # hypothesis
+        B = offset_fn(E[t1])
+        assert np.all(m_min[t1:] >= B + gA * L - 1e-9)                                  # margin hyp.
+        drift = np.concatenate([np.zeros((1, S.shape[1])), np.cumsum(lengths[t1:] * pi[t1:-1], axis=0)])
+        rc = A.bounds.restart_constants(S[t1], E[t1], ell_bar, sc, rl, c, pi_drift=drift)
+        rho = A.bounds.residual_limit_distance(S[t1:], sc, rl, S[t1])                   # centre x* + h_N(t1)
+        assert np.allclose(rho[0], rc["rho"])
+        assert np.all(rho <= rc["rho_meas_bound"] * (1 + 1e-9) + 1e-12)                 # part 1
+        mass = np.where(fin, rc["pi_star"] * decay[t1:], 0.0).sum((-2, -1))
+        assert np.all(pi[t1:] <= np.exp(eps[t1:] + (rl["R_N"] + rl["R_V"]) * rho) * mass * (1 + 1e-9))  # part 2
+        assert np.all(a[t1:] >= rc["a"] + gA / RA * L - 1e-9)                           # part 2, a_t
+        D_a = gA * rc["a"] - B
+        if closed:
+            assert np.all(np.isfinite(rc["rho_bar"])), rc["rho_bar"]                  # part 3 applies
+            assert np.all(rho <= rc["rho_bar"] * (1 + 1e-9))
+            H2 = None
+        else:
+            H2 = rc["H2_meas"]
+        b = A.bounds.restart_direction_bound(L, rc, gA, RA, H2=H2, D_a=D_a)
+        assert np.all(omc[t1:] <= b * (1 + 1e-9))                                       # the bound
+        out.append(b / omc[t1:])
+        rcs.append(rc)
+    return out, rcs
+
+
+def test_restart_residual_near_limit(sc_inst):
+    """thm-restart-residual, fully from the state at t1: along NGD (step of thm-ngd-no-floor,
+    1500 steps) and the (L - L*) Polyak step (multiplier mu eta_bar, 1000 steps) from a start
+    a u* + x* + P_perp W0 + (0.1 in A, off x*), a with gamma_A delta a = 10, restarted at
+    t1 = 0, 500, 1000 (Polyak: 0, 500). The run hypotheses are asserted (E decreasing;
+    sum_{s>=t1} l_s E_s <= 2 E_t1/mu, measured at most 0.33 of it; the margin hypothesis
+    m_min >= B + gamma_A L_t behind D, with room >= 1.35). With the centre zeta = x* + h_N(t1):
+    part 1 (rho_t = ||P_A h_t - zeta|| <= rho_t1 + Omega + (R_N/gamma_A) sum l_s pi_s, measured pi)
+    and part 2 (pi_s against its bound, with pi*_k carrying e^{-<A_k, zeta>}; a_t's lower bound) at
+    every step, the closed form of part 3 applies (rho_bar finite) and rho_t <= rho_bar, and
+    1 - corr <= ((sqrt(||x*||^2 + ||h_N(t1)||^2) + rho_bar)^2 + ||P_perp W_t1||^2) / (2 a_low(t)^2)
+    at every step t >= t1.
+
+    What it catches (measured by mutation of `restart_constants`): bound / (1 - corr) over every
+    t >= t1, trial and restart is 1.026-1.114 (NGD) and 1.038-1.094 (Polyak*) with equal scores,
+    1.014-1.094 and 1.019-1.091 with heterogeneous ones (asserted max < 1.15, and < 1.13 at the
+    last step). So H^2 divided by 1.014 fails (heterogeneous scores; / 1.013 passes), divided by
+    1.026 fails on both settings, and halving it fails at every step. The old centre x* (rho_t1 =
+    ||P_A h_t1 - x*||, H^2 = (||x*|| + rho_bar)^2 + ...) gives 1.035-1.163 and exceeds the upper
+    assertion with equal scores (not with heterogeneous ones, max 1.121). The constant is the limit of
+    the residual: x* (the minimizer of log sum_S w_k e^{-<A_k, x>} on V, with the limit weights
+    w_k = beta(gamma*_i) Delta_i) plus h_N(t1) plus the invariant part. Computing x* and pi* with
+    uniform weights (or without the factor Delta_i) fails part 2 on the heterogeneous instances (a
+    no-op with equal scores, whose weights are uniform); x* = 0 fails part 2 everywhere. NOT
+    exercised: Omega (<= 2e-16 here, E tiny), the off-support term of rho_bar (rho_bar - rho_t1
+    <= 0.004), the factor e^{-<A_k, h_N(t1)>} of pi* (dropping it passes), ||h_N(t1)||^2 in ||zeta||^2
+    (h_N <= 0.092 against ||x*|| >= 1.0: dropping it passes), the exponent (R_N + R_V) and the
+    a-lower bound's rate (a_t1 >> L_t): the test binds H^2 through ||x*||, rho_t1 and
+    ||P_perp W_t1||."""
+    (data, opt, W_mm, c, W0), sc = sc_inst
+    rl = A.bounds.residual_limit(data, opt, sc)
+    assert np.all(rl["grad"] < 1e-12)
+    gA = sc["gamma_A"]
+    eta = float(c["eta_ngd"].min())
+    assert np.all(eta <= 2 * gA / rl["R_V"] ** 2)                    # the step condition of part 1
+    theta, _ = A.bounds.ngd_floorless_constants(eta, R_A=c["R_A"], gamma_A=gA, Delta_max=c["Delta_max"],
+                                                b_minus=c["b_minus"], b_plus=c["b_plus"])
+    assert np.all(theta <= 1)                                        # thm-ngd-no-floor: the offset B
+    Ws = _near_limit_start(W0, sc, rl, data, opt)
+    K = 1500
+    S = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=K, init=Ws, snapshots=True,
+                    record_every=1, device="cpu").snapshots
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))
+    assert np.allclose(lengths, eta)
+    ratios, _ = _restart_chain(data, opt, S, lengths, eta, (0, 500, 1000), sc, rl, c,
+                               lambda E: A.bounds.ngd_margin_offset(E, eta, c))
+    assert max(r.max() for r in ratios) < 1.15, [r.max(0) for r in ratios]
+    assert all(np.all(r[-1] < 1.13) for r in ratios), [r[-1] for r in ratios]
+    # the (L - L*) Polyak step: NGD steps of length delta_s <= eta/mu <= eta_bar in the region
+    mult = float(np.min(c["mu"])) * eta
+    S = A.train.fit(data, model="W", optimizer="polyak_star", lr=mult, steps=1000, init=Ws,
+                    snapshots=True, record_every=1, device="cpu").snapshots
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))
+    assert np.all(lengths <= eta * (1 + 1e-9))
+    ratios, _ = _restart_chain(data, opt, S, lengths, eta, (0, 500), sc, rl, c,
+                               lambda E: A.bounds.ngd_margin_offset(E, eta, c))
+    assert max(r.max() for r in ratios) < 1.15, [r.max(0) for r in ratios]
+
+
+def test_restart_residual_far_start(sc_inst):
+    """thm-restart-residual from the fixture's start (8 W_mm + noise: the support part P_S h of
+    the residual is far from its limit x*), along NGD (1500 steps) and GD (step 1, 1000 steps,
+    the hypotheses of thm-gd-rate asserted), restarted at t1 = 0 and at the middle of the run:
+    the run hypotheses (E decreasing; sum l_s E_s <= 2 E_t1/mu, measured <= 0.31 of it; the
+    margin hypothesis behind D, room >= 1.66), part 1 with the measured off-support mass and the
+    centre zeta = x* + h_N(t1), part 2 at every step, and the direction bound with part 1's
+    residual, 1 - corr <= ((||zeta|| + rho_t1 + Omega + (R_N/gamma_A) sum l_s pi_s)^2
+    + ||P_perp W||^2) / (2 a_low^2), at every step t >= t1.
+
+    What it shows (observed): here the closed form of part 3 does not apply (rho_bar = inf at
+    both restarts on every trial). What binds is the small off-support slack: gamma_A delta a_0
+    = 0.20-1.8, so the coefficient Phi of the fixed point is 5-51 and Phi kappa e > 1 even with
+    rho_t1 = 0. The bound is loose: bound / (1 - corr) at the last step is 4.4-27 (NGD) and
+    4.1-24 (GD), as with the old centre x* (rho_t1 = ||P_S h_t1 - x*|| = 1.3-3.3 is the support
+    part, which the new centre does not shrink; h_N(t1) = 0.13-0.71). Part of this is not slack
+    of the proof: the distance ||P_S h_t - x*|| falls along every NGD run (end / start =
+    0.49-0.89, asserted < 0.95), and the limit ||x*||^2 + ||h_N||^2 + ||P_perp W||^2 of ||h_t||^2 is
+    1.25-4.9 times the measured ||h_t||^2 at the end (asserted > 1.2), so a bound valid for every
+    t >= t1 must exceed the current 1 - corr by that factor. Not a test of the constant at a
+    factor (test_restart_residual_near_limit is); the ratio is not asserted (not within 2)."""
+    (data, opt, W_mm, c, W0), sc = sc_inst
+    rl = A.bounds.residual_limit(data, opt, sc)
+    gA = sc["gamma_A"]
+    eta = float(c["eta_ngd"].min())
+    K = 1500
+    S = A.train.fit(data, model="W", optimizer="ngd", lr=eta, steps=K, init=W0, snapshots=True,
+                    record_every=1, device="cpu").snapshots
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))
+    ratios, rbars = _restart_chain(data, opt, S, lengths, eta, (0, K // 2), sc, rl, c,
+                                   lambda E: A.bounds.ngd_margin_offset(E, eta, c), closed=False)
+    rS = [A.bounds.residual_limit_distance(S[t], sc, rl, S[t]) for t in (0, K)]    # ||P_S h_t - x*||
+    assert np.all(rS[1] < 0.95 * rS[0])                 # observed: P_S h_t approaches x*
+    p = A.bounds.residual_parts(S[-1], sc)
+    lim = np.linalg.norm(rl["x_star"], axis=(-2, -1)) ** 2 + p["hN"] ** 2 + p["hP"] ** 2
+    assert np.all(lim > 1.2 * (p["hS"] ** 2 + p["hN"] ** 2 + p["hP"] ** 2))   # observed: h_t not yet at its limit
+    # GD, step 1: lengths l_s <= eta R_A E(W_t1) / lam, and the part-1 step condition
+    eta_gd, K = 1.0, 1000
+    E0 = A.losses.excess_loss(data, opt, W0)
+    assert np.all(A.bounds.gd_step_condition(c, eta_gd, E0[None]))
+    ell_bar = eta_gd * c["R_A"] * E0 / c["lam"]
+    assert np.all(ell_bar <= 2 * gA / rl["R_V"] ** 2)
+    S = A.train.fit(data, model="W", optimizer="gd", lr=eta_gd, steps=K, init=W0, snapshots=True,
+                    record_every=1, device="cpu").snapshots
+    lengths = np.linalg.norm(np.diff(S, axis=0), axis=(-2, -1))
+    assert np.all(lengths <= ell_bar * (1 + 1e-9))
+    gratios, _ = _restart_chain(data, opt, S, lengths, ell_bar, (0, K // 2), sc, rl, c,
+                                lambda E: A.bounds.gd_margin_offset(E, eta_gd, c), closed=False)

@@ -42,7 +42,9 @@ notebooks evaluate them here).
   (Chapter 16): :func:`smoothness_bound`; steepest descent on the equal-score model in its own
   norm (book: ``thm-sd-att``, Chapter 14): :func:`sd_att_constants`, :func:`sd_att_margin_bound`;
   the regularization path of next-token attention (book: ``thm-ntpattn-path``, Chapter 16):
-  :func:`ntp_path_constants`, :func:`ntp_path_bounds`;
+  :func:`ntp_path_constants`, :func:`ntp_path_bounds`; its order :math:`1/R^2` under strict
+  complementarity (book: ``thm-ntpattn-squared``): :func:`ntp_support_constants`,
+  :func:`ntp_squared_bounds`, :func:`ntp_support_potential`, :func:`ntp_support_radius`;
 * the theorems' hypotheses and bounds checked along a recorded run from each trial's first step
   :math:`t_0` in the region: :func:`gd_step_condition`, :func:`ngd_linear_holds`,
   :func:`gd_inverse_excess_holds`, :func:`direction_bound_from_t0`.
@@ -71,10 +73,12 @@ __all__ = ["direction_from_margin", "ngd_direction_bound", "gd_error_constant", 
            "global_ngd_direction_bound", "global_gd_direction_constant", "global_gd_direction_bound",
            "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound",
            "sd_att_constants", "sd_att_margin_bound", "ntp_path_constants", "ntp_path_bounds",
+           "ntp_support_constants", "ntp_squared_bounds", "ntp_support_potential", "ntp_support_radius",
            "ngd_floorless_constants", "ngd_floorless_bound", "saturation_bound", "cone_margin_bound",
            "sd_margin_radius", "check_sd_bound", "smoothness_bound", "support_constants", "residual_parts",
            "residual_constants", "ngd_margin_offset", "gd_margin_offset", "squared_direction_bound",
-           "nonsupport_mass", "sharpness_constant"]
+           "nonsupport_mass", "sharpness_constant", "residual_limit",
+           "residual_limit_distance", "restart_constants", "restart_direction_bound"]
 
 
 
@@ -1182,8 +1186,7 @@ def support_constants(data, opt, *, tol=1e-7):
         _, sa, va = np.linalg.svd(MA, full_matrices=False)
         out["Q_A"].append(va[sa > 1e-10 * sa[0]].T)
         out["gamma_A"][b] = 1 / np.linalg.norm(W)
-    g2l = out["gamma_A"] ** 2 * out["lam_min"]
-    out["c_S"] = g2l * out["sigma_S"] / np.sqrt(1 + out["n_S"] * g2l ** 2)
+    out["c_S"] = _sharpness_lower(out["gamma_A"], out["lam_min"], out["sigma_S"], out["n_S"])
     c = constants(data, opt, out["W_mm"])
     out["kappa_phi"] = 2.25 * c["bD_plus"] / c["bD_minus"]
     return out
@@ -1327,25 +1330,242 @@ def sharpness_constant(data, opt, sc):
     out = np.empty(B)
     for b in range(B):
         A = np.einsum("ktd,ke->ktde", U[b], Zq[b])[sc["support"][b]].reshape(-1, d * d)
-        QS = sc["Q_S"][b]
-        u = QS.T @ (sc["W_mm"][b].ravel() * sc["gamma_A"][b])            # u* in the basis
-        _, _, vt = np.linalg.svd(u[None, :])
-        QV = QS @ vt[1:].T                                               # span_S ∩ W_mm^perp
-        G = A @ QV                                                       # (|S|, r - 1)
-        r1 = G.shape[1]
-        if r1 == 0:
-            out[b] = np.inf
-            continue
-        best = 0.0
-        for J in combinations(range(G.shape[0]), r1):
-            GJ = G[list(J)]
-            if abs(np.linalg.det(GJ)) < 1e-12 * max(1.0, np.abs(GJ).max() ** r1):
-                continue
-            y = np.linalg.solve(GJ, -np.ones(r1))
-            if np.all(G @ y >= -1 - 1e-9):
-                best = max(best, float(np.linalg.norm(y)))
-        out[b] = 1 / best if best > 0 else np.inf
+        out[b] = _sharpness_exact(A, sc["Q_S"][b], sc["W_mm"][b].ravel() * sc["gamma_A"][b])
     return out
+
+
+def _sharpness_lower(gamma, lam_min, sigma_S, n_S):
+    r"""The constant of ``lem-sharpness``,
+    :math:`c_S = \gamma^2\lambda_{\min}\sigma_S/\sqrt{1 + |S|\gamma^4\lambda_{\min}^2}` for an SVM
+    :math:`\min\|W\|_F` s.t. :math:`\langle A_k, W\rangle\ge1` with solution of norm :math:`1/\gamma`
+    and multipliers :math:`\ge\lambda_{\min} > 0` on :math:`S` (Chapters 9 and 16)."""
+    g2l = np.asarray(gamma, dtype=float) ** 2 * lam_min
+    return g2l * sigma_S / np.sqrt(1 + n_S * g2l ** 2)
+
+
+def _sharpness_exact(A_S, Q_S, u):
+    r"""The best sharpness constant
+    :math:`c^\star = \min\{\max_{k\in S}(-\langle A_k, h\rangle) : h\in\mathrm{span}_S,\
+    \langle h, u\rangle = 0,\ \|h\| = 1\}` by vertex enumeration (see :func:`sharpness_constant`);
+    ``A_S`` (|S|, D) the support features, ``Q_S`` (D, r) an orthonormal basis of their span,
+    ``u`` (D,) the unit SVM direction (in that span). ``inf`` when the subspace is {0}."""
+    uq = Q_S.T @ u                                                       # u* in the basis
+    _, _, vt = np.linalg.svd(uq[None, :])
+    QV = Q_S @ vt[1:].T                                                  # span_S ∩ u^perp
+    G = A_S @ QV                                                         # (|S|, r - 1)
+    r1 = G.shape[1]
+    if r1 == 0:
+        return np.inf
+    best = 0.0
+    for J in combinations(range(G.shape[0]), r1):
+        GJ = G[list(J)]
+        if abs(np.linalg.det(GJ)) < 1e-12 * max(1.0, np.abs(GJ).max() ** r1):
+            continue
+        y = np.linalg.solve(GJ, -np.ones(r1))
+        if np.all(G @ y >= -1 - 1e-9):
+            best = max(best, float(np.linalg.norm(y)))
+    return 1 / best if best > 0 else np.inf
+
+
+def residual_limit(data, opt, sc):
+    r"""The limit of the residual in :math:`\mathcal{A}` and the constants of the restart theorem
+    (book: ``thm-restart-residual``), per trial, for the support :math:`S` of
+    :func:`support_constants`.
+
+    With :math:`u^\star = \gamma_AW_{mm}`, :math:`V = \mathcal{A}_S\cap (u^\star)^\perp`, the
+    limit weights :math:`w^\infty_k = \phi_i'(0) = \beta(\gamma^\star_i)\Delta_i` for
+    :math:`k = (i, t)` (:math:`\beta = -\ell'`) and
+
+    .. math::
+
+        f(x) = \log\sum_{k\in S}w^\infty_k e^{-\langle A_k, x\rangle}\quad (x\in V),\qquad
+        x^\star = \operatorname{argmin}_V f,
+
+    (damped Newton on an orthonormal basis of :math:`V`; :math:`f` is coercive on :math:`V` by
+    ``lem-sharpness`` and strictly convex there, so :math:`x^\star` is unique), returns a dict:
+    ``x_star`` (B, d, d); ``grad`` the norm of
+    :math:`\nabla f(x^\star)` (B,) (the Newton residual, about 1e-15); ``pi_star`` (B, n, T)
+    :math:`\pi^\star_k = w^\infty_ke^{-\langle A_k, x^\star\rangle}/\sum_{j\in S}w^\infty_j
+    e^{-\langle A_j, x^\star\rangle}` for :math:`k\notin S` (0 on :math:`S` and at the optimal
+    tokens); ``delta_k`` (B, n, T) :math:`\langle A_k, W_{mm}\rangle - 1` (``inf`` on :math:`S`
+    and at the optimal tokens); ``R_V`` :math:`\max_{k\in S}\|A_k - \gamma_Au^\star\|_F` and ``R_N``
+    :math:`\max_{k\notin S}\|A_k - \langle A_k, u^\star\rangle u^\star\|_F` (B,); ``feat`` (B, n, T,
+    d, d) the lifted features :math:`A_k` (for the restart centre of :func:`restart_constants`).
+    """
+    U, Zq = lifted_factors(data, opt)
+    g, gs, mask, _ = tokens.opt_scores(data, opt)
+    go = np.where(mask, g, np.inf).min(-1)
+    logw = np.log(_LOGISTIC.neg_deriv_np(gs)) + np.log(gs - go)                  # (B, n)
+    B, n, T, d = U.shape
+    out = dict(x_star=np.empty((B, d, d)), grad=np.empty(B), pi_star=np.zeros((B, n, T)),
+               delta_k=np.full((B, n, T), np.inf), R_V=np.empty(B), R_N=np.zeros(B),
+               feat=np.einsum("bktd,bke->bktde", U, Zq))
+    for b in range(B):
+        Af = out["feat"][b].reshape(n, T, d * d)
+        S, N = sc["support"][b], mask[b] & ~sc["support"][b]
+        u = sc["W_mm"][b].ravel() * sc["gamma_A"][b]
+        AS, lw = Af[S], np.broadcast_to(logw[b][:, None], (n, T))
+        QS = sc["Q_S"][b]
+        _, _, vt = np.linalg.svd((QS.T @ u)[None, :])
+        QV = QS @ vt[1:].T                                                        # basis of V
+        G = AS @ QV
+        z = np.zeros(G.shape[1])
+
+        def f(z):
+            return logsumexp(lw[S] - G @ z)
+        for _ in range(200):
+            lg = lw[S] - G @ z
+            p = np.exp(lg - logsumexp(lg))
+            grad = -G.T @ p
+            if np.linalg.norm(grad) < 1e-15:
+                break
+            Hm = G.T @ (p[:, None] * G) - np.outer(G.T @ p, G.T @ p)
+            step = np.linalg.solve(Hm, grad)
+            t, f0 = 1.0, f(z)
+            while f(z - t * step) > f0 - 0.25 * t * (grad @ step) and t > 1e-12:
+                t /= 2
+            z = z - t * step
+        lg = lw[S] - G @ z
+        out["grad"][b] = np.linalg.norm(G.T @ np.exp(lg - logsumexp(lg)))
+        x = QV @ z
+        out["x_star"][b] = x.reshape(d, d)
+        lse_S = logsumexp(lw[S] - AS @ x)
+        out["pi_star"][b][N] = np.exp(lw[N] - Af[N] @ x - lse_S)
+        cu = Af @ u                                                               # <A_k, u*>
+        out["delta_k"][b][N] = cu[N] / sc["gamma_A"][b] - 1
+        out["R_V"][b] = np.sqrt(np.maximum((AS ** 2).sum(-1) - cu[S] ** 2, 0)).max()
+        if N.any():
+            out["R_N"][b] = np.sqrt(np.maximum((Af[N] ** 2).sum(-1) - cu[N] ** 2, 0)).max()
+    return out
+
+
+def residual_limit_distance(W, sc, rl, W_t1=None):
+    r""":math:`\rho = \|P_{\mathcal{A}}h - \zeta\|_F` (book: ``thm-restart-residual``), the distance
+    of the residual in :math:`\mathcal{A}`, :math:`P_{\mathcal{A}}h = P_{\mathcal{A}}W -
+    \langle W, u^\star\rangle u^\star`, from the restart centre :math:`\zeta = x^\star + h_N(t_1)`,
+    :math:`h_N(t_1) = (P_{\mathcal{A}} - P_S)W_{t_1}` (``W_t1`` (B, d, d); :math:`\zeta = x^\star` when
+    ``None``), with :math:`x^\star` of :func:`residual_limit`; ``W`` (..., B, d, d), returns
+    (..., B). At :math:`W = W_{t_1}` this is :math:`\|P_Sh_{t_1} - x^\star\|_F`."""
+    W = np.asarray(W, dtype=float)
+    B, d = sc["W_mm"].shape[0], sc["W_mm"].shape[-1]
+    w = W.reshape(W.shape[:-2] + (d * d,))
+    out = np.empty(w.shape[:-1])
+    for b in range(B):
+        u = sc["W_mm"][b].ravel() * sc["gamma_A"][b]
+        QA = sc["Q_A"][b]
+        wb = w[..., b, :]
+        PAh = (wb @ QA) @ QA.T - (wb @ u)[..., None] * u
+        cen = rl["x_star"][b].ravel()
+        if W_t1 is not None:
+            w1 = np.asarray(W_t1, dtype=float)[b].ravel()
+            cen = cen + (w1 @ QA) @ QA.T - (w1 @ sc["Q_S"][b]) @ sc["Q_S"][b].T
+        out[..., b] = np.linalg.norm(PAh - cen, axis=-1)
+    return out
+
+
+def restart_constants(W_t1, E_t1, ell_bar, sc, rl, consts, *, pi_drift=None, iters=200):
+    r"""The constants of the restart theorem (book: ``thm-restart-residual``), per trial, from the
+    state :math:`W_{t_1}` of a run of steps along :math:`-\nabla\mathcal{L}` of lengths
+    :math:`\ell_s \le \bar\ell` (``ell_bar``, at most :math:`2\gamma_A/R_V^2`) in the region from
+    :math:`t_1` on, with :math:`E` decreasing and :math:`\sum_{s\ge t_1}\ell_sE(W_s) \le
+    2E(W_{t_1})/\mu`:
+
+    .. math::
+
+        \hat\varepsilon = \frac{(2+\Delta_{\max})E(W_{t_1})}{2\varepsilon_0},\qquad
+        \Omega = \frac{R_V}{\gamma_A}\,\frac{e^{\hat\varepsilon}-1}{\hat\varepsilon}\,
+                 \frac{(2+\Delta_{\max})E(W_{t_1})}{\varepsilon_0\mu},
+
+    the centre :math:`\zeta = x^\star + h_N(t_1)`, :math:`h_N(t_1) = (P_{\mathcal{A}} - P_S)W_{t_1}`,
+    :math:`\rho_{t_1} = \|P_{\mathcal{A}}h_{t_1} - \zeta\|_F = \|P_Sh_{t_1} - x^\star\|_F`,
+    :math:`\pi^\star_k = w^\infty_ke^{-\langle A_k, \zeta\rangle}/\sum_{j\in S}w^\infty_j
+    e^{-\langle A_j, \zeta\rangle}` (:math:`k\notin S`; ``rl["pi_star"]`` times
+    :math:`e^{-\langle A_k, h_N(t_1)\rangle}`), and :math:`\bar\rho`, the least solution (by
+    monotone iteration from :math:`\rho_{t_1} + \Omega`) of
+
+    .. math::
+
+        \bar\rho \ge \rho_{t_1} + \Omega + \frac{R_N}{\gamma_A}e^{\hat\varepsilon + (R_N + R_V)\bar\rho}
+            \sum_{k\notin S}\pi^\star_ke^{-\gamma_A\delta_ka_{t_1}}\frac{e^{c_k\bar\ell}}{c_k},
+        \qquad c_k = \frac{\gamma_A^2\delta_k}{R_A}
+
+    (``inf`` where none exists, i.e. where :math:`\Phi\kappa e^{1+\kappa(\rho_{t_1}+\Omega)} > 1`,
+    :math:`\Phi` the coefficient of the exponential, :math:`\kappa = R_N + R_V`: the theorem's
+    closed form does not apply from that :math:`t_1`). Then :math:`\|P_{\mathcal{A}}h_t\|_F \le
+    \|\zeta\|_F + \bar\rho` for all :math:`t \ge t_1`, :math:`\|\zeta\|_F^2 = \|x^\star\|_F^2 +
+    \|h_N(t_1)\|_F^2`, and ``H2`` :math:`= (\|\zeta\|_F + \bar\rho)^2 + \|P^\perp W_{t_1}\|_F^2`
+    bounds :math:`\|h_t\|_F^2`. With ``pi_drift`` (the measured
+    :math:`\sum_{t_1\le s<t}\ell_s\pi_s`, any shape broadcasting against (B,)), also
+    ``rho_meas_bound`` :math:`= \rho_{t_1} + \Omega + (R_N/\gamma_A)\sum\ell_s\pi_s`, part 1 of the
+    theorem with the off-support mass measured, and ``H2_meas`` :math:`= (\|\zeta\|_F +
+    \rho_{\mathrm{meas}})^2 + \|P^\perp W_{t_1}\|_F^2`.
+
+    Returns a dict: (B,) arrays ``a`` (:math:`a_{t_1}`), ``rho`` (:math:`\rho_{t_1}`), ``hN``
+    (:math:`\|h_N(t_1)\|_F`), ``c_norm`` (:math:`\|\zeta\|_F`), ``hP``, ``eps_hat``, ``Omega``,
+    ``Phi``, ``rho_bar``, ``H2`` (and ``rho_meas_bound``, ``H2_meas``), and ``pi_star``
+    (B, n, T) at this centre.
+    """
+    c = consts
+    gA, RA = sc["gamma_A"], c["R_A"]
+    W_t1 = np.asarray(W_t1, dtype=float)
+    p = residual_parts(W_t1, sc)
+    rho = residual_limit_distance(W_t1, sc, rl, W_t1)
+    B, d = W_t1.shape[0], W_t1.shape[-1]
+    hN_vec = np.stack([(W_t1[b].ravel() @ sc["Q_A"][b]) @ sc["Q_A"][b].T
+                       - (W_t1[b].ravel() @ sc["Q_S"][b]) @ sc["Q_S"][b].T for b in range(B)])
+    feat = rl["feat"].reshape(rl["feat"].shape[:3] + (d * d,))
+    pi_star = rl["pi_star"] * np.exp(-np.einsum("bntk,bk->bnt", feat, hN_vec))
+    E = np.asarray(E_t1, dtype=float)
+    eh = (2 + c["Delta_max"]) * E / (2 * c["eps0"])
+    Omega = rl["R_V"] / gA * np.where(eh > 0, np.expm1(eh) / np.where(eh > 0, eh, 1), 1.0) \
+        * (2 + c["Delta_max"]) * E / (c["eps0"] * c["mu"])
+    dk = rl["delta_k"]
+    ck = gA[:, None, None] ** 2 * dk / RA[:, None, None]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        terms = np.where(np.isfinite(dk), pi_star * np.exp(-gA[:, None, None] * dk * p["a"][:, None, None]
+                                                             + ck * ell_bar) / ck, 0.0)
+        Phi = rl["R_N"] / gA * np.exp(eh) * terms.sum((1, 2))
+        base = rho + Omega
+        rb = base.copy()
+        for _ in range(iters):
+            new = base + Phi * np.exp((rl["R_N"] + rl["R_V"]) * rb)
+            if np.all(np.abs(new - rb) <= 1e-14 * np.maximum(1, rb)) or not np.all(np.isfinite(new)):
+                rb = new
+                break
+            rb = new
+        ok = np.isfinite(rb) & (base + Phi * np.exp((rl["R_N"] + rl["R_V"]) * rb) <= rb * (1 + 1e-12))
+        rb = np.where(ok, rb, np.inf)
+    cn = np.sqrt(np.linalg.norm(rl["x_star"], axis=(-2, -1)) ** 2 + p["hN"] ** 2)
+    out = dict(a=p["a"], rho=rho, hN=p["hN"], c_norm=cn, hP=p["hP"], eps_hat=eh, Omega=Omega, Phi=Phi,
+               rho_bar=rb, H2=(cn + rb) ** 2 + p["hP"] ** 2, pi_star=np.where(np.isfinite(dk), pi_star, 0.0))
+    if pi_drift is not None:
+        out["rho_meas_bound"] = rho + Omega + rl["R_N"] / gA * np.asarray(pi_drift, dtype=float)
+        out["H2_meas"] = (cn + out["rho_meas_bound"]) ** 2 + p["hP"] ** 2
+    return out
+
+
+def restart_direction_bound(dL, rc, gamma_A, R_A, *, H2=None, D_a=None):
+    r"""The restart bound on the direction (book: ``thm-restart-residual``):
+
+    .. math::
+
+        1 - \mathrm{corr}(W_t, W_{mm}) \le \frac{H^2}{2\,a_{\mathrm{low}}(t)^2},\qquad
+        a_{\mathrm{low}}(t) = a_{t_1} + \max\Big(\frac{\gamma_A}{R_A}L,\ L - \frac{D_a}{\gamma_A}\Big),
+
+    with :math:`L = \sum_{t_1\le s<t}\ell_s` (``dL``, (K, B) or broadcastable), ``rc`` from
+    :func:`restart_constants`, :math:`H^2` = ``H2`` (default ``rc["H2"]`` :math:`=
+    (\sqrt{\|x^\star\|_F^2 + \|h_N(t_1)\|_F^2} + \bar\rho)^2 + \|P^\perp W_{t_1}\|_F^2`; pass
+    ``rc["H2_meas"]`` to evaluate part 1's measured-drift form) and the optional margin lag
+    :math:`D_a = \gamma_Aa_{t_1} - B(t_1)` (:func:`ngd_margin_offset`, :func:`gd_margin_offset`
+    restarted at :math:`t_1`). ``nan`` where :math:`a_{\mathrm{low}} \le 0`."""
+    dL = np.asarray(dL, dtype=float)
+    grow = gamma_A / R_A * dL
+    if D_a is not None:
+        grow = np.maximum(grow, dL - np.asarray(D_a, dtype=float) / gamma_A)
+    a_low = rc["a"] + grow
+    H2 = rc["H2"] if H2 is None else H2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a_low > 0, H2 / (2 * a_low ** 2), np.nan)
 
 
 # ----------------------------------- steepest descent on the equal-score model (Chapter 14)
@@ -1514,3 +1734,246 @@ def ntp_path_bounds(R, consts):
     nan = np.where(valid, 0.0, np.nan)
     return dict(rho=rho, eps=eps, r1=r1 + nan, r2=r2 + nan, r=r + nan, K=K + nan,
                 beta=beta + nan, K_inf=float(np.log(n * c["C_Omega"]) + c["D_star"]), valid=valid)
+
+
+def ntp_support_constants(data, W_G, W_star, mask, Q, *, tol=1e-7):
+    r"""The graph SVM's multipliers, support and sharpness constants (book:
+    ``thm-ntpattn-squared``), for one trial of next-token data.
+
+    The constraints are :math:`k = (i, b)`, :math:`b\notin O_i`, with the features
+    :math:`\bar A_k = P_\perp\big((x_{ia} - x_{ib})z_i^\top\big)` (any :math:`a\in O_i`: the
+    differences inside :math:`O_i` lie in :math:`F`), so that :math:`\langle\bar A_k, U\rangle` is the
+    graph margin of any :math:`U\perp F` and the graph SVM is
+    :math:`\min\|W\|_F` s.t. :math:`W\perp F`, :math:`\langle\bar A_k, W\rangle\ge1`. Identical
+    features (several sequences with the same query, component and token) are merged. The
+    multipliers :math:`W^G_{mm} = \sum_j\lambda_j\bar A_j`, :math:`\lambda\ge0`, over the active
+    distinct features are found by non-negative least squares (unique when those features are
+    linearly independent; otherwise the choice is conservative as in :func:`support_constants`:
+    a zero multiplier on an active feature reports :math:`\delta = 0`). The support :math:`S` is
+    :math:`\{\lambda_j > \mathrm{tol}\sum_l\lambda_l\}`; a constraint lies in :math:`S` when its
+    feature does.
+
+    Returns a dict: ``feats`` (N, d*d) :math:`\bar A_k`; ``pairs`` (N, 2) :math:`(i, b)`;
+    ``support`` (N,) bool; ``lam`` the multipliers of the distinct support features;
+    ``fit_err`` :math:`\|\sum_j\lambda_j\bar A_j - W^G_{mm}\|_F/g`; ``active_err``
+    :math:`\max_{k\in S}|\langle\bar A_k, W^G_{mm}\rangle - 1|`; ``delta``
+    :math:`\min_{k\notin S}\langle\bar A_k, W^G_{mm}\rangle - 1` (``inf`` when every constraint is
+    in :math:`S`); ``lam_min``; ``n_S`` (distinct features in :math:`S`); ``sigma_S`` (their
+    smallest positive singular value); ``c_S`` :math:`\lambda_{\min}\sigma_S/(g^2\sqrt{1 +
+    |S|\lambda_{\min}^2/g^4})` (``lem-sharpness`` with :math:`\gamma_A = 1/g`); ``c_star`` the best
+    sharpness constant (:func:`sharpness_constant`'s vertex enumeration); ``K_N`` the number of
+    constraints off :math:`S`; ``R_A`` :math:`\max_k\|\bar A_k\|_F`; ``R_N``
+    :math:`\max_{k\notin S}\|(P_{\mathcal{A}} - P_S)\bar A_k\|_F` (0 if :math:`K_N = 0`); ``d``
+    (N,) :math:`d_k = \mathrm{LSE}_{O_i}(s_i) - s_{ib}` (:math:`s` the scores of :math:`W^*`);
+    ``d_gap`` :math:`\max_{k\in S}d_k - \min_{k\notin S}d_k` (0 if :math:`K_N = 0`); ``D_S``
+    :math:`\max_{k\in S}d_k`; ``w`` (N,) :math:`w_k = e^{-d_k}/\sum_je^{-d_j}` (the weights of
+    :func:`ntp_support_potential`; :math:`\sum_je^{-d_j} = nC_\Omega`); ``omega`` the merged
+    weights :math:`\omega_j = \sum_{k\to j}w_k` of the distinct support features (the order of
+    ``lam``); and, in the
+    layout of :func:`residual_parts` (one trial), ``W_mm`` (1, d, d) :math:`W^G_{mm}`,
+    ``gamma_A`` :math:`(1/g,)`, ``Q_S``, ``Q_A`` (orthonormal bases of :math:`\mathcal{A}_S` and
+    :math:`\mathcal{A} = \mathrm{span}\{\bar A_k\}`). Nothing is assumed: the caller checks
+    ``delta > 0`` (strict complementarity) and ``fit_err``, ``active_err`` small.
+    """
+    from scipy.optimize import nnls
+
+    X, Z = np.asarray(data.X, dtype=float), np.asarray(data.Z, dtype=float)
+    mask = np.asarray(mask, dtype=bool)
+    W_G = as_float_array("W_G", W_G, ndim=2)
+    W_star = as_float_array("W_star", W_star, ndim=2)
+    Q = as_float_array("Q", Q, ndim=2)
+    n, _, d = X.shape
+    Pp = np.eye(d * d) - Q @ Q.T
+    s = np.einsum("ntd,de,ne->nt", X, W_star, Z)
+    feats, pairs, dk = [], [], []
+    for i in range(n):
+        a = np.flatnonzero(mask[i])[0]
+        lse = float(logsumexp(s[i, mask[i]]))
+        for b in np.flatnonzero(~mask[i]):
+            feats.append(Pp @ np.outer(X[i, a] - X[i, b], Z[i]).ravel())
+            pairs.append((i, b))
+            dk.append(lse - s[i, b])
+    if not feats:
+        raise ValueError("every sequence lies in its top component: the graph SVM has no constraint")
+    A, dk = np.array(feats), np.array(dk)
+    g = float(np.linalg.norm(W_G))
+    w = W_G.ravel()
+    m = A @ w
+    group, reps = np.empty(len(A), int), []                          # merge identical features
+    for k, Ak in enumerate(A):
+        j = next((j for j, r in enumerate(reps)
+                  if np.linalg.norm(Ak - A[r]) <= 1e-10 * max(1.0, np.linalg.norm(Ak))), None)
+        if j is None:
+            reps.append(k)
+            j = len(reps) - 1
+        group[k] = j
+    Au, mu = A[reps], m[reps]
+    act = mu <= 1 + 1e3 * tol
+    lam = np.zeros(len(reps))
+    lam[act] = nnls(Au[act].T, w)[0]
+    Su = lam > tol * lam.sum()
+    S = Su[group]
+    _, sv, vt = np.linalg.svd(Au[Su], full_matrices=False)
+    Q_S = vt[sv > 1e-10 * sv[0]].T
+    _, sa, va = np.linalg.svd(A, full_matrices=False)
+    Q_A = va[sa > 1e-10 * sa[0]].T
+    sigma_S, lam_min, n_S = float(sv[sv > 1e-10 * sv[0]].min()), float(lam[Su].min()), int(Su.sum())
+    N = ~S
+    RN = np.linalg.norm(A[N] - (A[N] @ Q_S) @ Q_S.T, axis=1)
+    wk = np.exp(-dk - logsumexp(-dk))
+    return dict(
+        feats=A, pairs=np.array(pairs), support=S, lam=lam[Su],
+        fit_err=float(np.linalg.norm(Au.T @ lam - w) / g),
+        active_err=float(np.abs(m[S] - 1).max()),
+        delta=float(m[N].min() - 1) if N.any() else np.inf,
+        lam_min=lam_min, n_S=n_S, sigma_S=sigma_S,
+        c_S=float(_sharpness_lower(1 / g, lam_min, sigma_S, n_S)),
+        c_star=float(_sharpness_exact(Au[Su], Q_S, w / g)),
+        K_N=int(N.sum()), R_A=float(np.linalg.norm(A, axis=1).max()),
+        R_N=float(RN.max(initial=0.0)), d=dk,
+        d_gap=float(dk[S].max() - dk[N].min()) if N.any() else 0.0, D_S=float(dk[S].max()),
+        w=wk, omega=np.bincount(group[S], weights=wk[S], minlength=len(reps))[Su],
+        W_mm=W_G[None], gamma_A=np.array([1 / g]), Q_S=[Q_S], Q_A=[Q_A])
+
+
+def ntp_support_radius(ell, sc, *, iters=200):
+    r"""The coordinate bound of ``thm-ntpattn-squared`` (3) on the support part of the offset:
+    every :math:`x\in\mathcal{A}_S` with :math:`\langle x, W^G_{mm}\rangle = 0` and
+    :math:`\varphi(x)\le e^{\ell}` has :math:`\|x\|_F\le V(\ell)/\sigma_S`, where, over the
+    distinct support features :math:`j` (multipliers :math:`\lambda_j`, merged weights
+    :math:`\omega_j`, :math:`\Lambda_j = g^2 - \lambda_j`,
+    :math:`c_j = \sum_{l\ne j}\lambda_l\log(\omega_l/\lambda_l)`),
+
+    .. math::
+
+        f_j(t) = \omega_je^{-t} + \Lambda_j\exp\Big(\frac{c_j + \lambda_jt}{\Lambda_j}\Big),\qquad
+        [\mathrm{lo}_j, \mathrm{hi}_j] = \{t : f_j(t)\le e^{\ell}\},\qquad
+        V(\ell)^2 = \sum_j\max(\mathrm{lo}_j^2, \mathrm{hi}_j^2).
+
+    :math:`f_j` is convex with its minimum at
+    :math:`t_j = (\Lambda_j\log(\omega_j/\lambda_j) - c_j)/g^2`; each end of the interval is found by
+    bisection and the outer end of the final bracket is returned, so the result is an upper bound
+    (up to rounding). ``ell`` array-like; returns ``V/sigma_S`` of its shape (``nan`` where
+    :math:`\min f_j > e^{\ell}` for some :math:`j`: no such :math:`x`; 0 when :math:`|S| = 1`).
+    """
+    ell = np.asarray(ell, dtype=float)
+    lam, om = np.asarray(sc["lam"], dtype=float), np.asarray(sc["omega"], dtype=float)
+    if len(lam) < 2:
+        return np.where(np.isfinite(ell), 0.0, np.nan)
+    G2 = lam.sum()
+    out = np.full(ell.shape, np.nan)
+    for idx in np.ndindex(ell.shape):
+        e = float(ell[idx])
+        if not np.isfinite(e):
+            continue
+        V2 = 0.0
+        for j in range(len(lam)):
+            o = np.arange(len(lam)) != j
+            Lj, cj = G2 - lam[j], float(np.sum(lam[o] * np.log(om[o] / lam[o])))
+
+            def f(t, j=j, Lj=Lj, cj=cj):
+                return om[j] * np.exp(-t) + Lj * np.exp((cj + lam[j] * t) / Lj)
+
+            t0 = (Lj * np.log(om[j] / lam[j]) - cj) / G2
+            if f(t0) > np.exp(e):
+                V2 = np.nan
+                break
+            ends = []
+            for sgn in (-1.0, 1.0):
+                a, b = t0, t0 + sgn
+                while f(b) <= np.exp(e):
+                    a, b = b, t0 + 2 * (b - t0)
+                for _ in range(iters):
+                    m = (a + b) / 2
+                    a, b = (m, b) if f(m) <= np.exp(e) else (a, m)
+                ends.append(b)
+            V2 += max(ends[0] ** 2, ends[1] ** 2)
+        out[idx] = np.sqrt(V2) / sc["sigma_S"]
+    return out
+
+
+def ntp_squared_bounds(R, consts, sc):
+    r"""The bounds of ``thm-ntpattn-squared`` (Chapter 16) at radii ``R``, from
+    :func:`ntp_path_constants` (``consts``) and :func:`ntp_support_constants` (``sc``), with
+    :math:`\rho`, :math:`\varepsilon_R`, :math:`r` and :math:`K_R` of :func:`ntp_path_bounds`
+    (NaN where items 2-5 of ``thm-ntpattn-path`` do not apply) and :math:`w = \|W^*\|_F`:
+
+    .. math::
+
+        N_U = \sqrt{R^2 - (w - r)_+^2},\quad \xi_R = N_U/g - \rho,\quad
+        \ell_R = 2Mr + n\varepsilon_R + \xi_R,\qquad N_L = \sqrt{R^2 - (w + r)^2},
+
+    .. math::
+
+        H_S = \min\Big\{\frac{V(\ell_R)}{\sigma_S},\ \frac{\ell_R + \log(nC_\Omega) + D_S}{c_S}\Big\},
+        \qquad H_0 = \sqrt{N_U^2 - g^2(\rho - K_R)^2},
+
+    .. math::
+
+        \pi_R = \min\Big\{1,\ K_N\exp\big(4Mr + n\varepsilon_R + d_{\mathrm{gap}}
+        - \delta(\rho - K_R) + R_AH_0\big)\Big\},\qquad H_N = gN_UR_N\pi_R,
+
+    (:math:`V` of :func:`ntp_support_radius`; :math:`H_N = 0` when :math:`K_N = 0`),
+    :math:`H_R = \sqrt{H_S^2 + H_N^2}` and
+
+    .. math::
+
+        \beta^{(2)}_R = \frac{H_R^2}{N_L\big(N_L + \sqrt{N_L^2 - H_R^2}\big)}\ \le\ \frac{H_R^2}{N_L^2}
+
+    (``nan`` unless :math:`H_R < N_L`).
+
+    Returns a dict of arrays ``N_U, N_L, xi, ell, H_S, H_0, pi, H_N, H, beta2`` and the floats
+    ``H_inf`` :math:`= \min\{V(0)/\sigma_S, (\log(nC_\Omega) + D_S)/c_S\}` (the limit of
+    :math:`H_R` when :math:`\delta > 0`) and ``R2beta_inf`` :math:`= H_\infty^2/2` (the limit of
+    :math:`R^2\beta^{(2)}_R`). The theorem: :math:`\varphi(P_Sh)\le e^{\ell_R}`
+    (:func:`ntp_support_potential`), :math:`\|P_Sh\|\le H_S`, :math:`\|h_N\|\le H_N`,
+    :math:`\|h\|\le H_R` and :math:`1 - \mathrm{corr}(P_\perp W_R, W^G_{mm})\le\beta^{(2)}_R`.
+    """
+    c = consts
+    b = ntp_path_bounds(R, c)
+    R = np.atleast_1d(np.asarray(R, dtype=float))
+    g, w, n, M = c["g"], c["W_star_norm"], c["n"], c["M"]
+    rho, eps, r, K = b["rho"], b["eps"], b["r"], b["K"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        N_U = np.sqrt(R ** 2 - np.maximum(w - r, 0) ** 2)
+        xi = N_U / g - rho
+        N_L = np.sqrt(np.where(R > w + r, R ** 2 - (w + r) ** 2, np.nan))
+        ell = 2 * M * r + n * eps + xi
+        H_S = np.minimum(ntp_support_radius(ell, sc),
+                         (ell + np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
+        H_0 = np.sqrt(np.maximum(N_U ** 2 - g ** 2 * (rho - K) ** 2, 0))
+        if sc["K_N"] > 0:
+            log_pi = (np.log(sc["K_N"]) + 4 * M * r + n * eps + sc["d_gap"] - sc["delta"] * (rho - K)
+                      + sc["R_A"] * H_0)
+            pi = np.minimum(1.0, np.exp(log_pi))
+        else:
+            pi = np.zeros_like(R) + 0 * r
+        H_N = g * N_U * sc["R_N"] * pi
+        H = np.sqrt(H_S ** 2 + H_N ** 2)
+        beta2 = np.where(H < N_L, H ** 2 / (N_L * (N_L + np.sqrt(N_L ** 2 - H ** 2))), np.nan)
+    H_inf = min(float(ntp_support_radius(0.0, sc)), (np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
+    return dict(N_U=N_U, N_L=N_L, xi=xi, ell=ell, H_S=H_S, H_0=H_0, pi=pi, H_N=H_N, H=H, beta2=beta2,
+                H_inf=float(H_inf), R2beta_inf=float(H_inf ** 2 / 2))
+
+
+def ntp_support_potential(U, sc):
+    r"""The potential of ``thm-ntpattn-squared`` (3) at :math:`U = P_\perp W` (any :math:`U\perp F`,
+    shape (..., d, d)):
+
+    .. math::
+
+        \varphi(P_Sh) = \sum_{k\in S}w_k\,e^{-\langle\bar A_k, h\rangle}
+        = \sum_{k\in S}w_k\,e^{-(m_k(U) - a/g)},\qquad w_k = \frac{e^{-d_k}}{\sum_je^{-d_j}},
+
+    with :math:`a = \langle U, W^G_{mm}\rangle/g`, :math:`h = U - aW^G_{mm}/g` and
+    :math:`m_k(U) = \langle\bar A_k, U\rangle` the graph margins (``sc`` from
+    :func:`ntp_support_constants`). The theorem: :math:`\varphi(P_Sh)\le e^{\ell_R}` at
+    :math:`U = P_\perp W_R` (:func:`ntp_squared_bounds`); :math:`\varphi(0) = \sum_{k\in S}w_k\le1`.
+    """
+    U = np.asarray(U, dtype=float)
+    D = U.shape[-1] * U.shape[-2]
+    u = U.reshape(U.shape[:-2] + (D,))
+    g = 1 / float(sc["gamma_A"][0])
+    a_g = u @ sc["W_mm"][0].ravel() / g ** 2
+    m = u @ sc["feats"][sc["support"]].T
+    return np.sum(sc["w"][sc["support"]] * np.exp(-(m - a_g[..., None])), axis=-1)
