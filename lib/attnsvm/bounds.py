@@ -55,6 +55,7 @@ from itertools import combinations
 
 import numpy as np
 import torch
+from scipy.optimize import nnls
 from scipy.special import lambertw, logsumexp
 
 from . import metrics, svm, tokens
@@ -1775,7 +1776,6 @@ def ntp_support_constants(data, W_G, W_star, mask, Q, *, tol=1e-7):
     :math:`\mathcal{A} = \mathrm{span}\{\bar A_k\}`). Nothing is assumed: the caller checks
     ``delta > 0`` (strict complementarity) and ``fit_err``, ``active_err`` small.
     """
-    from scipy.optimize import nnls
 
     X, Z = np.asarray(data.X, dtype=float), np.asarray(data.Z, dtype=float)
     mask = np.asarray(mask, dtype=bool)
@@ -1920,7 +1920,19 @@ def ntp_squared_bounds(R, consts, sc):
 
         \beta^{(2)}_R = \frac{H_R^2}{N_L\big(N_L + \sqrt{N_L^2 - H_R^2}\big)}\ \le\ \frac{H_R^2}{N_L^2}
 
-    (``nan`` unless :math:`H_R < N_L`).
+    (``nan`` unless :math:`H_R < N_L`; :math:`N_L` is ``nan`` unless :math:`R > w + r`). The two
+    forms of :math:`H_S` (and of :math:`H_\infty`) are combined with ``np.fmin``, so a ``nan`` from
+    :func:`ntp_support_radius` (possible by rounding as :math:`\ell\to0`) leaves the :math:`c_S` form.
+
+    Tested (tests/test_ch16_ntp_attention.py) with the factors by which a weakened constant is
+    caught stated there; NOT detected by those tests: setting :math:`\ell_R` to 0 or dropping one of
+    its terms (:math:`\varphi(P_Sh)\ge\min\varphi\approx0.945`, resp. 0.69, is below 1 on both
+    instances), doubling :math:`c_S` (caught only by :math:`c_S\le c^*`, from a factor 1.35, resp.
+    1.14: the :math:`c_S` form of :math:`H_S` is 3.8-8.9, resp. 1.9-2.9, times :math:`V/\sigma_S`
+    at the tested radii and never binds), and the exponential part of :math:`\pi_R`, since
+    :math:`\pi_R = 1` (:math:`H_N` vacuous) up to :math:`R = 512` on the off-support instance
+    (:math:`\pi_R = 2.5\cdot10^{-10}` at :math:`R = 1024`, :math:`\beta^{(2)}_R` finite only from
+    :math:`R\approx820`).
 
     Returns a dict of arrays ``N_U, N_L, xi, ell, H_S, H_0, pi, H_N, H, beta2`` and the floats
     ``H_inf`` :math:`= \min\{V(0)/\sigma_S, (\log(nC_\Omega) + D_S)/c_S\}` (the limit of
@@ -1939,8 +1951,8 @@ def ntp_squared_bounds(R, consts, sc):
         xi = N_U / g - rho
         N_L = np.sqrt(np.where(R > w + r, R ** 2 - (w + r) ** 2, np.nan))
         ell = 2 * M * r + n * eps + xi
-        H_S = np.minimum(ntp_support_radius(ell, sc),
-                         (ell + np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
+        H_S = np.fmin(ntp_support_radius(ell, sc),            # fmin: a NaN V falls back on c_S
+                      (ell + np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
         H_0 = np.sqrt(np.maximum(N_U ** 2 - g ** 2 * (rho - K) ** 2, 0))
         if sc["K_N"] > 0:
             log_pi = (np.log(sc["K_N"]) + 4 * M * r + n * eps + sc["d_gap"] - sc["delta"] * (rho - K)
@@ -1951,7 +1963,8 @@ def ntp_squared_bounds(R, consts, sc):
         H_N = g * N_U * sc["R_N"] * pi
         H = np.sqrt(H_S ** 2 + H_N ** 2)
         beta2 = np.where(H < N_L, H ** 2 / (N_L * (N_L + np.sqrt(N_L ** 2 - H ** 2))), np.nan)
-    H_inf = min(float(ntp_support_radius(0.0, sc)), (np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
+    H_inf = np.fmin(float(ntp_support_radius(0.0, sc)),
+                    (np.log(n * c["C_Omega"]) + sc["D_S"]) / sc["c_S"])
     return dict(N_U=N_U, N_L=N_L, xi=xi, ell=ell, H_S=H_S, H_0=H_0, pi=pi, H_N=H_N, H=H, beta2=beta2,
                 H_inf=float(H_inf), R2beta_inf=float(H_inf ** 2 / 2))
 
@@ -1969,6 +1982,7 @@ def ntp_support_potential(U, sc):
     :math:`m_k(U) = \langle\bar A_k, U\rangle` the graph margins (``sc`` from
     :func:`ntp_support_constants`). The theorem: :math:`\varphi(P_Sh)\le e^{\ell_R}` at
     :math:`U = P_\perp W_R` (:func:`ntp_squared_bounds`); :math:`\varphi(0) = \sum_{k\in S}w_k\le1`.
+    The tests do not pin the weights: uniform :math:`w_k` on :math:`S` (same total) pass them.
     """
     U = np.asarray(U, dtype=float)
     D = U.shape[-1] * U.shape[-2]

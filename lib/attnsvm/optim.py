@@ -58,7 +58,8 @@ The rules (:data:`RULES`; ``lr`` = :math:`\eta`)
   :class:`torch.optim.Adam` without weight decay (up to float rounding).
 
 In batched mode (``batch_ndim=1``) every norm is taken per trial over the non-batch axes,
-never across trials. ``lr`` may be a float or a tensor of per-trial step sizes (B,).
+never across trials. ``lr`` may be a float or a tensor of per-trial step sizes (B,), and so
+may the Polyak cap ``eta_max`` (the clamp is then taken per trial).
 """
 from __future__ import annotations
 
@@ -247,8 +248,8 @@ class Context:
         :math:`\sigma_j`, one per gradient.
     log_loss : Tensor (B,) or None
         :math:`\log L` (or :math:`\log(L - L^\star)`), for the Polyak step.
-    eta_max : float or None
-        Cap on the Polyak step.
+    eta_max : float, Tensor (B,) or None
+        Cap on the Polyak step (a tensor: one cap per trial).
     batch_ndim : int
         Number of leading trial axes.
     params : list of Tensor or None
@@ -258,7 +259,7 @@ class Context:
     lr: object
     log_scale: list
     log_loss: object = None
-    eta_max: float | None = None
+    eta_max: object = None
     batch_ndim: int = 0
     params: list | None = None
 
@@ -365,7 +366,9 @@ class _PolyakStep:
         lg = _log_norm_total(grads, ctx)
         zero = ~torch.isfinite(lg)                      # zero gradient: no step
         log_eta = _log(ctx.lr) + ctx.log_loss - 2 * lg
-        if ctx.eta_max is not None:
+        if torch.is_tensor(ctx.eta_max):              # one cap per trial: the clamp per trial
+            log_eta = torch.minimum(log_eta, torch.log(ctx.eta_max))
+        elif ctx.eta_max is not None:
             log_eta = torch.clamp(log_eta, max=math.log(ctx.eta_max))
         return "log", torch.where(zero, -math.inf, log_eta)
 
@@ -590,8 +593,8 @@ def update(rule, grads, state=None, *, lr, log_scale=None, log_loss=None, eta_ma
         ``None`` means 0.
     log_loss : Tensor (B,) or 0-d
         :math:`\log L` (``"polyak"``), or :math:`\log(L - L^\star)` (``"polyak_star"``).
-    eta_max : float, optional
-        Cap on the Polyak step size.
+    eta_max : float or Tensor (B,), optional
+        Cap on the Polyak step size (a tensor: one cap per trial).
     betas, eps : Adam's constants.
     batch_ndim : int
         Number of leading trial axes (0 for ``torch.optim`` use, 1 in the engine).

@@ -4,7 +4,9 @@ r"""The batched training engine: many independent trials as one tensor program.
 trials axis; each trial has its own data, its own initialization (seeded from
 ``(seed, b)``) and its own mini-batch stream, and every norm in a step rule is taken per
 trial. Trial ``b``'s trajectory does not depend on ``B`` or on the other trials: running the
-trials one at a time (with ``seed=[(seed, b)]``) gives the same numbers.
+trials one at a time (with ``seed=[(seed, b)]``) gives the same numbers up to the last bits:
+the elementwise ``exp``/``log`` kernels round an element by its position in the tensor (README,
+"The same numbers on every machine, to a stated tolerance").
 
 One step, for every trial at once:
 
@@ -53,7 +55,7 @@ from .optim import Context, Descent, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
-           "fit_settings", "trajectory_metrics", "every_step", "global_run",
+           "fit_settings", "trajectory_metrics", "every_step", "global_run", "global_runs",
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
@@ -301,7 +303,7 @@ class FitConfig:
     loss: str | None = None
     optimizer: str = "gd"
     lr: object = None
-    eta_max: float | None = None
+    eta_max: object = None
     L_star: float | None = None
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
@@ -403,7 +405,12 @@ class FitConfig:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
                                  f"'sps', got {optimizer!r}")
-            self.eta_max = check_positive("eta_max", self.eta_max)
+            if isinstance(self.eta_max, (numbers.Real, np.number)) and not isinstance(self.eta_max, bool):
+                self.eta_max = check_positive("eta_max", self.eta_max)
+            else:                                            # one cap per trial
+                self.eta_max = as_float_array("eta_max", self.eta_max, ndim=1)
+                if not np.all(self.eta_max > 0):
+                    raise ValueError("eta_max must be positive (a float or one positive cap per trial)")
         if self.L_star is not None:
             if rule != "polyak_star":
                 raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
@@ -452,13 +459,23 @@ class FitConfig:
         return a
 
     def _check_lr_trials(self):
-        if isinstance(self.lr, np.ndarray) and self.lr.shape != (self.trials,):
+        # lr is still as given here (a list too): its shape, not its type, is checked
+        if self.lr is not None and np.ndim(self.lr) >= 1 and np.shape(self.lr) != (self.trials,):
             raise ValueError(f"lr as an array must have one step size per trial ({self.trials}), "
-                             f"got shape {self.lr.shape}")
+                             f"got shape {np.shape(self.lr)}")
+        if isinstance(self.eta_max, np.ndarray) and self.eta_max.shape != (self.trials,):
+            raise ValueError(f"eta_max as an array must have one cap per trial ({self.trials}), "
+                             f"got shape {self.eta_max.shape}")
 
     def lr_value(self):
         """The step size as the rules take it: a float or a (B,) tensor."""
         return torch.as_tensor(self.lr, **self.kw) if isinstance(self.lr, np.ndarray) else self.lr
+
+    def eta_max_value(self):
+        """The Polyak cap as the rules take it: None, a float or a (B,) tensor."""
+        if isinstance(self.eta_max, np.ndarray):
+            return torch.as_tensor(self.eta_max, **self.kw)
+        return self.eta_max
 
     def _validate_objective(self, data):
         net = self.model
@@ -541,11 +558,12 @@ class FitConfig:
         """The resolved arguments, as recorded in :attr:`History.config`."""
         opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
         lr = self.lr.tolist() if isinstance(self.lr, np.ndarray) else self.lr
+        eta_max = self.eta_max.tolist() if isinstance(self.eta_max, np.ndarray) else self.eta_max
         model = self.model if isinstance(self.model, str) else type(self.model).__name__
         init = self.init if isinstance(self.init, str) or self.init is None else "array"
         return dict(model=model, m=self.m, head=self.head, width=self.width,
                     train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=lr,
-                    eta_max=self.eta_max, steps=self.steps, batch_size=self.batch_size,
+                    eta_max=eta_max, steps=self.steps, batch_size=self.batch_size,
                     penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
                     device=str(self.dev), dtype=str(self.dtype), trials=trials, **opts)
 
@@ -691,8 +709,8 @@ def fit(data, **options):
     lr : float or array (B,), optional
         Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
         prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
-    eta_max : float, optional
-        Cap on the Polyak step size (polyak, polyak_star, sps only).
+    eta_max : float or array (B,), optional
+        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial.
     L_star : float, optional
         ``polyak_star`` only: the loss floor :math:`L^\star` of the step
         :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
@@ -1183,7 +1201,8 @@ class _Step:
         self.terms, self.trainable = terms, terms.trainable
         self.rule = cfg.rule_obj
         self.state = self.rule.init_state([params[k] for k in self.trainable])
-        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max, batch_ndim=1)
+        self.ctx = Context(lr=cfg.lr_value(), log_scale=[], eta_max=cfg.eta_max_value(),
+                           batch_ndim=1)
         self.want_log_loss = self.rule.needs_log_loss
 
     @property
@@ -1382,22 +1401,66 @@ def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, device="a
     bool: :math:`E(W_t)` below the theorem's bound and :math:`\max_i(1-s_i(W_t))` below the
     corollary's (False where not ``proved``).
     """
+    return global_runs(data, opt, W_mm, {"run": W0}, optimizer=optimizer, lr=lr, steps=steps,
+                       device=device)["run"]
+
+
+def global_runs(data, opt, W_mm, starts, *, optimizer, lr="theorem", steps, device="auto"):
+    r""":func:`global_run` from each start of ``starts`` (dict name -> ``W0`` (B, d, d)) as one
+    :func:`every_step` call over the stacked trials (start ``j``, trial ``b``) = trial
+    ``j B + b``: each start keeps its own step ``eta`` (``lr="theorem"``: the smallest over
+    *its* trials of the theorem's step, :func:`attnsvm.bounds.global_constants` depends on
+    ``W0``), run as the per-trial step size of :func:`fit`. A trial does not depend on the
+    others, so the result equals ``{name: global_run(data, opt, W_mm, W0, ...)}`` up to the last
+    bit (a trial's position in the batch can move its CPU kernels between the vector and the
+    scalar path of ``exp``/``log``).
+
+    Returns
+    -------
+    dict name -> dict of :func:`global_run`
+    """
     if optimizer not in ("gd", "ngd"):
         raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
-    g = bounds.global_constants(data, opt, W_mm, W0)
-    thm = g[f"eta_{optimizer}_global"]
+    names = list(starts)
+    if not names:
+        raise ValueError("starts must name at least one initialization")
+    gs = {k: bounds.global_constants(data, opt, W_mm, starts[k]) for k in names}
+    etas = {k: _global_step(gs[k], optimizer, lr) for k in names}
+    if len(names) == 1:
+        runs = [every_step(data, opt, optimizer=optimizer, lr=etas[names[0]], steps=steps,
+                           init=starts[names[0]], device=device)]
+    else:
+        B = data.trials
+        idx = np.tile(np.arange(B), len(names))
+        opt_all = np.asarray(opt)[idx] if np.ndim(opt) == 2 else opt
+        lq, ex, W = every_step(data.take(idx), opt_all, optimizer=optimizer,
+                               lr=np.repeat([etas[k] for k in names], B), steps=steps,
+                               init=np.concatenate([np.asarray(starts[k], dtype=float) for k in names]),
+                               device=device)
+        runs = [(np.ascontiguousarray(lq[:, j * B:(j + 1) * B]),
+                 np.ascontiguousarray(ex[:, j * B:(j + 1) * B]), W[j * B:(j + 1) * B])
+                for j in range(len(names))]
+    return {k: _global_checks(gs[k], etas[k], optimizer, *r) for k, r in zip(names, runs)}
+
+
+def _global_step(g, optimizer, lr):
+    """The step of a global run: ``"theorem"`` (the smallest over the trials of the theorem's
+    step in the constants ``g``) or a positive number."""
     if isinstance(lr, str):
         if lr != "theorem":
             raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
-        eta = float(thm.min())
-    else:
-        eta = float(lr)
-        if not eta > 0:
-            raise ValueError(f"lr must be positive, got {lr!r}")
+        return float(g[f"eta_{optimizer}_global"].min())
+    eta = float(lr)
+    if not eta > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    return eta
+
+
+def _global_checks(g, eta, optimizer, lq, ex, W):
+    """The checks of :func:`global_run` on one run at step ``eta`` (its dict)."""
+    thm = g[f"eta_{optimizer}_global"]
     proved = eta <= thm * (1 + 1e-12)
     noloss = eta <= g[f"eta_{optimizer}_noloss"]
-    lq, ex, W = every_step(data, opt, optimizer=optimizer, lr=eta, steps=steps, init=W0,
-                           device=device)
     t = np.arange(ex.shape[0])
     mono, checked, worst = bounds.q_monotone(lq, ex)
     n = lq.shape[-1]

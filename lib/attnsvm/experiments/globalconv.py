@@ -352,6 +352,8 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     at the lemma's steps :math:`\min(\mathrm{lr\_gd}, \eta_{\mathrm{GD}})` and
     :math:`\eta_{\mathrm{NGD}}` (``"noloss"``, the smallest over the trials). The theorem runs
     take ``steps`` steps, the others ``short_steps`` (default ``steps // 10``).
+    The random and adversarial starts of one optimizer and step kind run as one batched call
+    (:func:`attnsvm.train.global_runs`, each start at its own step).
 
     Returns
     -------
@@ -368,11 +370,14 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     starts = {"random": random_inits(d, trials, radius=radius, seed=seed), "adversarial": R_adv * Wa}
     short = max(steps // 10, 1) if short_steps is None else short_steps
     runs = {}
-    for sname, W0 in starts.items():
-        for name, lr in (("ngd", lr_ngd), ("gd", lr_gd)):
-            for kind, step, k in (("theorem", "theorem", steps), ("default", lr, short)):
-                runs[sname, name, kind] = train.global_run(data, opt, W_mm, W0, optimizer=name,
-                                                           lr=step, steps=k, device=device)
+    for name, lr in (("ngd", lr_ngd), ("gd", lr_gd)):
+        for kind, step, k in (("theorem", "theorem", steps), ("default", lr, short)):
+            # both starts in one run, each at its own step (train.global_runs)
+            for sname, r in train.global_runs(data, opt, W_mm, starts, optimizer=name, lr=step,
+                                              steps=k, device=device).items():
+                runs[sname, name, kind] = r
+    runs = {key: runs[key] for key in ((s, o, k) for s in starts for o in ("ngd", "gd")
+                                       for k in ("theorem", "default"))}     # the old order
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
         runs["large", name, "noloss"] = train.global_run(data, opt, W_mm, R_big * Wa,
                                                          optimizer=name, lr=step, steps=short,
