@@ -74,7 +74,7 @@ async (forbidden) => {
     });
   }
   const skip = "mjx-container, script, style, pre, code, textarea, noscript, .highlight, " +
-               "svg, mjx-assistive-mml, .mathjax_ignore, .tex2jax_ignore";
+               "svg, mjx-assistive-mml";
   const rx = /\\\(|\\\)|\\\[|\\\]|\$[^$\s][^$\n]*\$|\\(?:[A-Za-z]{2,}|[A-Za-z](?![A-Za-z]))/;
   const raw = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);

@@ -93,6 +93,15 @@ def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromiu
     rep = _report(tmp_path, rel)
     assert len(rep.raw) == 1 and not rep.errors, rep.describe()
 
+    # myst-nb marks every page's section "tex2jax_ignore mathjax_ignore" (MathJax typesets only
+    # the math spans): raw TeX there, e.g. a formula cut by a line that Markdown read as a
+    # bullet ("+ ..." starting a line inside $...$), must still be reported (it was not: the
+    # check skipped those classes, and ch09 and ch14 showed raw TeX unreported)
+    rel = _tiny_page(tmp_path, '<section class="tex2jax_ignore mathjax_ignore">' + good
+                     + r"<ul><li><p>\bar\rho\big)^2 + \fro{P W}^2$, and</p></li></ul></section>")
+    rep = _report(tmp_path, rel)
+    assert len(rep.raw) == 1 and not rep.errors, rep.describe()
+
     rel = _tiny_page(tmp_path, good + r'<p><span class="math">\(\undefinedmacro{x}\)</span></p>')
     rep = _report(tmp_path, rel)
     assert any("undefinedmacro" in e for e in rep.errors), rep.describe()

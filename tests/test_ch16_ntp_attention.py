@@ -621,12 +621,27 @@ def _squared_order_checks(Rs, W, inst=None):
     # relative 1e-9: the measured slack of the N_L form is only 1.2e-6, 1.4e-6 at R = 16 (both instances)
     assert np.all(1 - corr[ok] <= sharp_NL[ok] * (1 + 1e-9))
     assert np.all(1 - corr[fin] <= sb["beta2"][fin])
+    # item 6: the sharp limit, with the comparison point W* + rho' W^G + x_hat (x_hat = argmin phi)
+    sm = bounds.ntp_support_minimizer(sc)
+    sh = bounds.ntp_sharp_bounds(Rs, c, sc, sm)
+    assert sm["grad"] < 1e-12 and abs(sm["x"] @ W_G.ravel()) < 1e-12
+    assert np.allclose(sm["x"] @ QS @ QS.T, sm["x"], atol=1e-12)
+    assert np.all(np.isfinite(sh["H"][ok]))
+    dist = np.linalg.norm((h @ QS) @ QS.T - sm["x"], axis=1)
+    xi_h = (np.sqrt(sb["N_U"] ** 2 - hS ** 2) - g * sh["rho_p"]) / g
+    phi_sharp = sm["phi"] * np.exp(sh["ell_p"] + xi_h)
+    assert np.all(phi[ok] <= phi_sharp[ok]) and np.all(dist[ok] <= sh["Delta"][ok])
+    assert np.all(hS[ok] <= sh["H_S"][ok]) and np.all(np.sqrt(h2[ok]) <= sh["H"][ok])
+    fin6 = ok & np.isfinite(sh["beta2"])
+    assert np.all(1 - corr[fin6] <= sh["beta2"][fin6]) and np.all(1 - corr[ok] >= sh["beta2_low"][ok])
     with np.errstate(divide="ignore", invalid="ignore"):        # 0/0 where K_N = 0
         return sc, sb, dict(sharp=(1 - corr) / sharp, sharp_NL=(1 - corr) / sharp_NL,
                             phi=phi / np.exp(sb["ell"]), hS=hS / sb["H_S"], hN_pi=hN / hN_pi,
                             hN=hN / sb["H_N"], pi=pi / sb["pi"], h=np.sqrt(h2) / sb["H"],
                             beta2=(1 - corr) / sb["beta2"], h_abs=np.sqrt(h2),
-                            R2gap=Rs ** 2 * (1 - corr), ok=ok)
+                            R2gap=Rs ** 2 * (1 - corr), phi6=phi / phi_sharp,
+                            dist6=dist / sh["Delta"], hS6=hS / sh["H_S"], h6=np.sqrt(h2) / sh["H"],
+                            beta6=(1 - corr) / sh["beta2"], ok=ok)
 
 
 def test_ntp_squared_order():
@@ -658,7 +673,19 @@ def test_ntp_squared_order():
     (ratio >= 0.9975; relative slack 3.7e-5 at R = 12, so it is asserted with a relative tolerance
     1e-9). Observed, not asserted by the theorem: ||h|| = 0.30, 0.41, 0.52, 0.57 grows towards ||x_inf|| = 0.715
     (x_inf the minimizer of phi; phi(x_inf) = 0.945), R^2 (1 - corr) = 0.050, 0.084, 0.136,
-    0.164. The thresholds 0.75 and 0.65 below are regression pins (the theorem is the <= checks)."""
+    0.164. The thresholds 0.75 and 0.65 below are regression pins (the theorem is the <= checks).
+
+    Item 6 (the sharp limit; comparison point W* + rho' W^G + x_inf, ||x_inf|| = 0.715,
+    phi(x_inf) = 0.945): at R = 8, 12, phi(P_S h) / (phi(x_inf) e^{ell'_R + xi'(||P_S h||)}) = 0.72,
+    0.984: dividing that bound by 1.017 fails (1.016 passes), and setting ell'_R and xi' to 0
+    fails too (phi(P_S h) >= phi(x_inf)), but dropping any single term of ell'_R (2Mr = 0.011,
+    n eps'_R = 0.002) or xi' (5e-3) passes at R = 12; ||P_S h - x_inf|| / Delta_R = 0.02, 0.17
+    (Delta_R = 9.1, 0.82; kappa_R = 0.009, 0.080); ||h|| / H'_R = 0.19, 0.60 (H'_R = 2.71, 0.95,
+    against H_R = 5.69, 2.37): dividing H'_R by 1.66 fails (1.65 passes), so a factor 2 in H'_R IS
+    detected; (1 - corr) / beta'_R = 0.036, 0.36: dividing beta'_R by 2.76 fails (2.75 passes),
+    so a factor 2 in beta'_R is detected only at R = 16 (test_ntp_squared_order_R16); the lower
+    bound beta_low_R is 0 at R = 8, 12 (Delta_R > ||x_inf||). Factors found by mutation (wrap
+    ntp_sharp_bounds, divide one output, rerun _squared_order_checks on the same W_R)."""
     Rs = np.array([2.0, 4.0, 8.0, 12.0])
     W, kkt = _path_minimizers(Rs, 3000)
     assert np.all(kkt < 1e-9)
@@ -689,7 +716,11 @@ def test_ntp_squared_order_off_support():
     finite only from R ~ 820 (1.1e-4 at R = 1024). So the exponential part of item 4 is NOT
     tested. As on the first instance, ell_R := 0 passes (min phi = 0.69 < 1), doubling c_S is
     caught only by c_S <= c*, from a factor 1.14 (the c_S form of H_S is 1.9, 2.9 times V/sigma_S
-    at R = 12, 16), and uniform weights w_k on S pass."""
+    at R = 12, 16), and uniform weights w_k on S pass. Item 6 (tau_R = 0.018, 0.008 carries the
+    constraint off S; ||x_inf|| = 1.55, phi(x_inf) = 0.685): phi(P_S h) / its bound = 0.64, 0.94
+    (dividing by 1.061 fails), ||P_S h|| / H'_S = 0.26, 0.56 (H'_S = 4.9, 2.4 against H_S = 27, 16;
+    dividing H'_S by 1.79 fails), but H'_R = 28, 37 is vacuous like H_R (H_N dominates) and
+    beta'_R is NaN."""
     Rs = np.array([4.0, 8.0, 12.0, 16.0])
     W, kkt = _path_minimizers(Rs, 3000, _OFF_SUPPORT)
     assert np.all(kkt < 1e-11)
@@ -709,10 +740,88 @@ def test_ntp_squared_order_R16():
     passes); phi/e^{ell} = 0.945, dividing e^{ell_R} by 1.06 fails (1.05 passes); ||h|| = 0.60
     against H = 2.18 (dividing H by 3.62 fails, 3.6 passes); 1 - corr = 7.1e-4 against beta2 =
     9.3e-3 (dividing beta2 by 13.2 fails, 13.0 passes; beta_R = 0.26); R^2 (1 - corr) = 0.182
-    (observed)."""
+    (observed; the proved limit is ||x_inf||^2/2 = 0.255). Item 6 (mutation as there):
+    phi(P_S h) / its bound = 0.9975 (dividing by 1.0026 fails, 1.0024 passes); ||P_S h - x_inf||
+    = 0.11 against Delta_R = 0.47 (dividing by 4.21 fails); ||h|| = 0.60 against H'_R = 0.74
+    (dividing H'_R by 1.23 fails, 1.2 passes); 1 - corr = 7.1e-4 against beta'_R = 1.07e-3
+    (dividing beta'_R by 1.51 fails, 1.50 passes: a factor 2 IS detected) and against the lower
+    bound beta_low_R = 1.16e-4 (non-vacuous; 0.16 of the measured value)."""
     Rs = np.array([16.0])
     W, kkt = _path_minimizers(Rs, 10000)
     assert np.all(kkt < 1e-6)
     _, _, r = _squared_order_checks(Rs, W)
     assert r["ok"][0] and r["sharp"][0] > 0.9 and r["phi"][0] > 0.9
+    assert r["h6"][0] > 0.75 and r["beta6"][0] > 0.6      # regression pins (measured 0.82, 0.66)
     print({k: np.round(v, 4) for k, v in r.items() if k != "ok"})
+
+
+def test_ntp_sharp_limit():
+    """thm-ntpattn-squared, item 6, from the bounds alone (no path solver), on the instance of
+    test_ntp_squared_order. x_hat = argmin phi on V = A_S cap (W^G)^perp (damped Newton): gradient
+    norm on V <= 1e-12, x_hat in V, no random point of V does better; ||x_hat|| = 0.7148,
+    phi(x_hat) = 0.9447. The comparison point W* + rho' W^G + x_hat has norm R, the same L_O as W*,
+    and excess Omega <= eps'_R = C_Omega e^{-rho'} phi(x_hat); measured Omega/eps'_R = 0.877,
+    0.965, 0.9976, 0.99999 at R = 2, 4, 8, 16, so dividing eps'_R by 1.00002 fails (phi(x_hat)
+    in eps'_R is tight). kappa_R (the Hessian lower bound on the sublevel set): the smallest
+    Hessian eigenvalue of phi on V over 100 sampled boundary points of that set is at least 1.16
+    times kappa_R (R = 8, 16). The limits: H'_R decreases
+    to ||x_hat|| (H'_R - ||x_hat|| < 1e-6 at R = 1024) and R^2 beta'_R, R^2 beta_low_R -> ||x_hat||^2/2
+    (relative 1e-3 at R = 1024), while the item-5 bound stays at H_inf = 2.16: the
+    constant of the order is exact. H'_R <= H_R of item 5 wherever both are finite."""
+    from attnsvm import bounds
+
+    data, W_G, W_star, Q, mask, c = _path_instance()
+    sc = bounds.ntp_support_constants(data, W_G, W_star, mask, Q)
+    sm = bounds.ntp_support_minimizer(sc)
+    g, x = c["g"], sm["x"]
+    QS = sc["Q_S"][0]
+    assert sm["grad"] < 1e-12 and abs(x @ W_G.ravel()) < 1e-12 and np.allclose(QS @ (QS.T @ x), x)
+    assert abs(sm["norm"] - 0.7148) < 1e-3 and abs(sm["phi"] - 0.9447) < 1e-3   # regression pins
+    rng = np.random.default_rng(0)
+    Y = x + 0.3 * rng.standard_normal((200, sm["B"].shape[1])) @ sm["B"].T
+    pot = bounds.ntp_support_potential(Y.reshape(-1, *W_G.shape), sc)
+    assert np.all(pot >= sm["phi"])
+    # the comparison point of item 6
+    Rs = np.array([2.0, 4.0, 8.0, 16.0])
+    sh = bounds.ntp_sharp_bounds(Rs, c, sc, sm)
+    rho_p = sh["rho_p"]
+    assert np.allclose(rho_p, np.sqrt(Rs ** 2 - c["W_star_norm"] ** 2 - sm["norm"] ** 2) / g, rtol=1e-12)
+    assert np.allclose(sh["eps_p"], c["C_Omega"] * np.exp(-rho_p) * sm["phi"], rtol=1e-12)
+    Wc = W_star[None] + rho_p[:, None, None] * W_G[None] + x.reshape(W_G.shape)[None]
+    assert np.allclose(np.linalg.norm(Wc, axis=(1, 2)), Rs)
+    LO, Om = _split(data, mask, Wc)
+    LO_star, _ = _split(data, mask, W_star[None])
+    assert np.allclose(LO, LO_star[0], atol=1e-12)
+    ratio_eps = Om / sh["eps_p"]
+    assert np.all(ratio_eps <= 1)
+    # kappa_R: Hessian of phi on V at sampled points of the sublevel set {phi <= phi_hat e^{ell' + xi'(0)}}
+    AV, om = sm["AV"], sc["omega"]
+    ok = np.isfinite(sh["kappa"])
+    ratio_kap = []
+    for i in np.flatnonzero(ok):
+        level = sm["phi"] * np.exp(sh["ell_p"][i] + sh["xi0"][i])
+        z0 = sm["B"].T @ x
+        for dvec in rng.standard_normal((100, AV.shape[1])):
+            dvec /= np.linalg.norm(dvec)
+            lo, hi = 0.0, 1.0
+            while om @ np.exp(-AV @ (z0 + hi * dvec)) <= level:
+                hi *= 2
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if om @ np.exp(-AV @ (z0 + mid * dvec)) <= level else (lo, mid)
+            z = z0 + lo * dvec
+            Hz = (AV.T * (om * np.exp(-AV @ z))) @ AV
+            ratio_kap.append(np.linalg.eigvalsh(Hz)[0] / sh["kappa"][i])
+    assert min(ratio_kap) >= 1
+    # the limits: the constant of the order is ||x_inf||^2/2
+    Rl = np.array([16.0, 32.0, 64.0, 256.0, 1024.0])
+    shl, sbl = bounds.ntp_sharp_bounds(Rl, c, sc, sm), bounds.ntp_squared_bounds(Rl, c, sc)
+    assert np.all(np.diff(shl["H"]) <= 1e-9) and np.all(shl["H"] >= sm["norm"])
+    assert shl["H"][-1] - sm["norm"] < 1e-6 and np.all(shl["H"] <= sbl["H"])
+    assert abs(Rl[-1] ** 2 * shl["beta2"][-1] / shl["R2beta_inf"] - 1) < 1e-3
+    assert np.all(np.diff(Rl ** 2 * shl["beta2_low"]) > 0)           # from below, at rate R^{-1/2}
+    assert 0.8 < Rl[-1] ** 2 * shl["beta2_low"][-1] / shl["R2beta_inf"] < 1
+    assert np.isclose(shl["R2beta_inf"], sm["norm"] ** 2 / 2) and sbl["R2beta_inf"] > 8 * shl["R2beta_inf"]
+    print(dict(eps=np.round(ratio_eps, 4), kap=round(min(ratio_kap), 3),
+               H=np.round(shl["H"], 5), R2b=np.round(Rl ** 2 * shl["beta2"], 5),
+               R2blow=np.round(Rl ** 2 * shl["beta2_low"], 5)))

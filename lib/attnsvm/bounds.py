@@ -1770,7 +1770,7 @@ def ntp_support_constants(data, W_G, W_star, mask, Q, *, tol=1e-7):
     :math:`\max_{k\in S}d_k`; ``w`` (N,) :math:`w_k = e^{-d_k}/\sum_je^{-d_j}` (the weights of
     :func:`ntp_support_potential`; :math:`\sum_je^{-d_j} = nC_\Omega`); ``omega`` the merged
     weights :math:`\omega_j = \sum_{k\to j}w_k` of the distinct support features (the order of
-    ``lam``); and, in the
+    ``lam``); ``feats_S`` the distinct support features (rows, the order of ``lam``); and, in the
     layout of :func:`residual_parts` (one trial), ``W_mm`` (1, d, d) :math:`W^G_{mm}`,
     ``gamma_A`` :math:`(1/g,)`, ``Q_S``, ``Q_A`` (orthonormal bases of :math:`\mathcal{A}_S` and
     :math:`\mathcal{A} = \mathrm{span}\{\bar A_k\}`). Nothing is assumed: the caller checks
@@ -1822,7 +1822,7 @@ def ntp_support_constants(data, W_G, W_star, mask, Q, *, tol=1e-7):
     RN = np.linalg.norm(A[N] - (A[N] @ Q_S) @ Q_S.T, axis=1)
     wk = np.exp(-dk - logsumexp(-dk))
     return dict(
-        feats=A, pairs=np.array(pairs), support=S, lam=lam[Su],
+        feats=A, pairs=np.array(pairs), support=S, lam=lam[Su], feats_S=Au[Su],
         fit_err=float(np.linalg.norm(Au.T @ lam - w) / g),
         active_err=float(np.abs(m[S] - 1).max()),
         delta=float(m[N].min() - 1) if N.any() else np.inf,
@@ -1857,39 +1857,47 @@ def ntp_support_radius(ell, sc, *, iters=200):
     :math:`\min f_j > e^{\ell}` for some :math:`j`: no such :math:`x`; 0 when :math:`|S| = 1`).
     """
     ell = np.asarray(ell, dtype=float)
-    lam, om = np.asarray(sc["lam"], dtype=float), np.asarray(sc["omega"], dtype=float)
-    if len(lam) < 2:
+    if len(sc["lam"]) < 2:
         return np.where(np.isfinite(ell), 0.0, np.nan)
-    G2 = lam.sum()
     out = np.full(ell.shape, np.nan)
     for idx in np.ndindex(ell.shape):
         e = float(ell[idx])
         if not np.isfinite(e):
             continue
-        V2 = 0.0
-        for j in range(len(lam)):
-            o = np.arange(len(lam)) != j
-            Lj, cj = G2 - lam[j], float(np.sum(lam[o] * np.log(om[o] / lam[o])))
-
-            def f(t, j=j, Lj=Lj, cj=cj):
-                return om[j] * np.exp(-t) + Lj * np.exp((cj + lam[j] * t) / Lj)
-
-            t0 = (Lj * np.log(om[j] / lam[j]) - cj) / G2
-            if f(t0) > np.exp(e):
-                V2 = np.nan
-                break
-            ends = []
-            for sgn in (-1.0, 1.0):
-                a, b = t0, t0 + sgn
-                while f(b) <= np.exp(e):
-                    a, b = b, t0 + 2 * (b - t0)
-                for _ in range(iters):
-                    m = (a + b) / 2
-                    a, b = (m, b) if f(m) <= np.exp(e) else (a, m)
-                ends.append(b)
-            V2 += max(ends[0] ** 2, ends[1] ** 2)
-        out[idx] = np.sqrt(V2) / sc["sigma_S"]
+        ends = _ntp_support_intervals(e, sc, iters)
+        if ends is not None:
+            out[idx] = np.sqrt(np.sum(np.maximum(ends[0] ** 2, ends[1] ** 2))) / sc["sigma_S"]
     return out
+
+
+def _ntp_support_intervals(e, sc, iters=200):
+    r"""The intervals :math:`I_j(e) = \{t : f_j(t)\le e^{e}\} = [\mathrm{lo}_j, \mathrm{hi}_j]` of
+    :func:`ntp_support_radius` (``|S| >= 2``), ends by bisection, each rounded outwards (the outer
+    end of the final bracket); ``None`` where some :math:`I_j(e)` is empty."""
+    lam, om = np.asarray(sc["lam"], dtype=float), np.asarray(sc["omega"], dtype=float)
+    G2 = lam.sum()
+    lo, hi = np.empty(len(lam)), np.empty(len(lam))
+    for j in range(len(lam)):
+        o = np.arange(len(lam)) != j
+        Lj, cj = G2 - lam[j], float(np.sum(lam[o] * np.log(om[o] / lam[o])))
+
+        def f(t, j=j, Lj=Lj, cj=cj):
+            return om[j] * np.exp(-t) + Lj * np.exp((cj + lam[j] * t) / Lj)
+
+        t0 = (Lj * np.log(om[j] / lam[j]) - cj) / G2
+        if f(t0) > np.exp(e):
+            return None
+        ends = []
+        for sgn in (-1.0, 1.0):
+            a, b = t0, t0 + sgn
+            while f(b) <= np.exp(e):
+                a, b = b, t0 + 2 * (b - t0)
+            for _ in range(iters):
+                m = (a + b) / 2
+                a, b = (m, b) if f(m) <= np.exp(e) else (a, m)
+            ends.append(b)
+        lo[j], hi[j] = ends
+    return lo, hi
 
 
 def ntp_squared_bounds(R, consts, sc):
@@ -1991,3 +1999,143 @@ def ntp_support_potential(U, sc):
     a_g = u @ sc["W_mm"][0].ravel() / g ** 2
     m = u @ sc["feats"][sc["support"]].T
     return np.sum(sc["w"][sc["support"]] * np.exp(-(m - a_g[..., None])), axis=-1)
+
+
+def ntp_support_minimizer(sc, *, iters=100):
+    r"""The minimizer :math:`x_\infty` of the support potential
+    :math:`\varphi(x) = \sum_{j\in S}\omega_je^{-\langle\bar A_j, x\rangle}` (:func:`ntp_support_potential`)
+    on :math:`\mathcal{V} = \mathcal{A}_S\cap(W^G_{mm})^\perp` (book: ``thm-ntpattn-squared``, item 6),
+    by damped Newton in an orthonormal basis :math:`B` of :math:`\mathcal{V}`, from 0. :math:`\varphi`
+    is strictly convex and coercive on :math:`\mathcal{V}` (its features span :math:`\mathcal{A}_S`
+    and :math:`\sum_j\lambda_j\langle\bar A_j, x\rangle = 0` there with :math:`\lambda > 0`), so
+    :math:`x_\infty` is unique. Nothing downstream needs the exact minimizer: the bounds of
+    :func:`ntp_sharp_bounds` hold for the returned point :math:`\hat x`, with its gradient norm
+    :math:`\gamma = \|B^\top\nabla\varphi(\hat x)\|` carried along.
+
+    Returns a dict: ``x`` (d*d,) :math:`\hat x`; ``norm`` :math:`\|\hat x\|`; ``phi``
+    :math:`\varphi(\hat x)`; ``grad`` :math:`\gamma`; ``B`` (d*d, dim V); ``AV`` the distinct support
+    features in that basis, :math:`B^\top\bar A_j` (rows, the order of ``sc["lam"]``).
+    """
+    A = np.asarray(sc["feats_S"], dtype=float)
+    om = np.asarray(sc["omega"], dtype=float)
+    QS, u = sc["Q_S"][0], sc["W_mm"][0].ravel() * sc["gamma_A"][0]
+    Bv = QS - np.outer(u, u @ QS)                                     # A_S minus the W^G direction
+    Ub, sv, _ = np.linalg.svd(Bv, full_matrices=False)
+    B = Ub[:, sv > 1e-10 * max(1.0, sv.max(initial=0.0))]
+    AV = A @ B
+    z = np.zeros(B.shape[1])
+
+    def phi(z):
+        return float(om @ np.exp(-AV @ z))
+
+    for _ in range(iters if B.shape[1] else 0):
+        p = om * np.exp(-AV @ z)
+        gr, H = -AV.T @ p, (AV.T * p) @ AV
+        step = np.linalg.solve(H, gr)
+        t = 1.0
+        while phi(z - t * step) > phi(z) and t > 1e-12:               # backtracking (damped Newton)
+            t /= 2
+        z = z - t * step
+    gam = float(np.linalg.norm(AV.T @ (om * np.exp(-AV @ z))))
+    return dict(x=B @ z, norm=float(np.linalg.norm(z)), phi=phi(z), grad=gam, B=B, AV=AV)
+
+
+def ntp_sharp_bounds(R, consts, sc, sm, *, iters=200):
+    r"""The sharp-limit bounds of ``thm-ntpattn-squared`` (6) at radii ``R``, from
+    :func:`ntp_path_constants` (``consts``), :func:`ntp_support_constants` (``sc``) and
+    :func:`ntp_support_minimizer` (``sm``: the point :math:`\hat x\in\mathcal{V}`, its potential
+    :math:`\hat\varphi = \varphi(\hat x)` and gradient norm :math:`\gamma` on :math:`\mathcal{V}`).
+    With :math:`r`, :math:`N_U`, :math:`N_L`, :math:`H_S`, :math:`H_N` of :func:`ntp_squared_bounds`,
+    :math:`w = \|W^*\|_F` and the comparison point :math:`W^* + \rho'W^G_{mm} + \hat x` of norm
+    :math:`R`:
+
+    .. math::
+
+        \rho' = \frac{\sqrt{R^2 - w^2 - \|\hat x\|^2}}{g},\quad
+        \tau_R = \sum_{k\notin S}w_ke^{-\delta\rho' - \langle\bar A_k, \hat x\rangle},\quad
+        \varepsilon'_R = C_\Omega e^{-\rho'}(\hat\varphi + \tau_R),\quad
+        \ell'_R = 2Mr + n\varepsilon'_R + \log(1 + \tau_R/\hat\varphi),
+
+    .. math::
+
+        \xi'(s) = \frac{\sqrt{N_U^2 - s^2} - g\rho'}{g},\qquad
+        \kappa_R = \lambda_{\min}\Big(\sum_{j\in S}\omega_je^{-\mathrm{hi}_j}\,
+        B^\top\bar A_j\bar A_j^\top B\Big),\qquad
+        \Delta_R = \frac{\gamma + \sqrt{\gamma^2 + 2\kappa_R\hat\varphi(e^{\ell'_R + \xi'(0)} - 1)}}{\kappa_R},
+
+    with :math:`\mathrm{hi}_j` the upper end of :math:`I_j(\log\hat\varphi + \ell'_R + \xi'(0))`
+    (:func:`ntp_support_radius`), and :math:`H'_S = \|\hat x\| + t^*`, :math:`t^*` the largest
+    :math:`t\in[0, \Delta_R]` with
+    :math:`\frac{\kappa_R}{2}t^2\le\hat\varphi(e^{\ell'_R + \xi'(\|\hat x\| + t)} - 1) + \gamma\Delta_R`
+    (bisection, upper end kept). The theorem: :math:`\varphi(P_Sh)\le\hat\varphi\,e^{\ell'_R +
+    \xi'(\|P_Sh\|)}`, :math:`\|P_Sh - \hat x\|\le\Delta_R`, :math:`\|P_Sh\|\le H'_S`,
+    :math:`\|h\|\le H'_R = \sqrt{\min(H_S, H'_S)^2 + H_N^2}` and
+    :math:`1 - \mathrm{corr}\le\beta'_R = H'^2_R/(N_L(N_L + \sqrt{N_L^2 - H'^2_R}))`, and from
+    below :math:`1 - \mathrm{corr}\ge\beta^{\mathrm{low}}_R = (\|\hat x\| - \Delta_R)_+^2/(2N_U^2)`. As
+    :math:`R\to\infty` (with :math:`\hat x = x_\infty`, :math:`\gamma = 0`): :math:`\Delta_R\to0`,
+    :math:`H'_R\to\|x_\infty\|` and :math:`R^2\beta'_R\to\|x_\infty\|^2/2` (``H_inf``,
+    ``R2beta_inf``). :math:`\kappa_R` bounds the Hessian of :math:`\varphi` on :math:`\mathcal{V}`
+    from below on the whole sublevel set (each weight :math:`e^{-\langle\bar A_j, x\rangle}\ge
+    e^{-\mathrm{hi}_j}` there): certified up to floating-point rounding (outward-rounded
+    :math:`\mathrm{hi}_j`, a floating-point eigenvalue).
+
+    Returns a dict of arrays ``rho_p, tau, eps_p, ell_p, xi0, xi_x, kappa, Delta, H_S, H, beta2,
+    beta2_low``
+    (NaN where items 2-5 of ``thm-ntpattn-path`` do not apply) and the floats ``H_inf``,
+    ``R2beta_inf``.
+    """
+    c = consts
+    R = np.atleast_1d(np.asarray(R, dtype=float))
+    pb, sb = ntp_path_bounds(R, c), ntp_squared_bounds(R, c, sc)
+    g, w, n, M = c["g"], c["W_star_norm"], c["n"], c["M"]
+    xn, ph, gam, AV = sm["norm"], sm["phi"], sm["grad"], sm["AV"]
+    r, N_U = pb["r"], sb["N_U"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        rho_p = np.sqrt(np.where(R ** 2 > w ** 2 + xn ** 2, R ** 2 - w ** 2 - xn ** 2, np.nan)) / g
+        if sc["K_N"] > 0:
+            off = ~np.asarray(sc["support"])
+            mx = sc["feats"][off] @ sm["x"]
+            tau = np.sum(sc["w"][off] * np.exp(-sc["delta"] * rho_p[:, None] - mx), axis=1)
+        else:
+            tau = np.zeros_like(R)
+        eps_p = c["C_Omega"] * np.exp(-rho_p) * (ph + tau)
+        ell_p = 2 * M * r + n * eps_p + np.log1p(tau / ph)
+
+        def xi(s, i):
+            return (np.sqrt(np.maximum(N_U[i] ** 2 - s ** 2, 0.0)) - g * rho_p[i]) / g
+
+        kap, Delta, H_Sp = (np.full(R.shape, np.nan) for _ in range(3))
+        xi0 = np.array([xi(0.0, i) for i in range(len(R))])
+        for i in range(len(R)):
+            if not np.isfinite(ell_p[i] + xi0[i]):
+                continue
+            if AV.shape[1] == 0:                                  # |S| = 1: P_S h = 0 = x_hat
+                kap[i], Delta[i], H_Sp[i] = np.inf, 0.0, 0.0
+                continue
+            ends = _ntp_support_intervals(np.log(ph) + ell_p[i] + xi0[i], sc, iters)
+            if ends is None:
+                continue
+            Hlow = (AV.T * (sc["omega"] * np.exp(-ends[1]))) @ AV
+            kap[i] = np.linalg.eigvalsh(Hlow)[0]
+            Delta[i] = (gam + np.sqrt(gam ** 2 + 2 * kap[i] * ph * np.expm1(ell_p[i] + xi0[i]))) / kap[i]
+
+            def ok(t, i=i):
+                return kap[i] / 2 * t ** 2 <= ph * np.expm1(ell_p[i] + xi(xn + t, i)) + gam * Delta[i]
+
+            a, b = 0.0, Delta[i]
+            if ok(b):
+                a = b
+            else:
+                for _ in range(iters):
+                    m = (a + b) / 2
+                    a, b = (m, b) if ok(m) else (a, m)
+            H_Sp[i] = xn + b
+        H = np.sqrt(np.fmin(sb["H_S"], H_Sp) ** 2 + sb["H_N"] ** 2)
+        H = np.where(np.isfinite(H_Sp), H, np.nan)
+        N_L = sb["N_L"]
+        beta2 = np.where(H < N_L, H ** 2 / (N_L * (N_L + np.sqrt(N_L ** 2 - H ** 2))), np.nan)
+        xi_x = np.array([xi(xn, i) for i in range(len(R))])
+        beta2_low = np.maximum(xn - Delta, 0.0) ** 2 / (2 * N_U ** 2)
+    return dict(rho_p=rho_p, tau=tau, eps_p=eps_p, ell_p=ell_p, xi0=xi0, xi_x=xi_x, kappa=kap,
+                Delta=Delta, H_S=H_Sp, H=H, beta2=beta2, beta2_low=beta2_low, H_inf=float(xn),
+                R2beta_inf=float(xn ** 2 / 2))
