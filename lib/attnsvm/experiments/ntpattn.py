@@ -123,15 +123,17 @@ class NTPAttentionRun:
             "finite_fit": (relerr_gd <= 0.05, f"median relative error of P_F W_T: {relerr_gd}"),
             "mass_top": (mass_gd >= 0.99, f"median smallest mass on O_i: {mass_gd}"),
             "gd_monotone": (s["gap_monotone_gd"] == 1,
-                            "the excess loss rises between recorded GD steps"),
+                            "the excess loss does not rise between recorded GD steps in any "
+                            f"trial: {bool(s['gap_monotone_gd'])}"),
             "corr_rising": (s["corr_gain_gd"] > 0, "median gain of corr over the last decade of "
                             f"GD steps: {s['corr_gain_gd']}"),
             "ngd_corr_higher": (s["corr_ngd"] > corr_gd,
                                 f"NGD {s['corr_ngd']} against GD {corr_gd}"),
             "ngd_finite_worse": (s["relerr_ngd"] > relerr_gd, "NGD relative error "
                                  f"{s['relerr_ngd']} against GD {relerr_gd}"),
-            "gd_late_decrease": (s["late_decrease_gd"] == 1, "a GD curve of the figure is not "
-                                 "lower at the end than a decade earlier"),
+            "gd_late_decrease": (s["late_decrease_gd"] == 1, "every GD curve of the figure (medians) "
+                                 "is lower at the end than a decade earlier: "
+                                 f"{bool(s['late_decrease_gd'])}"),
             "ngd_finite_stalls": (s["relerr_ratio_ngd"] > 0.5, "NGD relative error, end / a "
                                   f"decade earlier: {s['relerr_ratio_ngd']}"),
         }
