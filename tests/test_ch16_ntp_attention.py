@@ -677,9 +677,13 @@ def test_ntp_squared_order():
 
     Item 6 (the sharp limit; comparison point W* + rho' W^G + x_inf, ||x_inf|| = 0.715,
     phi(x_inf) = 0.945): at R = 8, 12, phi(P_S h) / (phi(x_inf) e^{ell'_R + xi'(||P_S h||)}) = 0.72,
-    0.984: dividing that bound by 1.017 fails (1.016 passes), and setting ell'_R and xi' to 0
-    fails too (phi(P_S h) >= phi(x_inf)), but dropping any single term of ell'_R (2Mr = 0.011,
-    n eps'_R = 0.002) or xi' (5e-3) passes at R = 12; ||P_S h - x_inf|| / Delta_R = 0.02, 0.17
+    0.984: dividing that bound by 1.017 fails (1.016 passes). NOT detected: setting ell'_R to 0
+    (all three terms; 2Mr = 0.011, n eps'_R = 0.002, so e^{ell'_R} = 1.013 at R = 12, inside the
+    1.017 margin); only ell'_R and xi' together bind: setting both to 0 in ntp_sharp_bounds fails,
+    but at assert np.isfinite(sh["H"]) (the level becomes log phi(x_inf), the intervals I_j are
+    empty by rounding, H'_R is NaN), not at the potential check, which recomputes xi' itself
+    (xi' := 0 in the library alone passes here; it is caught only at R = 16 and by
+    test_ntp_sharp_limit); ||P_S h - x_inf|| / Delta_R = 0.02, 0.17
     (Delta_R = 9.1, 0.82; kappa_R = 0.009, 0.080); ||h|| / H'_R = 0.19, 0.60 (H'_R = 2.71, 0.95,
     against H_R = 5.69, 2.37): dividing H'_R by 1.66 fails (1.65 passes), so a factor 2 in H'_R IS
     detected; (1 - corr) / beta'_R = 0.036, 0.36: dividing beta'_R by 2.76 fails (2.75 passes),
@@ -720,7 +724,9 @@ def test_ntp_squared_order_off_support():
     constraint off S; ||x_inf|| = 1.55, phi(x_inf) = 0.685): phi(P_S h) / its bound = 0.64, 0.94
     (dividing by 1.061 fails), ||P_S h|| / H'_S = 0.26, 0.56 (H'_S = 4.9, 2.4 against H_S = 27, 16;
     dividing H'_S by 1.79 fails), but H'_R = 28, 37 is vacuous like H_R (H_N dominates) and
-    beta'_R is NaN."""
+    beta'_R is NaN. NOT detected: setting ell'_R to 0 (all three terms, log(1 + tau_R/phi(x_inf))
+    = 0.026 at R = 12 included); only ell'_R and xi' together bind; multiplying kappa_R by 64
+    passes (kappa_R is not tested on this instance)."""
     Rs = np.array([4.0, 8.0, 12.0, 16.0])
     W, kkt = _path_minimizers(Rs, 3000, _OFF_SUPPORT)
     assert np.all(kkt < 1e-11)
@@ -764,10 +770,14 @@ def test_ntp_sharp_limit():
     0.965, 0.9976, 0.99999 at R = 2, 4, 8, 16, so dividing eps'_R by 1.00002 fails (phi(x_hat)
     in eps'_R is tight). kappa_R (the Hessian lower bound on the sublevel set): the smallest
     Hessian eigenvalue of phi on V over 100 sampled boundary points of that set is at least 1.16
-    times kappa_R (R = 8, 16). The limits: H'_R decreases
-    to ||x_hat|| (H'_R - ||x_hat|| < 1e-6 at R = 1024) and R^2 beta'_R, R^2 beta_low_R -> ||x_hat||^2/2
-    (relative 1e-3 at R = 1024), while the item-5 bound stays at H_inf = 2.16: the
-    constant of the order is exact. H'_R <= H_R of item 5 wherever both are finite."""
+    times kappa_R (R = 8, 16): multiplying kappa_R by 1.161 fails here (the path checks catch it
+    only from 17.7 at R = 16, 33 at R <= 12, never on the off-support instance). The limits: H'_R
+    decreases to ||x_hat|| (H'_R - ||x_hat|| < 1e-6 at R = 1024) and R^2 beta'_R, R^2 beta_low_R ->
+    ||x_hat||^2/2 (relative 1e-3 at R = 1024), while the item-5 bound stays at H_inf = 2.16: the
+    constant of the order is exact. H'_R <= H_R of item 5 wherever both are finite. These check
+    the limit computed by the library against the library's own bounds at R = 1024, not against a
+    measurement; by mutation, dividing beta'_R by 1.001 fails the R^2 beta'_R assertion and
+    dividing H'_R by 1.0003 fails H'_R >= ||x_hat||."""
     from attnsvm import bounds
 
     data, W_G, W_star, Q, mask, c = _path_instance()

@@ -2058,7 +2058,7 @@ def ntp_sharp_bounds(R, consts, sc, sm, *, iters=200):
 
     .. math::
 
-        \xi'(s) = \frac{\sqrt{N_U^2 - s^2} - g\rho'}{g},\qquad
+        \xi'(s) = \frac{\sqrt{N_U^2 - s^2} - g\rho'}{g}\ (s\le N_U),\quad \xi'(s) = -\rho'\ (s > N_U),\qquad
         \kappa_R = \lambda_{\min}\Big(\sum_{j\in S}\omega_je^{-\mathrm{hi}_j}\,
         B^\top\bar A_j\bar A_j^\top B\Big),\qquad
         \Delta_R = \frac{\gamma + \sqrt{\gamma^2 + 2\kappa_R\hat\varphi(e^{\ell'_R + \xi'(0)} - 1)}}{\kappa_R},
@@ -2078,6 +2078,13 @@ def ntp_sharp_bounds(R, consts, sc, sm, *, iters=200):
     from below on the whole sublevel set (each weight :math:`e^{-\langle\bar A_j, x\rangle}\ge
     e^{-\mathrm{hi}_j}` there): certified up to floating-point rounding (outward-rounded
     :math:`\mathrm{hi}_j`, a floating-point eigenvalue).
+
+    NOT detected by the tests (``tests/test_ch16_ntp_attention.py``, by mutation): setting
+    :math:`\ell'_R` to 0 (all three terms; only :math:`\ell'_R` and :math:`\xi'` set to 0 together
+    are caught, and then by the finiteness of :math:`H'_R`); multiplying :math:`\kappa_R` by
+    :math:`f` is caught by the sampled-Hessian check of ``test_ntp_sharp_limit`` from
+    :math:`f = 1.161`, by the path checks only from :math:`f = 17.7` (:math:`R = 16`) or
+    :math:`f = 33` (:math:`R\le12`), and never on the off-support instance (:math:`f = 64` passes).
 
     Returns a dict of arrays ``rho_p, tau, eps_p, ell_p, xi0, xi_x, kappa, Delta, H_S, H, beta2,
     beta2_low``
