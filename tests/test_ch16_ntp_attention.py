@@ -492,29 +492,14 @@ def test_ntp_regularization_path():
     to 0.011 at R = 16, while the proved O(1/R) constant is g K_inf = 4.1; thm-ntpattn-squared
     gives the order 1/R^2, test_ntp_squared_order)."""
     from attnsvm.bounds import ntp_path_bounds
-    from attnsvm.path import _project, _spg
 
     data, W_G, W_star, Q, mask, c = _path_instance()
     Rs = _PATH_RADII
     K = len(Rs)
     b = ntp_path_bounds(Rs, c)
     rho, eps = b["rho"], b["eps"]                    # the library's rho and eps_R
-    t = {k: torch.as_tensor(v[None]).expand(K, *v.shape) for k, v in
-         (("X", data.X), ("Z", data.Z), ("y", data.ypos))}
-
-    def objective(W, grad=True):
-        loss, g, _ = ntp_attention_objective(W, t["X"], t["Z"], t["y"])
-        return (loss, g) if grad else loss
-
-    Rm = torch.as_tensor(Rs)
-    W0 = _project(torch.as_tensor(W_star[None] + rho[:, None, None] * W_G[None]), Rm, "fro")
-    W, _, g, _ = _spg(objective, W0, Rm, "fro", 10000, 1e-15)
-    res = torch.linalg.matrix_norm(_project(W - g, Rm, "fro") - W).numpy()
-    assert np.all(res < 1e-5)
-    lam = -(g * W).sum((1, 2)) / Rm ** 2
-    kkt = (torch.linalg.matrix_norm(g + lam[:, None, None] * W) / torch.linalg.matrix_norm(g)).numpy()
+    W, kkt = _path_minimizers(Rs, 10000)
     assert np.all(kkt < 1e-8)                        # converged (relative KKT residual)
-    W = W.numpy()
     P = Q @ Q.T
     V = (W.reshape(K, -1) @ P).reshape(W.shape)
     U = W - V
