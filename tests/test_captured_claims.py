@@ -55,3 +55,18 @@ def test_polyak_claims_count_captured_trials(small_run):
     bad, _ = _claims_with(small_run, 2, captured=False)
     assert not any(bad[k][0] for k in names), {k: bad[k] for k in names}
     assert small_run.claims() == base          # the fixture is restored
+
+
+def test_slope_claims_fail_when_no_trial_is_covered():
+    """Chapter 10's slope claims test cor-sparsity-rates, which holds from the first step t0 in
+    the region: on a run so short that GD's last decade starts before t0 in (nearly) every trial
+    (300 steps: no trial covered), gd_polyak_slope_one and gd_tmass_flat fail and say why,
+    whatever the numbers over all trials (GD's t * mass varies by 1.45 over the decade there,
+    which the former claim, taken over all trials, passed)."""
+    from attnsvm.experiments import sparsity
+    res = sparsity.sparsity_experiment(6, 4, 8, trials=4, steps=300, cx_steps=5, seed=0,
+                                       device="cpu")
+    s, claims = res.summary(), res.claims()
+    assert s["n_covered_gd"] == 0, s["n_covered_gd"]
+    for name in ("gd_polyak_slope_one", "gd_tmass_flat"):
+        assert not claims[name][0] and "0/4" in claims[name][1], claims[name]
