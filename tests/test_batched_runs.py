@@ -132,3 +132,22 @@ def test_per_trial_lr_list_of_the_wrong_length_names_lr():
     with pytest.raises(ValueError, match="lr as an array must have one step size per trial"):
         T.fit(d, model="W", optimizer="gd", lr=[0.1, 0.2, 0.3], steps=2)
     T.fit(d, model="W", optimizer="gd", lr=[0.1, 0.2], steps=2)
+
+
+def test_tile_and_untile_trials_invert_each_other(inst):
+    """``untile_trials`` puts copy ``j`` of :func:`attnsvm.train.tile_trials` at ``out[j]`` along
+    any axis (a transposed split, B and V swapped, fails: the trials differ)."""
+    data = inst[0]
+    tiled, idx = train.tile_trials(data, 3)
+    assert tiled.trials == 3 * data.trials
+    np.testing.assert_array_equal(idx, np.tile(np.arange(data.trials), 3))
+    np.testing.assert_array_equal(tiled.X[idx == 1], np.repeat(data.X[1:2], 3, axis=0))
+    x = np.arange(2 * 3 * data.trials * 4).reshape(2, 3 * data.trials, 4)     # trials on axis 1
+    out = train.untile_trials(x, 3, axis=1)
+    assert out.shape == (3, 2, data.trials, 4)
+    for j in range(3):
+        np.testing.assert_array_equal(out[j], x[:, j * data.trials:(j + 1) * data.trials])
+    with pytest.raises(ValueError, match="not a multiple of V"):
+        train.untile_trials(x, 4, axis=1)
+    with pytest.raises(ValueError, match="V"):
+        train.tile_trials(data, 0)

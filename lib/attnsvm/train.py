@@ -56,6 +56,7 @@ from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
            "fit_settings", "trajectory_metrics", "every_step", "global_run", "global_runs",
+           "tile_trials", "untile_trials",
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
@@ -266,6 +267,20 @@ def _ref_tensor(name, R, B, shape, kw):
     return torch.as_tensor(np.array(a, copy=True), **kw)
 
 
+def _positive_per_trial(name, value, what):
+    """A positive float, or one positive ``what`` per trial (a float array (B,)).
+
+    Used for ``lr`` and ``eta_max``; the length against the trials is checked where the number
+    of trials is known (``FitConfig._check_lr_trials``).
+    """
+    if isinstance(value, (numbers.Real, np.number)) and not isinstance(value, bool):
+        return check_positive(name, value)
+    a = as_float_array(name, value, ndim=1)
+    if np.any(a <= 0):
+        raise ValueError(f"{name} must be positive (a float or one positive {what} per trial)")
+    return a
+
+
 def _log_excess_logistic(a, G):
     r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
     ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
@@ -405,12 +420,7 @@ class FitConfig:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
                                  f"'sps', got {optimizer!r}")
-            if isinstance(self.eta_max, (numbers.Real, np.number)) and not isinstance(self.eta_max, bool):
-                self.eta_max = check_positive("eta_max", self.eta_max)
-            else:                                            # one cap per trial
-                self.eta_max = as_float_array("eta_max", self.eta_max, ndim=1)
-                if not np.all(self.eta_max > 0):
-                    raise ValueError("eta_max must be positive (a float or one positive cap per trial)")
+            self.eta_max = _positive_per_trial("eta_max", self.eta_max, "cap")
         if self.L_star is not None:
             if rule != "polyak_star":
                 raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
@@ -449,23 +459,15 @@ class FitConfig:
 
     def _check_lr(self, default):
         """``lr``: a positive float, or one positive step size per trial (array (B,))."""
-        if self.lr is None:
-            return default
-        if isinstance(self.lr, (numbers.Real, np.number)) and not isinstance(self.lr, bool):
-            return check_positive("lr", self.lr)
-        a = as_float_array("lr", self.lr, ndim=1)
-        if np.any(a <= 0):
-            raise ValueError("lr must be positive (a float or one positive step size per trial)")
-        return a
+        return default if self.lr is None else _positive_per_trial("lr", self.lr, "step size")
 
     def _check_lr_trials(self):
-        # lr is still as given here (a list too): its shape, not its type, is checked
-        if self.lr is not None and np.ndim(self.lr) >= 1 and np.shape(self.lr) != (self.trials,):
-            raise ValueError(f"lr as an array must have one step size per trial ({self.trials}), "
-                             f"got shape {np.shape(self.lr)}")
-        if isinstance(self.eta_max, np.ndarray) and self.eta_max.shape != (self.trials,):
-            raise ValueError(f"eta_max as an array must have one cap per trial ({self.trials}), "
-                             f"got shape {self.eta_max.shape}")
+        # lr may still be as given here (a list too): its shape, not its type, is checked
+        for name, what in (("lr", "step size"), ("eta_max", "cap")):
+            value = getattr(self, name)
+            if value is not None and np.ndim(value) >= 1 and np.shape(value) != (self.trials,):
+                raise ValueError(f"{name} as an array must have one {what} per trial "
+                                 f"({self.trials}), got shape {np.shape(value)}")
 
     def lr_value(self):
         """The step size as the rules take it: a float or a (B,) tensor."""
@@ -1360,6 +1362,32 @@ def trajectory_metrics(data, opt, W_mm, hist):
 _EVAL_BLOCK = 500
 
 
+def tile_trials(data, V):
+    r"""The trials of ``data`` repeated ``V`` times, to run ``V`` settings of one experiment as
+    one :func:`fit` (copy ``j``, trial ``b``) = trial ``j B + b``.
+
+    Returns
+    -------
+    (data, idx) : the tiled instances (:meth:`~attnsvm.data.Instances.take`) and ``idx`` (V B,)
+        the original trial of each tiled one (index per-trial inputs with it: ``init[idx]``,
+        ``opt[idx]``, the seeds ``(seed, idx[i])``).
+    """
+    V = check_int("V", V, minimum=1)
+    idx = np.tile(np.arange(data.trials), V)
+    return data.take(idx), idx
+
+
+def untile_trials(x, V, axis=0):
+    """Split the trials axis ``axis`` (length ``V B``) of ``x`` into ``(V, B)`` and move the
+    ``V`` axis first: ``out[j]`` is copy ``j`` of :func:`tile_trials`, its other axes as in ``x``."""
+    x = np.asarray(x)
+    axis = axis % x.ndim
+    if x.shape[axis] % V:
+        raise ValueError(f"axis {axis} of x has {x.shape[axis]} trials, not a multiple of V = {V}")
+    x = x.reshape(x.shape[:axis] + (V, x.shape[axis] // V) + x.shape[axis + 1:])
+    return np.moveaxis(x, axis, 0)
+
+
 def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
     r"""One :func:`fit` call of ``"gd"`` or ``"ngd"`` for ``steps`` steps on all trials of the
     attention model ``"W"``, recorded at every step (``record_every=1``, snapshots of ``W``):
@@ -1430,16 +1458,15 @@ def global_runs(data, opt, W_mm, starts, *, optimizer, lr="theorem", steps, devi
         runs = [every_step(data, opt, optimizer=optimizer, lr=etas[names[0]], steps=steps,
                            init=starts[names[0]], device=device)]
     else:
-        B = data.trials
-        idx = np.tile(np.arange(B), len(names))
+        V = len(names)
+        tiled, idx = tile_trials(data, V)
         opt_all = np.asarray(opt)[idx] if np.ndim(opt) == 2 else opt
-        lq, ex, W = every_step(data.take(idx), opt_all, optimizer=optimizer,
-                               lr=np.repeat([etas[k] for k in names], B), steps=steps,
+        lq, ex, W = every_step(tiled, opt_all, optimizer=optimizer,
+                               lr=np.repeat([etas[k] for k in names], data.trials), steps=steps,
                                init=np.concatenate([np.asarray(starts[k], dtype=float) for k in names]),
                                device=device)
-        runs = [(np.ascontiguousarray(lq[:, j * B:(j + 1) * B]),
-                 np.ascontiguousarray(ex[:, j * B:(j + 1) * B]), W[j * B:(j + 1) * B])
-                for j in range(len(names))]
+        lq, ex, W = untile_trials(lq, V, 1), untile_trials(ex, V, 1), untile_trials(W, V)
+        runs = [tuple(np.ascontiguousarray(a[j]) for a in (lq, ex, W)) for j in range(V)]
     return {k: _global_checks(gs[k], etas[k], optimizer, *r) for k, r in zip(names, runs)}
 
 

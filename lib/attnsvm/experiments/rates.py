@@ -47,17 +47,17 @@ def _sensitivity(data, opt, W_mm, *, optimizer, values, key="lr", base=None, ste
     Returns dict with ``values`` (V,), ``one_minus_corr`` (V, B), ``norm`` (V, B),
     ``log_excess`` (V, B)."""
     values = np.asarray(values, dtype=float)
-    V, B = values.size, data.trials
-    idx = np.tile(np.arange(B), V)
+    V = values.size
+    tiled, idx = train.tile_trials(data, V)
     kw = dict(base or {})
-    kw[key] = np.repeat(values, B)
+    kw[key] = np.repeat(values, data.trials)
     if isinstance(init, np.ndarray) and init.ndim == 3:              # (B, d, d): one per trial
         init = init[idx]
-    h = train.fit(data.take(idx), model="W", optimizer=optimizer, steps=steps, init=init,
+    h = train.fit(tiled, model="W", optimizer=optimizer, steps=steps, init=init,
                   n_records=2, seed=[(seed, int(b)) for b in idx], device=device, **kw)
-    Ws = h.W.reshape((V, B) + h.W.shape[1:])
+    Ws = train.untile_trials(h.W, V)
     return dict(values=values, one_minus_corr=np.array([one_minus_corr(W, W_mm) for W in Ws]),
-                norm=h.norm[-1].reshape(V, B),
+                norm=train.untile_trials(h.norm[-1], V),
                 log_excess=np.array([excess_loss(data, opt, W, log=True) for W in Ws]))
 
 
