@@ -48,6 +48,13 @@ class SparsityRun:
         r = self.cx[name]
         return bounds.mass_from_excess(r["excess_bound"], self.config["n"], r["consts"]["bD_minus"])
 
+    def first_in_region(self):
+        r"""Each of GD, NGD and the Polyak step's first recorded step with
+        :math:`E(W_t) \le \varepsilon_0` (:func:`attnsvm.metrics.first_step`), dict name -> (B,),
+        NaN where a trial does not reach the region within the horizon."""
+        return {k: metrics.first_step(self.t, self.metrics[k]["excess"] <= self.consts["eps0"])
+                for k in ("gd", "ngd", "polyak")}
+
     def summary(self):
         r"""The chapter's glued numbers (medians over trials): ``mass_slope_<opt>`` and
         ``mass_final_<opt>`` (log-log slope over the last decade and final non-optimal mass),
@@ -78,19 +85,6 @@ class SparsityRun:
         for name, m in M.items():
             out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
-        # cor-sparsity-rates holds from the first step t0 in the region, not from 0: the slope
-        # over the last decade tests it in the trials whose whole last decade lies in the region
-        # (t0 <= steps/10). At 100 trials x 5,000 steps of the papers' sizes GD enters the region
-        # only at t0 = 2,260-5,000 and no trial is covered (notes/paper_claims.md).
-        for name in ("gd", "polyak"):
-            t0 = metrics.first_step(t, M[name]["excess"] <= c["eps0"])
-            cov = np.isfinite(t0) & (t0 <= steps / 10)
-            out[f"n_covered_{name}"] = int(cov.sum())
-            out[f"mass_slope_covered_{name}"] = metrics.nanmedian(
-                np.where(cov, metrics.slopes(t, M[name]["mass"]), np.nan))
-            if name == "gd":
-                out["gd_tmass_ratio_covered"] = metrics.nanmedian(
-                    np.where(cov, gd_tmass.max(0) / gd_tmass.min(0), np.nan))
         # Adam (the rule's default constants): its mass falls geometrically, at a rate that
         # approaches (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient
         # reaches eps; so the log-log slope near the end of T steps is about -(T/2) log(1/beta_2)
@@ -100,14 +94,27 @@ class SparsityRun:
                    adam_slope_horizon=float(-steps * half_log),
                    adam_rate_ratio=float(np.median(metrics.exp_rate(t, M["adam"]["log_mass"]))
                                          / half_log))
-        for name in ("gd", "ngd", "polyak"):
-            t0 = metrics.first_step(t, M[name]["excess"] <= c["eps0"])          # NaN: not reached
+        # cor-sparsity-rates holds from the first step t0 in the region, not from 0: the slope
+        # over the last decade tests it in the trials whose whole last decade lies in the region
+        # (t0 <= steps/10; counted for GD and Polyak). At 100 trials x 5,000 steps of the papers'
+        # sizes GD enters the region only at t0 = 2,260-5,000 and no trial is covered
+        # (notes/paper_claims.md).
+        for name, t0 in self.first_in_region().items():                  # NaN: not reached
             reached = np.isfinite(t0)
             out[f"n_region_{name}"] = int(reached.sum())
             out[f"n_missed_{name}"] = int((~reached).sum())
             out[f"n_missed_saturated_{name}"] = int(np.sum(
                 ~reached & metrics.captured(M[name]["max_mass"][-1])))
-            out[f"t0_{name}_max"] = float(np.max(t0[reached])) if reached.any() else float("nan")
+            out[f"t0_{name}_max"] = metrics.nanmax(t0)
+            if name == "ngd":
+                continue
+            cov = reached & (t0 <= steps / 10)
+            out[f"n_covered_{name}"] = int(cov.sum())
+            out[f"mass_slope_covered_{name}"] = metrics.nanmedian(
+                np.where(cov, metrics.slopes(t, M[name]["mass"]), np.nan))
+            if name == "gd":
+                out["gd_tmass_ratio_covered"] = metrics.nanmedian(
+                    np.where(cov, gd_tmass.max(0) / gd_tmass.min(0), np.nan))
         n, cx = cfg["n"], self.cx
         bnd = {name: self.cx_mass_bound(name) for name in cx}
         g_n, g_g = cx["ngd"]["consts"], cx["gd"]["consts"]
@@ -124,9 +131,9 @@ class SparsityRun:
 
     def claims(self):
         """The chapter's checked sentences: name -> (holds, detail)."""
-        s, c, t = self.summary(), self.consts, self.t
+        s = self.summary()
         trials = self.metrics["gd"]["mass"].shape[1]
-        t0 = {k: metrics.first_step(t, self.metrics[k]["excess"] <= c["eps0"]) for k in ("gd", "ngd", "polyak")}
+        t0 = self.first_in_region()
         sl = {k: s[f"mass_slope_{k}"] for k in self.metrics}
         return {
             # at 100 trials (paper) some random starts of every rule stay out of the region within
@@ -138,7 +145,7 @@ class SparsityRun:
                                "trials with E <= eps_0 within the horizon: " + ", ".join(
                                    f"{k} {int(np.isfinite(v).sum())}/{v.size}" for k, v in t0.items())
                                + "; first such step (max over those trials): " + ", ".join(
-                                   f"{k} {np.nanmax(v):.0f}" for k, v in t0.items())),
+                                   f"{k} {metrics.nanmax(v):.0f}" for k, v in t0.items())),
             "region_missed_saturated": (
                 all(s[f"n_missed_saturated_{k}"] == s[f"n_missed_{k}"] for k in ("ngd", "polyak")),
                 "trials outside the region with a sequence of optimal-token mass <= 1e-3: "
