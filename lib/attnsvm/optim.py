@@ -126,8 +126,8 @@ def log_norm(grads, batch_ndim=0):
         else:
             plain = 0.5 * torch.log(sum(_sqnorm(g, batch_ndim) for g in grads))
         safe = plain.abs() < _LOG_NORM_SAFE
-        if bool(safe.all()):
-            return plain
+        if not torch.compiler.is_compiling() and bool(safe.all()):
+            return plain          # (compiled: no host branch, the where below gives the same)
     mx = None
     for g in grads:
         dims = _dims(g, batch_ndim)
@@ -289,7 +289,8 @@ def _dir_normalized(grads, ctx):
         # although g e^m is part of a unit vector, so divide g by its largest entry there and
         # move that factor into m; elsewhere the divisor is exactly 1 (the step is unchanged)
         big = m > _LOG_MULT_SAFE
-        if m.device.type == "cpu" and not bool(big.any()):
+        if (m.device.type == "cpu" and not torch.compiler.is_compiling()
+                and not bool(big.any())):
             out.append(g)                           # the divisor would be exactly 1 everywhere
             mult.append(m)
             continue

@@ -60,11 +60,13 @@ __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid"
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
-ENGINES = ("auto", "eager", "graph")
+ENGINES = ("auto", "eager", "graph", "compiled")
 #: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
 GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 #: steps per captured block of the graph path
 GRAPH_BLOCK = 32
+#: compilations of the step (``engine="compiled"``: shapes and constants) allowed per process
+COMPILE_LIMIT = 64
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -785,8 +787,16 @@ def fit(data, **options):
         values written per block); elsewhere the eager loop. ``"eager"``: always the eager loop.
         ``"graph"``: the block path where the step can be replayed (else ValueError); off CUDA
         each block is executed eagerly (the same bookkeeping, testable on a CPU).
+        ``"compiled"``: the block path with the eager step compiled by ``torch.compile``
+        (``fullgraph=True``, no host branch: the step's CPU-only checks take their branch-free
+        form, equal values) so that its elementwise chain is fused; on CUDA the compiled steps
+        are captured as above (``"cuda-graph-compiled"``), elsewhere called one by one
+        (``"compiled"``). It compiles once per process and shape (seconds), and on this
+        project's 2-core CPU it is slower than eager (``benchmarks/graph_speed.py --cpu``), so
+        ``"auto"`` never takes it; it exists to be measured on a GPU (issue 25).
         ``History.config["engine"]`` says which path ran (``"cuda-graph"``, ``"graph-eager"``,
-        ``"eager"``); ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path of ``"auto"`` off.
+        ``"cuda-graph-compiled"``, ``"compiled"``, ``"eager"``); ``ATTNSVM_CUDA_GRAPH=0`` turns
+        the CUDA-graph path of ``"auto"`` off.
 
     Returns
     -------
@@ -872,13 +882,17 @@ def _graph_blocker(cfg):
 def _engine(cfg):
     """The engine path of a run: ``"cuda-graph"`` (CUDA, ``engine`` "auto" or "graph", a step
     that can be replayed), ``"graph-eager"`` (``engine="graph"`` off CUDA: the same blocks and
-    static buffers, each block executed eagerly instead of replayed) or ``"eager"``."""
+    static buffers, each block executed eagerly instead of replayed), ``"cuda-graph-compiled"``
+    and ``"compiled"`` (``engine="compiled"`` on and off CUDA: the blocks' steps compiled) or
+    ``"eager"``."""
     if cfg.engine == "eager":
         return "eager"
     why = _graph_blocker(cfg)
-    if cfg.engine == "graph":
+    if cfg.engine in ("graph", "compiled"):
         if why is not None:
-            raise ValueError(f"engine='graph' cannot run this step: {why}")
+            raise ValueError(f"engine={cfg.engine!r} cannot run this step: {why}")
+        if cfg.engine == "compiled":
+            return "cuda-graph-compiled" if cfg.dev.type == "cuda" else "compiled"
         return "cuda-graph" if cfg.dev.type == "cuda" else "graph-eager"
     off = os.environ.get(GRAPH_ENV, "1").strip().lower() in ("0", "false", "no", "off")
     return "cuda-graph" if cfg.dev.type == "cuda" and why is None and not off else "eager"
@@ -918,10 +932,11 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
             torch.set_num_threads(num_threads)
         with torch.no_grad():
             record(params)
-            if engine != "eager":
+            blocks = engine != "eager"
+            if blocks:          # runs every step (eagerly after a failed capture: "eager")
                 engine = _graph_loop(cfg, B, params, record, step, guard, is_rec, engine,
                                      pbar.update if pbar is not None else None)
-            for k in range(steps if engine == "eager" else 0):
+            for k in range(0 if blocks else steps):
                 guard.write(k, step(params, k))
                 if is_rec[k + 1] or guard.full(k + 1):
                     guard.check(k + 1)
@@ -942,7 +957,8 @@ def _graph_loop(cfg, B, params, record, step, guard, is_rec, engine, progress=No
 
     Between two events (a record step, a full ring of the finite guard) the steps run as whole
     blocks of a :class:`_GraphBlock` (replayed from one CUDA graph, or executed eagerly for
-    ``engine="graph-eager"``), the rest one at a time; every step writes its finite-guard value
+    ``engine="graph-eager"``; its steps compiled for the ``"compiled"`` paths), the rest one at a
+    time (eagerly); every step writes its finite-guard value
     and the parameters stay in the same static tensors throughout. The guard is checked and
     the records taken at the same steps as in the eager loop. A capture that fails warns and
     the run goes on eagerly (returns ``"eager"`` then, else ``engine``)."""
@@ -956,9 +972,12 @@ def _graph_loop(cfg, B, params, record, step, guard, is_rec, engine, progress=No
         end = min(nxt, guard.first + guard.CHECK)
         if end - k >= S and block is None:
             try:
-                block = _GraphBlock(step, params, S, B, cfg.kw, capture=engine == "cuda-graph")
+                block = _GraphBlock(step, params, S, B, cfg.kw,
+                                    capture=engine.startswith("cuda-graph"),
+                                    compiled=engine.endswith("compiled"))
             except Exception as exc:  # noqa: BLE001 (any capture failure: the eager path)
-                warnings.warn(f"attnsvm.fit: the CUDA-graph capture failed, running eagerly "
+                what = "compilation" if engine.endswith("compiled") else "CUDA-graph capture"
+                warnings.warn(f"attnsvm.fit: the {what} failed, running eagerly "
                               f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=4)
                 engine, S = "eager", steps + 1
         while end - k >= S:
@@ -996,17 +1015,29 @@ class _GraphBlock:
     :meth:`replay` (the bookkeeping of the graph path, testable on a CPU). The step's host-side
     state is restored after the capture, which ran its Python once without applying it."""
 
-    def __init__(self, step, params, S, B, kw, capture):
+    def __init__(self, step, params, S, B, kw, capture, compiled=False):
         self.step, self.params, self.S = step, params, S
         self.sums = torch.empty((S, B), **kw)
         self.graph = None
+        self.fn = _compiled_step(step) if compiled else None
+        if compiled:
+            # compile now (a failure, e.g. a graph break under fullgraph, falls back to eager
+            # in _graph_loop) on copies: the run is not advanced
+            self.fn({n: t.clone() for n, t in params.items()})
         if capture:
             self._capture()
+
+    def _one(self, new, j):
+        if self.fn is None:
+            return self.step(new, j)
+        upd, check = self.fn(new)
+        new.update(upd)
+        return check
 
     def _body(self):
         new = dict(self.params)
         for j in range(self.S):
-            torch.sum(self.step(new, j), -1, out=self.sums[j])
+            torch.sum(self._one(new, j), -1, out=self.sums[j])
         for name, t in self.params.items():
             if new[name] is not t:
                 t.copy_(new[name])
@@ -1017,7 +1048,7 @@ class _GraphBlock:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):              # warm-up on copies: the run is not advanced
-            self.step({n: t.clone() for n, t in self.params.items()}, 0)
+            self._one({n: t.clone() for n, t in self.params.items()}, 0)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -1033,6 +1064,30 @@ class _GraphBlock:
             self._body()
         else:
             self.graph.replay()
+
+
+def _compiled_step(step):
+    r"""``torch.compile`` of one eager step (:class:`_Step`, unchanged): a function of the
+    parameters (dict) that returns ``(new parameters, finite-guard value)``. The rule's host
+    counter is a fresh ``{"k": 0}`` inside (the rules the block path admits never read it, see
+    :func:`_graph_blocker`), so the compiled graph does not depend on the step number and is
+    not recompiled; ``fullgraph=True``: a graph break is an error, not a silent split. Another
+    run of the same shapes and constants reuses the compiled code (the step's tensors are inputs
+    of the graph); each new one (a shape, a float step size) compiles again, up to
+    :data:`COMPILE_LIMIT` per process, after which the compilation fails (the run goes on
+    eagerly and says so) rather than running eagerly under the compiled path's name."""
+    def one(params):
+        new = dict(params)
+        check = step(new, 0, state={"k": 0})
+        return new, check
+
+    compiled = torch.compile(one, dynamic=False, fullgraph=True)
+
+    def call(params):
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
+            return compiled(params)
+    return call
 
 
 # ----------------------------------------------------------------------------- the model's terms
@@ -1211,12 +1266,15 @@ class _Step:
     def net(self):
         return self.terms.net
 
-    def __call__(self, params, k):
+    def __call__(self, params, k, state=None):
+        """Update ``params`` (dict, in place: new tensors) by one step ``k``; ``state`` replaces
+        the rule's state for this call (the compiled path's fresh counter)."""
         grads, sigma, log_loss, check = self.terms.step_terms(params, k, self.want_log_loss)
         names, ctx = self.trainable, self.ctx
         ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
-        deltas = self.rule.update([grads[n] for n in names], self.state, ctx)
+        deltas = self.rule.update([grads[n] for n in names],
+                                  self.state if state is None else state, ctx)
         for n, dl in zip(names, deltas):
             params[n] = params[n] + dl
         return check
