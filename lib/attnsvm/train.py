@@ -184,7 +184,7 @@ class History:
 
     @property
     def trials(self):
-        return self.loss.shape[1]
+        return self.loss.shape[1] if self.loss is not None else int(self.config["trials"])
 
     def _p(self, name):
         if name not in self.params:
@@ -342,6 +342,7 @@ class FitConfig:
     record_every: object = "log"
     n_records: int = 100
     snapshots: object = False
+    records: str = "all"
     seed: object = 0
     device: object = "auto"
     dtype: object = torch.float64
@@ -397,6 +398,10 @@ class FitConfig:
         self._check_init_and_penalty()
         self.refs = {} if self.refs is None else dict(self.refs)
         self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        check_choice("records", self.records, ("all", "snapshots"))
+        if self.records == "snapshots" and not self.snapshots:
+            raise ValueError("records='snapshots' records only the snapshots: pass snapshots=True "
+                             "or parameter names")
         if self.objective:
             self._objective_batch(data)
 
@@ -569,7 +574,8 @@ class FitConfig:
                     train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=lr,
                     eta_max=eta_max, steps=self.steps, batch_size=self.batch_size,
                     penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
-                    device=str(self.dev), dtype=str(self.dtype), trials=trials, **opts)
+                    device=str(self.dev), dtype=str(self.dtype), records=self.records,
+                    trials=trials, **opts)
 
 
 def _main_name(model):
@@ -767,6 +773,15 @@ def fit(data, **options):
         "KQ", ``p`` or ``w``), into ``History.snapshots``; names (e.g. ``("W", "v")``) any of the
         model's parameters, into ``History.trajectory`` (and ``History.snapshots`` when the main
         matrix is among them).
+    records : {"all", "snapshots"}
+        What a record step records: ``"all"`` (default) the metrics of :class:`History` and the
+        snapshots; ``"snapshots"`` the snapshots only (``loss``, ``log_loss``, ``norm``,
+        ``corr`` and the model's metrics are None or empty), for a caller that computes its
+        own quantities from ``History.trajectory`` (:func:`every_step`: ~40% of a run recorded
+        at every step went to the unused metrics). The finite guard then checks at the end of
+        each ring of :attr:`_FiniteGuard.CHECK` steps and at the end, not at every record (no
+        host synchronization per record on a GPU); a non-finite trial is still named with its
+        first non-finite step.
     seed : int or sequence
         Trial ``b`` draws its init and mini-batches from the key ``(seed, b)``; a sequence
         gives each trial's key explicitly (e.g. ``seed=[(0, 3)]`` reruns trial 3 of ``seed=0``).
@@ -936,12 +951,13 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
             if blocks:          # runs every step (eagerly after a failed capture: "eager")
                 engine = _graph_loop(cfg, B, params, record, step, guard, is_rec, engine,
                                      pbar.update if pbar is not None else None)
+            at_records = cfg.records == "all"      # else the guard checks per ring (no sync)
             for k in range(0 if blocks else steps):
                 guard.write(k, step(params, k))
-                if is_rec[k + 1] or guard.full(k + 1):
+                if (at_records and is_rec[k + 1]) or guard.full(k + 1):
                     guard.check(k + 1)
-                    if is_rec[k + 1]:
-                        record(params)
+                if is_rec[k + 1]:
+                    record(params)
                 if pbar is not None and (k + 1) % tick == 0:
                     pbar.update(tick)
             guard.check_final(final_u(), steps)
@@ -1296,13 +1312,17 @@ class _Recorder:
 
     def __call__(self, params):
         M = self.terms.matrix(params)
+        main = self.terms.main
+        if self.cfg.records == "snapshots":
+            for name in self.snap:
+                self.snap[name].append((M if name == main else params[name]).clone())
+            return
         nrm = M.flatten(1).norm(dim=1)
         for name, val in self.terms.metrics(params, nrm).items():
             self.rec.setdefault(name, []).append(val)
         self.rec["norm"].append(nrm)
         for name, R in self.ref_t.items():
             self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
-        main = self.terms.main
         for name in self.snap:
             self.snap[name].append((M if name == main else params[name]).clone())
 
@@ -1316,7 +1336,7 @@ class _Recorder:
         return History(
             steps=self.cfg.grid, loss=stack("loss"), log_loss=stack("log_loss"),
             norm=stack("norm"),
-            corr={name: torch.stack(v).cpu().numpy() for name, v in self.corr.items()},
+            corr={name: torch.stack(v).cpu().numpy() for name, v in self.corr.items() if v},
             opt_mass=stack("opt_mass"), selected=stack("selected"), margin=stack("margin"),
             excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
             snapshots=traj.get(self.terms.main), trajectory=traj,
@@ -1455,7 +1475,7 @@ def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
         raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
     steps = check_int("steps", steps, minimum=1)
     h = fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=init, snapshots=True,
-            record_every=1, device=device)
+            records="snapshots", record_every=1, device=device)
     S = h.snapshots
     blocks = range(0, S.shape[0], _EVAL_BLOCK)
     lq = np.concatenate([metrics.log_q(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
