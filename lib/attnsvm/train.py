@@ -781,7 +781,9 @@ def fit(data, **options):
         at every step went to the unused metrics). The finite guard then checks at the end of
         each ring of :attr:`_FiniteGuard.CHECK` steps and at the end, not at every record (no
         host synchronization per record on a GPU); a non-finite trial is still named with its
-        first non-finite step.
+        first non-finite step. On the block path the snapshots are taken inside the blocks
+        (static buffers, captured with the steps on CUDA), so a record step no longer ends a
+        block.
     seed : int or sequence
         Trial ``b`` draws its init and mini-batches from the key ``(seed, b)``; a sequence
         gives each trial's key explicitly (e.g. ``seed=[(0, 3)]`` reruns trial 3 of ``seed=0``).
@@ -976,21 +978,26 @@ def _graph_loop(cfg, B, params, record, step, guard, is_rec, engine, progress=No
     ``engine="graph-eager"``; its steps compiled for the ``"compiled"`` paths), the rest one at a
     time (eagerly); every step writes its finite-guard value
     and the parameters stay in the same static tensors throughout. The guard is checked and
-    the records taken at the same steps as in the eager loop. A capture that fails warns and
-    the run goes on eagerly (returns ``"eager"`` then, else ``engine``)."""
+    the records taken at the same steps as in the eager loop. With ``records="snapshots"`` a
+    record step is no event: each block also writes the snapshots of each of its steps into
+    static buffers, and those of the record steps are appended after the replay (so a run
+    recorded at every step, :func:`every_step`, still replays whole blocks). A capture that
+    fails warns and the run goes on eagerly (returns ``"eager"`` then, else ``engine``)."""
     steps, S = cfg.steps, int(GRAPH_BLOCK)
     rec_steps = np.flatnonzero(is_rec)
+    in_block = cfg.records == "snapshots"
     block = None
     k = 0
     while k < steps:
         k0 = k
-        nxt = int(rec_steps[np.searchsorted(rec_steps, k, side="right")])
+        nxt = steps if in_block else int(rec_steps[np.searchsorted(rec_steps, k, side="right")])
         end = min(nxt, guard.first + guard.CHECK)
         if end - k >= S and block is None:
             try:
                 block = _GraphBlock(step, params, S, B, cfg.kw,
                                     capture=engine.startswith("cuda-graph"),
-                                    compiled=engine.endswith("compiled"))
+                                    compiled=engine.endswith("compiled"),
+                                    snap_fn=record.snap_values if in_block else None)
             except Exception as exc:  # noqa: BLE001 (any capture failure: the eager path)
                 what = "compilation" if engine.endswith("compiled") else "CUDA-graph capture"
                 warnings.warn(f"attnsvm.fit: the {what} failed, running eagerly "
@@ -999,12 +1006,17 @@ def _graph_loop(cfg, B, params, record, step, guard, is_rec, engine, progress=No
         while end - k >= S:
             block.replay()
             guard.write_block(k, block.sums)
+            if in_block:
+                for j in np.flatnonzero(is_rec[k + 1:k + S + 1]):
+                    record.append_snapshots({n: b[j] for n, b in block.snap_buf.items()})
             k += S
         while k < end:
             guard.write(k, _step_into(step, params, k))
             k += 1
+            if in_block and is_rec[k]:
+                record(params)
         guard.check(end)
-        if is_rec[end]:
+        if not in_block and is_rec[end]:
             record(params)
         if progress is not None:
             progress(end - k0)
@@ -1031,9 +1043,13 @@ class _GraphBlock:
     :meth:`replay` (the bookkeeping of the graph path, testable on a CPU). The step's host-side
     state is restored after the capture, which ran its Python once without applying it."""
 
-    def __init__(self, step, params, S, B, kw, capture, compiled=False):
+    def __init__(self, step, params, S, B, kw, capture, compiled=False, snap_fn=None):
         self.step, self.params, self.S = step, params, S
         self.sums = torch.empty((S, B), **kw)
+        self.snap_fn, self.snap_buf = snap_fn, None
+        if snap_fn is not None:                 # the snapshots after each step of the block
+            self.snap_buf = {n: torch.empty((S,) + v.shape, dtype=v.dtype, device=v.device)
+                             for n, v in snap_fn(params).items()}
         self.graph = None
         self.fn = _compiled_step(step) if compiled else None
         if compiled:
@@ -1054,6 +1070,9 @@ class _GraphBlock:
         new = dict(self.params)
         for j in range(self.S):
             torch.sum(self._one(new, j), -1, out=self.sums[j])
+            if self.snap_buf is not None:
+                for n, v in self.snap_fn(new).items():
+                    self.snap_buf[n][j].copy_(v)
         for name, t in self.params.items():
             if new[name] is not t:
                 t.copy_(new[name])
@@ -1310,21 +1329,30 @@ class _Recorder:
         self.corr = {name: [] for name in self.ref_t}
         self.snap = {name: [] for name in cfg.snapshots}
 
+    def snap_values(self, params):
+        """The parameters to snapshot, name -> tensor (the main one as its matrix)."""
+        main = self.terms.main
+        M = self.terms.matrix(params) if main in self.snap else None
+        return {name: (M if name == main else params[name]) for name in self.snap}
+
+    def append_snapshots(self, values):
+        """Append one record of snapshots (copies of ``values``, name -> tensor)."""
+        for name, v in values.items():
+            self.snap[name].append(v.clone())
+
     def __call__(self, params):
+        if self.cfg.records == "snapshots":
+            self.append_snapshots(self.snap_values(params))
+            return
         M = self.terms.matrix(params)
         main = self.terms.main
-        if self.cfg.records == "snapshots":
-            for name in self.snap:
-                self.snap[name].append((M if name == main else params[name]).clone())
-            return
         nrm = M.flatten(1).norm(dim=1)
         for name, val in self.terms.metrics(params, nrm).items():
             self.rec.setdefault(name, []).append(val)
         self.rec["norm"].append(nrm)
         for name, R in self.ref_t.items():
             self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
-        for name in self.snap:
-            self.snap[name].append((M if name == main else params[name]).clone())
+        self.append_snapshots({name: (M if name == main else params[name]) for name in self.snap})
 
     def history(self, params):
         """The records as a :class:`History` (numpy arrays)."""
