@@ -31,6 +31,23 @@ def _compiled_fit(monkeypatch, device, **kw):
         return fit(_data(64 if device == "cuda" else 3), engine="compiled", device=device, **kw)
 
 
+def _check_against_eager(monkeypatch, device, kw, engine):
+    """The compiled run of case ``kw`` names ``engine`` and equals the eager run on ``device``
+    to the tolerance of the eager run's own rounding spread."""
+    common = dict(steps=300, record_every=25, progress=False, snapshots=True, seed=2, **kw)
+
+    def eager():
+        return _fields(fit(_data(64 if device == "cuda" else 3), engine="eager", device=device,
+                           **common))
+
+    ref, spread = rounding_spread(eager)
+    h = _compiled_fit(monkeypatch, device, **common)
+    assert h.config["engine"] == engine
+    for name, v in _fields(h).items():
+        np.testing.assert_allclose(v, ref[name], rtol=0, atol=_tolerance(ref, spread, name),
+                                   err_msg=name)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kw", CASES, ids=IDS)
 def test_compiled_equals_eager_to_rounding(kw, monkeypatch):
@@ -40,17 +57,7 @@ def test_compiled_equals_eager_to_rounding(kw, monkeypatch):
     the eager run's own rounding spread. A compiled step that skipped the update of one
     parameter, or used the step number, fails by orders of magnitude (not measured here: the
     eager path's tests pin the step itself)."""
-    common = dict(steps=300, record_every=25, progress=False, snapshots=True, seed=2, **kw)
-
-    def eager():
-        return _fields(fit(_data(), engine="eager", device="cpu", **common))
-
-    ref, spread = rounding_spread(eager)
-    h = _compiled_fit(monkeypatch, "cpu", **common)
-    assert h.config["engine"] == "compiled"
-    for name, v in _fields(h).items():
-        np.testing.assert_allclose(v, ref[name], rtol=0, atol=_tolerance(ref, spread, name),
-                                   err_msg=name)
+    _check_against_eager(monkeypatch, "cpu", kw, "compiled")
 
 
 @pytest.mark.slow
@@ -108,17 +115,7 @@ def test_branch_free_forms_equal_the_branch_forms(scale, monkeypatch):
 def test_cuda_graph_compiled_equals_eager_cuda(kw, monkeypatch):
     """The compiled steps captured in a CUDA graph against eager CUDA, to the rounding
     tolerance of the eager CUDA runs."""
-    common = dict(steps=300, record_every=25, progress=False, snapshots=True, seed=2, **kw)
-
-    def eager():
-        return _fields(fit(_data(64), engine="eager", device="cuda", **common))
-
-    ref, spread = rounding_spread(eager)
-    h = _compiled_fit(monkeypatch, "cuda", **common)
-    assert h.config["engine"] == "cuda-graph-compiled"
-    for name, v in _fields(h).items():
-        np.testing.assert_allclose(v, ref[name], rtol=0, atol=_tolerance(ref, spread, name),
-                                   err_msg=name)
+    _check_against_eager(monkeypatch, "cuda", kw, "cuda-graph-compiled")
 
 
 def test_failed_block_setup_runs_each_step_once(monkeypatch):
