@@ -23,12 +23,17 @@ from test_graph import CASES, IDS, _data, _fields, _tolerance
 CUDA = torch.cuda.is_available()
 
 
+def _case_data(device):
+    """The cases' data: 3 trials on the CPU, 64 on CUDA (as tests/test_graph.py)."""
+    return _data(64 if device == "cuda" else 3)
+
+
 def _compiled_fit(monkeypatch, device, **kw):
     monkeypatch.setattr(train, "GRAPH_BLOCK", 8)          # blocks between the records of 25
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)     # torch.jit notes while compiling
         warnings.simplefilter("error", RuntimeWarning)          # a failed compilation fails here
-        return fit(_data(64 if device == "cuda" else 3), engine="compiled", device=device, **kw)
+        return fit(_case_data(device), engine="compiled", device=device, **kw)
 
 
 def _check_against_eager(monkeypatch, device, kw, engine):
@@ -37,8 +42,7 @@ def _check_against_eager(monkeypatch, device, kw, engine):
     common = dict(steps=300, record_every=25, progress=False, snapshots=True, seed=2, **kw)
 
     def eager():
-        return _fields(fit(_data(64 if device == "cuda" else 3), engine="eager", device=device,
-                           **common))
+        return _fields(fit(_case_data(device), engine="eager", device=device, **common))
 
     ref, spread = rounding_spread(eager)
     h = _compiled_fit(monkeypatch, device, **common)

@@ -398,12 +398,16 @@ class FitConfig:
         self._check_init_and_penalty()
         self.refs = {} if self.refs is None else dict(self.refs)
         self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
+        self._check_records()
+        if self.objective:
+            self._objective_batch(data)
+
+    def _check_records(self):
+        """``records``: "all" or "snapshots" (which needs snapshots to record)."""
         check_choice("records", self.records, ("all", "snapshots"))
         if self.records == "snapshots" and not self.snapshots:
             raise ValueError("records='snapshots' records only the snapshots: pass snapshots=True "
                              "or parameter names")
-        if self.objective:
-            self._objective_batch(data)
 
     def _check_model_kind(self):
         """``model``: a model name or an object on the objective interface."""
@@ -1329,10 +1333,12 @@ class _Recorder:
         self.corr = {name: [] for name in self.ref_t}
         self.snap = {name: [] for name in cfg.snapshots}
 
-    def snap_values(self, params):
-        """The parameters to snapshot, name -> tensor (the main one as its matrix)."""
+    def snap_values(self, params, M=None):
+        """The parameters to snapshot, name -> tensor (the main one as its matrix ``M``,
+        computed here unless given)."""
         main = self.terms.main
-        M = self.terms.matrix(params) if main in self.snap else None
+        if M is None and main in self.snap:
+            M = self.terms.matrix(params)
         return {name: (M if name == main else params[name]) for name in self.snap}
 
     def append_snapshots(self, values):
@@ -1345,14 +1351,13 @@ class _Recorder:
             self.append_snapshots(self.snap_values(params))
             return
         M = self.terms.matrix(params)
-        main = self.terms.main
         nrm = M.flatten(1).norm(dim=1)
         for name, val in self.terms.metrics(params, nrm).items():
             self.rec.setdefault(name, []).append(val)
         self.rec["norm"].append(nrm)
         for name, R in self.ref_t.items():
             self.corr[name].append((M * R).flatten(1).sum(1) / (nrm * self.ref_n[name]))
-        self.append_snapshots({name: (M if name == main else params[name]) for name in self.snap})
+        self.append_snapshots(self.snap_values(params, M))
 
     def history(self, params):
         """The records as a :class:`History` (numpy arrays)."""
