@@ -88,3 +88,44 @@ def test_a_glue_role_without_format_is_caught(tmp_path):
     (tmp_path / "x.md").write_text("ok {glue:text}`../notebooks/a.ipynb::n:d` and "
                                    "bad {glue:text}`../notebooks/a.ipynb::claim_x`\n")
     assert glue_roles_without_format(tmp_path) == ["x.md:1: ../notebooks/a.ipynb::claim_x"]
+
+
+#: a factor measured by a test and typed into a chapter ("within a factor $1.6$", "the bound
+#: divided by $1.25$ fails", "multiplying the rate term by 1.36 is caught"): such a number goes
+#: stale when the test's instance changes; it belongs in the test's docstring, and the chapter
+#: says it qualitatively and points to the test. A claim's threshold (words of a driver's
+#: ``.claims()``, "within $0.15$ of $-1$") is not matched.
+TYPED_FACTOR = re.compile(
+    r"(?:factors?\s+(?:of\s+)?(?:only\s+)?|divided\s+by\s+|(?:dividing|multiplying)\s+[^.;]{0,60}?\s+by\s+)"
+    r"\$?\d+\.\d+|/\s*\$?\d+\.\d+\$?\)?\s+fails")
+
+
+def typed_factors(book=BOOK):
+    bad = []
+    for md in sorted(Path(book).glob("*.md")):
+        text = re.sub(r"^(```|~~~).*?^\1", lambda m: "\n" * m.group(0).count("\n"),
+                      md.read_text(), flags=re.S | re.M)                  # code fences out
+        for m in TYPED_FACTOR.finditer(text):
+            lineno = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{md.name}:{lineno}: {' '.join(m.group(0).split())}")
+    return bad
+
+
+def test_no_test_measured_factor_is_typed_in_a_chapter():
+    bad = typed_factors()
+    assert not bad, ("factors typed in prose (put them in the test's docstring, say them "
+                     "qualitatively here):\n" + "\n".join(bad))
+
+
+def test_a_typed_factor_is_caught(tmp_path):
+    """The phrasings removed from chapters 8, 9, 13 and 14, each caught (across a line break
+    too), and a claim threshold, a parameter and a fenced code block not."""
+    (tmp_path / "x.md").write_text(
+        "stays within a factor $1.6$ of\nthe measured value, the bound divided\nby 1.15 fails; "
+        "multiplying $\\gamma S_t$ there by 1.36, 1.34 and 1.37 is caught; "
+        "(dividing them by $1.2$ and $1.65$ fails); $\\bar D/3.1$ fails.\n"
+        "slope $-1$ within $0.15$ (claim); a step of 0.1; factor 2 is fine\n"
+        "```python\nx = bound / 1.5 fails\n```\n")
+    assert typed_factors(tmp_path) == [
+        "x.md:1: factor $1.6", "x.md:2: divided by 1.15", "x.md:3: multiplying $\\gamma S_t$ there by 1.36",
+        "x.md:3: dividing them by $1.2", "x.md:3: /3.1$ fails"]
