@@ -96,15 +96,40 @@ def test_a_glue_role_without_format_is_caught(tmp_path):
 #: says it qualitatively and points to the test. A claim's threshold (words of a driver's
 #: ``.claims()``, "within $0.15$ of $-1$") is not matched.
 TYPED_FACTOR = re.compile(
-    r"(?:factors?\s+(?:of\s+)?(?:only\s+)?|divided\s+by\s+|(?:dividing|multiplying)\s+[^.;]{0,60}?\s+by\s+)"
-    r"\$?\d+\.\d+|/\s*\$?\d+\.\d+\$?\)?\s+fails")
+    r"(?:factors?\s+(?:of\s+)?(?:only\s+|about\s+|\$?\\approx\s*)?|divided\s+by\s+|multiplied\s+by\s+"
+    r"|(?:dividing|multiplying)\s+[^.;]{0,60}?\s+by\s+)\$?\d+\.\d+"
+    r"|/\s*\$?\d+(?:\.\d+)?\$?\)?\s+(?:fails|passes|does\s+not\s+hold)")
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\S*)")
+
+
+def prose_lines(text):
+    """The lines of a MyST page with those of fenced code blocks blanked: a fence whose info
+    string is empty, a language name or ``{code-cell}``/``{code}``/``{math}``. A directive's
+    fence (``{prf:theorem}``, ``{admonition}``, ...) is prose and is kept; fences nest (a closing
+    fence has the opening's character and at least its length)."""
+    out, stack = [], []                   # stack of (marker, is_code)
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        in_code = any(code for _, code in stack)
+        if m and stack and m.group(1)[0] == stack[-1][0][0] and len(m.group(1)) >= len(stack[-1][0]) \
+                and not line.strip().strip(m.group(1)[0]):
+            stack.pop()
+            out.append("")
+            continue
+        if m and not in_code:
+            info = m.group(2)
+            code = info == "" or not info.startswith("{") or info in ("{code-cell}", "{code}", "{math}")
+            stack.append((m.group(1), code))
+            out.append("")
+            continue
+        out.append("" if in_code else line)
+    return out
 
 
 def typed_factors(book=BOOK):
     bad = []
     for md in sorted(Path(book).glob("*.md")):
-        text = re.sub(r"^(```|~~~).*?^\1", lambda m: "\n" * m.group(0).count("\n"),
-                      md.read_text(), flags=re.S | re.M)                  # code fences out
+        text = "\n".join(prose_lines(md.read_text()))
         for m in TYPED_FACTOR.finditer(text):
             lineno = text.count("\n", 0, m.start()) + 1
             bad.append(f"{md.name}:{lineno}: {' '.join(m.group(0).split())}")
@@ -119,13 +144,18 @@ def test_no_test_measured_factor_is_typed_in_a_chapter():
 
 def test_a_typed_factor_is_caught(tmp_path):
     """The phrasings removed from chapters 8, 9, 13 and 14, each caught (across a line break
-    too), and a claim threshold, a parameter and a fenced code block not."""
+    too, and inside a theorem's or an admonition's fence), and a claim threshold, a parameter
+    and fenced code (also nested in a directive) not."""
     (tmp_path / "x.md").write_text(
         "stays within a factor $1.6$ of\nthe measured value, the bound divided\nby 1.15 fails; "
         "multiplying $\\gamma S_t$ there by 1.36, 1.34 and 1.37 is caught; "
         "(dividing them by $1.2$ and $1.65$ fails); $\\bar D/3.1$ fails.\n"
         "slope $-1$ within $0.15$ (claim); a step of 0.1; factor 2 is fine\n"
-        "```python\nx = bound / 1.5 fails\n```\n")
+        "```python\nx = bound / 1.5 fails\n```\n"
+        "````{prf:proof}\nthe inequality with $c_\\psi/7$ fails\n```\ny = 1 / 2.5 fails\n```\n"
+        "a factor of about 1.3\n````\n"
+        "```{admonition} Results\nmultiplied by 2.5 here\n```\n")
     assert typed_factors(tmp_path) == [
         "x.md:1: factor $1.6", "x.md:2: divided by 1.15", "x.md:3: multiplying $\\gamma S_t$ there by 1.36",
-        "x.md:3: dividing them by $1.2", "x.md:3: /3.1$ fails"]
+        "x.md:3: dividing them by $1.2", "x.md:3: /3.1$ fails", "x.md:9: /7$ fails",
+        "x.md:13: factor of about 1.3", "x.md:16: multiplied by 2.5"]
