@@ -278,30 +278,42 @@ def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
     return W0
 
 
+class _Objective:
+    r""":math:`\log E` of ``M`` runs, each on its own instance (the tensors of
+    :func:`_log_excess_t`, one row per run); ``take(idx)`` the same objective restricted to the
+    runs ``idx`` (rows gathered once, for :func:`_spg`'s active set)."""
+
+    def __init__(self, X, Z, gam, opt, loss, consts=None):
+        self.X, self.Z, self.gam, self.opt, self.loss = X, Z, gam, opt, loss
+        self.consts = _consts(gam, opt) if consts is None else consts
+
+    def take(self, idx):
+        return _Objective(self.X[idx], self.Z[idx], self.gam[idx], self.opt[idx], self.loss,
+                          tuple(c[idx] for c in self.consts))
+
+    def __call__(self, Wc, grad=True):
+        r""":math:`\log E` (M,) and, with ``grad``, its gradient (M, d, d)."""
+        if not grad:
+            with torch.no_grad():
+                return _log_excess_t(Wc, self.X, self.Z, self.gam, self.opt, self.loss, self.consts)
+        Wc = Wc.detach().requires_grad_(True)
+        f = _log_excess_t(Wc, self.X, self.Z, self.gam, self.opt, self.loss, self.consts)
+        (g,) = torch.autograd.grad(f.sum(), Wc)
+        return f.detach(), g
+
+
 def _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev):
     r"""Flatten the (K, B, I) runs into one batch of ``M`` problems: the objective
-    :math:`\log E` of each run's instance, the projected starts and the radii (M,)."""
+    :math:`\log E` of each run's instance (an :class:`_Objective`), the projected starts and the
+    radii (M,)."""
     K, B, I, d = W0.shape[:3] + W0.shape[-1:]
     M = K * B * I
     bidx = torch.as_tensor(np.broadcast_to(np.arange(B)[None, :, None], (K, B, I)).ravel(),
                            device=dev)
-    Xm, Zm, gm, om = Xt[bidx], Zt[bidx], gt[bidx], ot[bidx]
     Rm = torch.as_tensor(np.broadcast_to(Rs[:, None, None], (K, B, I)).ravel(),
                          dtype=torch.float64, device=dev)
     W = _project(torch.as_tensor(W0.reshape(M, d, d), device=dev), Rm, norm)
-    consts = _consts(gm, om)
-
-    def objective(Wc, grad=True):
-        r""":math:`\log E` (M,) and, with ``grad``, its gradient (M, d, d)."""
-        if not grad:
-            with torch.no_grad():
-                return _log_excess_t(Wc, Xm, Zm, gm, om, loss, consts)
-        Wc = Wc.detach().requires_grad_(True)
-        f = _log_excess_t(Wc, Xm, Zm, gm, om, loss, consts)
-        (g,) = torch.autograd.grad(f.sum(), Wc)
-        return f.detach(), g
-
-    return objective, W, Rm
+    return _Objective(Xt[bidx], Zt[bidx], gt[bidx], ot[bidx], loss), W, Rm
 
 
 def _ip(A_, B_):
@@ -331,27 +343,51 @@ def _bb_step(s, yv, lam, alpha):
     return torch.where(lam > 0, alpha, 1e-3 * torch.ones_like(alpha))
 
 
+#: :func:`_spg` drops the converged runs from its batch once they are at least this fraction of it
+COMPACT_FRACTION = 0.25
+
+
 def _spg(objective, W, Rm, norm, max_steps, tol):
     """Monotone spectral projected gradient on the balls of radii ``Rm`` for all ``M`` runs at
     once; a run stops moving once its projected-gradient residual is below ``tol``. Returns
-    ``(W, f, g, steps)``."""
+    ``(W, f, g, steps)``.
+
+    The runs are independent, so a converged run leaves the batch (its ``W``, ``f``, ``g`` kept
+    as they were when it converged; it would not move again): once at least
+    ``COMPACT_FRACTION`` of the batch has converged, the batch is cut to the active runs and
+    their objective's rows gathered once. The iterations of the remaining runs are unchanged
+    (each run's arithmetic is its own; only a batched kernel's rounding may depend on the batch
+    size, as everywhere in the library), and a step on the few slow runs (the nuclear path's
+    largest radii) costs a fraction of a step on the whole batch, so a large ``max_steps``
+    is cheap."""
     M = W.shape[0]
     f, g = objective(W)
+    act = torch.arange(M, device=W.device)             # the active runs' indices into the batch
+    obj, Wa, fa, ga, Ra = objective, W, f, g, Rm
     alpha = torch.ones(M, dtype=torch.float64, device=W.device)
     done = torch.zeros(M, dtype=torch.bool, device=W.device)
+    W, f, g = W.clone(), f.clone(), g.clone()
     steps = 0
     for steps in range(1, max_steps + 1):
-        res = torch.linalg.matrix_norm(_project(W - g, Rm, norm) - W)
+        res = torch.linalg.matrix_norm(_project(Wa - ga, Ra, norm) - Wa)
         done = done | (res < tol)
-        if bool(done.all()):
+        ndone = int(done.sum())
+        if ndone == done.numel():
             break
-        D = _project(W - alpha[:, None, None] * g, Rm, norm) - W
+        if ndone >= COMPACT_FRACTION * done.numel():
+            W[act], f[act], g[act] = Wa, fa, ga
+            keep = ~done
+            act, Wa, fa, ga, Ra, alpha = act[keep], Wa[keep], fa[keep], ga[keep], Ra[keep], alpha[keep]
+            obj = obj.take(keep)
+            done = done[keep]
+        D = _project(Wa - alpha[:, None, None] * ga, Ra, norm) - Wa
         D = torch.where(done[:, None, None], torch.zeros_like(D), D)
-        lam = _armijo(objective, W, D, f, _ip(g, D), done)
-        Wn = W + lam[:, None, None] * D
-        fn, gn = objective(Wn)
-        alpha = _bb_step(Wn - W, gn - g, lam, alpha)
-        W, f, g = Wn, fn, gn
+        lam = _armijo(obj, Wa, D, fa, _ip(ga, D), done)
+        Wn = Wa + lam[:, None, None] * D
+        fn, gn = obj(Wn)
+        alpha = _bb_step(Wn - Wa, gn - ga, lam, alpha)
+        Wa, fa, ga = Wn, fn, gn
+    W[act], f[act], g[act] = Wa, fa, ga
     return W, f, g, steps
 
 
