@@ -359,7 +359,8 @@ def _spg(objective, W, Rm, norm, max_steps, tol):
     (each run's arithmetic is its own; only a batched kernel's rounding may depend on the batch
     size, as everywhere in the library), and a step on the few slow runs (the nuclear path's
     largest radii) costs a fraction of a step on the whole batch, so a large ``max_steps``
-    is cheap."""
+    is cheap. ``objective`` is an :class:`_Objective` or any function ``(W, grad=True)`` of the
+    same contract; a function without ``take`` runs the whole batch to the end."""
     M = W.shape[0]
     f, g = objective(W)
     act = torch.arange(M, device=W.device)             # the active runs' indices into the batch
@@ -367,6 +368,7 @@ def _spg(objective, W, Rm, norm, max_steps, tol):
     alpha = torch.ones(M, dtype=torch.float64, device=W.device)
     done = torch.zeros(M, dtype=torch.bool, device=W.device)
     W, f, g = W.clone(), f.clone(), g.clone()
+    compact = hasattr(objective, "take")               # a plain function runs the whole batch
     steps = 0
     for steps in range(1, max_steps + 1):
         res = torch.linalg.matrix_norm(_project(Wa - ga, Ra, norm) - Wa)
@@ -374,7 +376,7 @@ def _spg(objective, W, Rm, norm, max_steps, tol):
         ndone = int(done.sum())
         if ndone == done.numel():
             break
-        if ndone >= COMPACT_FRACTION * done.numel():
+        if compact and ndone >= COMPACT_FRACTION * done.numel():
             W[act], f[act], g[act] = Wa, fa, ga
             keep = ~done
             act, Wa, fa, ga, Ra, alpha = act[keep], Wa[keep], fa[keep], ga[keep], Ra[keep], alpha[keep]
