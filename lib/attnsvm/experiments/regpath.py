@@ -127,12 +127,14 @@ class RegPathStudy:
 
 
 @renamed(instances="trials")
-def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=600, loss="logistic", nuclear=True,
+def regpath_study(n, T, d, trials, R, *, inits=3, max_steps=2400, loss="logistic", nuclear=True,
                   seed=0, device="auto"):
     r"""Chapter 3: draw ``trials`` instances (:func:`attnsvm.data.keyed_instances`, keys
     ``(seed, j)``), keep the feasible ones, and compute the regularization path over the radii
     ``R`` in the Frobenius ball (and, with ``nuclear``, the nuclear ball), each started also from
-    its SVM direction. Returns a :class:`RegPathStudy`."""
+    its SVM direction, with at most ``max_steps`` projected-gradient iterations (a converged run
+    stops; the default is the chapter's, enough for the nuclear path's largest radii to reach the
+    tolerance at its sizes). Returns a :class:`RegPathStudy`."""
     data = keyed_instances(n, T, d, [(seed, j) for j in range(check_int("trials", trials, minimum=1))])
     opt = optimal_tokens(data.X, data.y, data.v)
     W_mm, feasible = att_svm_batch(data.X, data.Z, opt)
