@@ -15,6 +15,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions
+``reduced``  the reduced dynamics: GD, NGD and the Polyak step run exactly in margin space
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
 ``path``     the regularization path: norm-constrained risk minimization (spectral projected gradient)
@@ -38,7 +39,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
-               "bounds", "claims", "experiments", "path",
+               "bounds", "reduced", "claims", "experiments", "path",
                "graphs", "datasets")
 
 #: public name -> submodule that defines it
