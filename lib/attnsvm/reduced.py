@@ -22,7 +22,8 @@ lifted features :math:`A_k = A_{it} = (x_{i,\mathrm{opt}_i} - x_{it}) z_i^\top`,
 .. math::
 
     m_{s+1} = m_s + \ell_s\,\frac{G w}{\sqrt{w^\top G w}},\qquad
-    \langle V, W_{s+1}\rangle = \langle V, W_s\rangle + \ell_s\,\frac{\sum_k w_k\langle V, A_k\rangle}{\sqrt{w^\top G w}},
+    \langle V, W_{s+1}\rangle = \langle V, W_s\rangle
+        + \ell_s\,\frac{\sum_k w_k\langle V, A_k\rangle}{\sqrt{w^\top G w}},
 
 with the Gram matrix :math:`G_{kl} = \langle A_k, A_l\rangle`: a closed system of
 :math:`K = n(T-1)` numbers, exact (no approximation), at a cost independent of :math:`d`. The
