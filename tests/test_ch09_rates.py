@@ -712,9 +712,17 @@ def test_chapter_result_object():
     res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
                                  seed=0, device="cpu")
     s = res.summary()
-    assert len(s) == 66 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 67 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
-    assert len(claims) == 23 and all(bool(h) for h, _ in claims.values()), claims
+    assert len(claims) == 24 and all(bool(h) for h, _ in claims.values()), claims
+    # strictly_complementary turns false on an instance whose delta is at the rounding level
+    assert s["sc_delta_min"] > rates.SC_FACTOR * np.finfo(float).eps
+    saved = res.consts["sc_delta"].copy()
+    res.consts["sc_delta"][1] = 1e3 * max(res.consts["sc_active_err"].max(), np.finfo(float).eps)
+    res._cache = None
+    assert not res.claims()["strictly_complementary"][0]
+    res.consts["sc_delta"][:] = saved
+    res._cache = None
     assert s["slope_ngd"] < -1.5 < -0.5 < s["slope_gd"] and s["floor_ratio"] > 1
     assert s["ngd_bound_holds"] == s["gd_bound_holds"] == s["margin_bound_holds"] == 1.0
     assert 0 < s["gd_C"] <= 2.5 and s["t0_ngd_max"] <= 20000 and s["sens_ngd"] > 10
@@ -1412,3 +1420,28 @@ def test_sc_necessity():
     (lo_n, up_n), (lo_g, up_g) = out["ngd"], out["gd"]
     assert 1 <= lo_n < 1.1 and 1 <= lo_g < 1.001, (lo_n, lo_g)            # both sides bind
     assert 1 <= up_n < 1.5 and 1 <= up_g < 1.01, (up_n, up_g)
+
+
+def test_sc_generic_on_the_notebooks_data():
+    """thm-sc-generic on the notebook's own generator at its quick size (n = 6, T = 4, d = 8,
+    12 instances) at seeds 0, 1, 2 and on the distinct-score draws of model (b): every instance
+    clears the claim strictly_complementary's threshold, delta > SC_FACTOR (1e4) times the
+    largest rounding of the active margins (measured: smallest delta 1.5e-3 to 5.5e-3 at seeds
+    0-2, rounding <= 2e-15, so the threshold has room of about 1e8). The threshold is not vacuous:
+    the delta = 0 instance of thm-sc-necessity has |delta| <= 1e-8 (the solver's accuracy),
+    which a threshold 1e4 times the rounding would need the solver exact to 1e-12 to pass; it
+    fails there (checked: delta_0 below the threshold computed with that instance's own
+    rounding, and the control delta = 0.25 passes)."""
+    floor = np.finfo(float).eps
+    for seed in (0, 1, 2):
+        for kw in ({}, dict(distinct=True)):
+            data, opt = A.data.score_instances(6, 4, 8, trials=12, seed=seed, **kw)
+            sc = A.bounds.support_constants(data, opt)
+            thr = rates.SC_FACTOR * max(sc["active_err"].max(), floor)
+            assert np.all(sc["delta"] > thr), (seed, kw, sc["delta"].min(), thr)
+    for delta, ok in ((0.0, False), (0.25, True)):
+        d1 = _sc_instance(delta)
+        batch = A.data.AttnData(X=d1.X[None], y=d1.y[None], Z=d1.Z[None], v=d1.v[None])
+        sc = A.bounds.support_constants(batch, np.zeros((1, 2), int))
+        thr = rates.SC_FACTOR * max(sc["active_err"].max(), floor)
+        assert bool(np.all(sc["delta"] > thr)) == ok, (delta, sc["delta"], thr)
