@@ -11,6 +11,8 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign; Part IV's steepest, mirror, PRGD,
              scheduled Adam) for the engine and torch.optim
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
+``runs``     Part III's shared runs on top of ``fit``: one call per optimizer, every step recorded,
+             the global theorem checked, V settings as one call (``tile_trials``)
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
@@ -37,7 +39,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "runs", "metrics", "plot", "devices",
                "bounds", "claims", "experiments", "path",
                "graphs", "datasets")
 

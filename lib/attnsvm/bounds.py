@@ -919,7 +919,7 @@ def direction_bound_from_t0(t, t0, metrics, consts, *, optimizer, eta, measured_
     ----------
     t : (K,) record steps; t0 : (B,) record steps (NaN: the trial is skipped)
     metrics : dict with (K, B) arrays ``excess``, ``norm``, ``one_minus_corr``
-        (:func:`attnsvm.train.trajectory_metrics`)
+        (:func:`attnsvm.runs.trajectory_metrics`)
     consts : dict of (B,) constants (:func:`constants`)
     optimizer : {"ngd", "gd"}; eta : float > 0
     measured_norm : bool, ``"gd"`` only: the bound :math:`D/\|W_t\|_F` instead of the
@@ -1013,7 +1013,7 @@ def q_monotone(log_q_steps, excess, *, excess_floor=1e-10, tol=1e-9):
 
     Parameters
     ----------
-    log_q_steps : (K, B, n) from :func:`attnsvm.train.every_step`
+    log_q_steps : (K, B, n) from :func:`attnsvm.runs.every_step`
     excess : (K, B)
 
     Returns
