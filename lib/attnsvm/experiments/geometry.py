@@ -25,6 +25,7 @@ import torch
 
 from .. import data as _data
 from .. import metrics, svm, tokens
+from ..norms import vector_norm
 from .. import train as _train
 from .._checks import check_int
 from ..bounds import check_sd_bound, sd_margin_radius
@@ -320,7 +321,7 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
     w0 = model.init_params(d, None, [None] * trials, device=dev)      # w_0 = 0
     norms = {"1": 1.0, "1_5": p_md_small, "2": 2.0, "3": 3.0, "inf": np.inf}
     w_p = {k: svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
-    gam = {k: 1.0 / svm.vector_norm(w_p[k], q) for k, q in norms.items()}
+    gam = {k: 1.0 / vector_norm(w_p[k], q) for k, q in norms.items()}
     methods = {"cd": _sd(1, lr_sd, decay), "ngd": _sd(2, lr_sd, decay),
                "md_small": _md(p_md_small, lr_md, decay), "md": _md(p_md, lr_md, decay),
                "sign": _sd("inf", lr_sd, decay),
