@@ -11,6 +11,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``norms``    the norms: one parser, matrix, dual and vector norms, the regularization path's ball
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign; Part IV's steepest, mirror, PRGD,
              scheduled Adam) for the engine and torch.optim
+``history``  the records of a run: the record grid, ``History``, ``NonFiniteError``
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
 ``runs``     Part III's shared runs on top of ``fit``: one call per optimizer, every step recorded,
              the global theorem checked, V settings as one call (``tile_trials``)
@@ -40,9 +41,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "norms", "optim", "train", "runs", "metrics", "plot",
-               "devices", "bounds", "claims", "experiments", "path",
-               "graphs", "datasets")
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "norms", "optim", "history", "train", "runs", "metrics",
+               "plot", "devices", "bounds", "claims", "experiments", "path", "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

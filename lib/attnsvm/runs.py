@@ -19,6 +19,7 @@ import numpy as np
 
 from . import bounds, metrics, train
 from ._checks import check_int
+from .history import NonFiniteError
 from .losses import excess_loss
 
 __all__ = ["fit_settings", "trajectory_metrics", "tile_trials", "untile_trials", "sensitivity_sweep",
@@ -33,7 +34,7 @@ def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120,
     ``W`` on the log-spaced record grid of ``n_records`` records.
 
     For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
-    (:class:`~attnsvm.train.NonFiniteError`) is dropped and the others are trained again; the dropped trials are
+    (:class:`~attnsvm.history.NonFiniteError`) is dropped and the others are trained again; the dropped trials are
     NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
     them). Any other optimizer raises.
 
@@ -53,7 +54,7 @@ def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120,
                         refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
                         n_records=n_records, seed=seed, device=device, **kw)
                 break
-            except train.NonFiniteError as err:
+            except NonFiniteError as err:
                 if name not in drop_nonfinite or keep.size == 1:
                     raise
                 keep = np.delete(keep, err.trial)
