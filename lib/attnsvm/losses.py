@@ -49,7 +49,7 @@ __all__ = ["Loss", "LOSSES", "get_loss", "grad_coefficients", "linear_log_grad_n
            "log_mean_loss", "loss_floor",
            "log_excess_loss", "ce_loss", "ce_grad", "entropy", "ce_smoothness",
            "ntp_attention_objective", "excess_loss", "scale_to_excess", "risk_grad", "loss_value",
-           "loss_grad", "nonneg_loss", "check_instance"]
+           "loss_grad", "nonneg_loss", "check_instance", "lse_argmin"]
 
 
 class Loss:
@@ -491,3 +491,38 @@ def risk_grad(data, W, *, loss="logistic"):
     X, y, Z, v = trial_arrays(data)
     W = np.asarray(W, dtype=float).reshape(X.shape[0], X.shape[-1], X.shape[-1])
     return _risk(X, y, Z, v, W, loss)[1]
+
+
+def lse_argmin(logw, G, *, iters=200):
+    r"""The minimizer of the log of an exponential loss of affine margins,
+
+    .. math::
+
+        f(z) = \log\sum_k e^{\,\mathrm{logw}_k - (Gz)_k},
+
+    by damped Newton (Armijo backtracking) from :math:`z = 0`: :math:`\nabla f = -G^\top p` and
+    :math:`\nabla^2 f = G^\top\mathrm{diag}(p)G - (G^\top p)(G^\top p)^\top` with the softmax
+    weights :math:`p \propto e^{\mathrm{logw} - Gz}`. ``f`` must be coercive and strictly convex
+    on the coordinates (``G`` of full column rank, the book's limit potentials on :math:`V`:
+    ``thm-restart-residual``). Returns ``(z, grad_norm)``, the gradient's norm left at the end
+    (it stops below 1e-15 or after ``iters`` steps)."""
+    logw = np.asarray(logw, dtype=float)
+    G = np.asarray(G, dtype=float)
+
+    def f(z):
+        lg = logw - G @ z
+        mx = lg.max()
+        return mx + np.log(np.sum(np.exp(lg - mx)))
+    z = np.zeros(G.shape[1])
+    for _ in range(check_int("iters", iters, minimum=1)):
+        p = np.exp(logw - G @ z - f(z))
+        grad = -G.T @ p
+        if np.linalg.norm(grad) < 1e-15:
+            break
+        H = G.T @ (p[:, None] * G) - np.outer(G.T @ p, G.T @ p)
+        step = np.linalg.solve(H, grad)
+        t, f0 = 1.0, f(z)
+        while f(z - t * step) > f0 - 0.25 * t * (grad @ step) and t > 1e-12:
+            t /= 2
+        z = z - t * step
+    return z, float(np.linalg.norm(G.T @ np.exp(logw - G @ z - f(z))))

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_float_array, check_choice, check_int
-from .losses import log_excess_loss
+from .losses import log_excess_loss, lse_argmin
 from .tokens import lifted_features, optimal_tokens
 
 __all__ = ["margin_system", "reduced_step", "reduced_run", "residual_sq", "reconstruct", "limit_potential"]
@@ -276,23 +276,7 @@ def limit_potential(sys, *, iters=100):
     _, _, vv = np.linalg.svd((QS.T @ u)[None, :])
     QV = QS @ vv[1:].T                                                # basis of V
     G = F @ QV
-    z = np.zeros(G.shape[1])
-
-    def f(z):
-        lg = logw - G @ z
-        mx = lg.max()
-        return mx + np.log(np.sum(np.exp(lg - mx)))
-    for _ in range(check_int("iters", iters, minimum=1)):
-        lg = logw - G @ z
-        p = np.exp(lg - f(z))
-        grad = -G.T @ p
-        if np.linalg.norm(grad) < 1e-15:
-            break
-        H = G.T @ (p[:, None] * G) - np.outer(G.T @ p, G.T @ p)
-        step = np.linalg.solve(H, grad)
-        t, f0 = 1.0, f(z)
-        while f(z - t * step) > f0 - 0.25 * t * (grad @ step) and t > 1e-12:
-            t /= 2
-        z = z - t * step
-    p = np.exp(logw - G @ z - f(z))
-    return dict(x_star=(QV @ z).reshape(d, d), grad=float(np.linalg.norm(G.T @ p)), value=float(f(z)))
+    z, grad = lse_argmin(logw, G, iters=iters)
+    lg = logw - G @ z
+    value = float(lg.max() + np.log(np.sum(np.exp(lg - lg.max()))))
+    return dict(x_star=(QV @ z).reshape(d, d), grad=grad, value=value)
