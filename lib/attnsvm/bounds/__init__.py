@@ -24,7 +24,8 @@ from .rates import (direction_from_margin, ngd_direction_bound, gd_error_constan
                     ngd_norm_bounds, orth_component, orth_floor, polyak_cap_threshold,
                     polyak_star_progress_bound, gd_step_condition, ngd_linear_holds, gd_inverse_excess_holds,
                     direction_bound_from_t0, ngd_floorless_constants, ngd_floorless_bound)
-from .squared import (support_constants, residual_parts, residual_constants, ngd_margin_offset,
+from .squared import (support_constants, strictly_complementary, SC_FACTOR, SC_EXACT,
+                      residual_parts, residual_constants, ngd_margin_offset,
                       gd_margin_offset, squared_direction_bound, nonsupport_mass, sharpness_constant,
                       residual_limit, residual_limit_distance, restart_constants, restart_direction_bound)
 from .geometry import (ngd_margin_step, ngd_margin_gap_bound, prgd_ideal_gap_bound, sd_att_constants,
@@ -43,7 +44,8 @@ __all__ = [
     "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold", "polyak_star_progress_bound",
     "gd_step_condition", "ngd_linear_holds", "gd_inverse_excess_holds", "direction_bound_from_t0",
     "ngd_floorless_constants", "ngd_floorless_bound",
-    "support_constants", "residual_parts", "residual_constants", "ngd_margin_offset", "gd_margin_offset",
+    "support_constants", "strictly_complementary", "SC_FACTOR", "SC_EXACT",
+    "residual_parts", "residual_constants", "ngd_margin_offset", "gd_margin_offset",
     "squared_direction_bound", "nonsupport_mass", "sharpness_constant", "residual_limit",
     "residual_limit_distance", "restart_constants", "restart_direction_bound",
     "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound", "sd_att_constants",

@@ -34,13 +34,13 @@ from ..runs import fit_settings, sensitivity_sweep, trajectory_metrics
 
 __all__ = ["RatesRun", "rates_experiment"]
 
-#: claim ``strictly_complementary``: every instance's :math:`\delta` (the Att-SVM's smallest
-#: margin off the support of the solver's multipliers, minus 1; book: ``thm-sc-generic``) must
-#: exceed this factor times the largest rounding error of the active margins (and machine
-#: epsilon), so that a constraint active in exact arithmetic but left out of the support, whose
-#: :math:`\delta` would be of the order of that rounding, fails the claim. Measured at the quick
-#: size (12 instances): smallest delta 1.5e-3 to 5.5e-3 at seeds 0-2, rounding <= 2e-15.
-SC_FACTOR = 1e4
+#: claim ``strictly_complementary`` (book: ``thm-sc-generic``): every instance certified by
+#: :func:`attnsvm.bounds.strictly_complementary`: its support margins exact to
+#: ``bounds.SC_EXACT`` (1e-10; polished multipliers) and its :math:`\delta` above
+#: ``bounds.SC_FACTOR`` (1e4) times the rounding of the active margins and machine epsilon.
+#: Measured at the quick size (12 instances): smallest delta 1.5e-3 to 5.5e-3 at seeds 0-2,
+#: rounding <= 2e-15.
+SC_FACTOR = bounds.SC_FACTOR
 
 
 @dataclass
@@ -296,7 +296,8 @@ class RatesRun:
                             f"<A_it, A_js>: {s['cross_min_max']:.3g}"),
             # thm-sc-generic: delta > 0 on every instance, far above the rounding of the active
             # margins (threshold SC_FACTOR times the largest of active_err and eps)
-            "strictly_complementary": (bool(np.all(c["sc_delta"] > SC_FACTOR * sc_floor)),
+            "strictly_complementary": (bool(np.all(bounds.strictly_complementary(
+                dict(delta=c["sc_delta"], active_err=c["sc_active_err"])))),
                                        f"smallest delta {s['sc_delta_min']:.3g} over {trials} "
                                        f"instances; threshold {SC_FACTOR:.0e} x {sc_floor:.2e} "
                                        "(largest rounding of the active margins)"),
