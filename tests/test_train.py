@@ -188,7 +188,7 @@ def test_stable_at_huge_norm_and_tiny_loss():
     stays finite and log_loss keeps tracking it while loss underflows to 0."""
     data = unit_data(2, n=4, T=4, d=6, seed=3)
     h = fit(data, model="W", train_v=True, loss="exponential", optimizer="polyak", lr=1.0,
-            steps=1000, progress=False, init="random", init_scale=1.0, n_records=20)
+            eta_max=None, steps=1000, progress=False, init="random", init_scale=1.0, n_records=20)
     assert np.all(np.isfinite(h.log_loss)) and np.all(np.isfinite(h.W))
     assert np.min(h.final("log_loss")) < np.log(1e-300)
     h2 = fit(data, model="W", optimizer="ngd", lr=5e4, steps=30, progress=False)

@@ -57,7 +57,7 @@ from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
            "fit_settings", "trajectory_metrics", "every_step", "global_run", "global_runs",
            "tile_trials", "untile_trials",
-           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
+           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV", "POLYAK_CAP"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
 ENGINES = ("auto", "eager", "graph", "compiled")
@@ -67,6 +67,12 @@ GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 GRAPH_BLOCK = 32
 #: compilations of the step (``engine="compiled"``: shapes and constants) allowed per process
 COMPILE_LIMIT = 64
+
+#: the default cap ``eta_max`` of the L-based Polyak step (``optimizer="polyak"`` or ``"sps"``
+#: with ``eta_max="auto"``): the book's cap (chapters 1, 9-11). Uncapped, the step
+#: :math:`\eta L/\|g\|^2` grows like :math:`1/L` as the loss falls and overflows within tens of
+#: steps on a random instance (a smaller ``lr`` only delays it); ``eta_max=None`` asks for that.
+POLYAK_CAP = 100.0
 
 #: optimizer name -> (step rule, stochastic, default lr)
 OPTIMIZERS = {
@@ -184,7 +190,34 @@ class History:
 
     @property
     def trials(self):
-        return self.loss.shape[1] if self.loss is not None else int(self.config["trials"])
+        """Number of trials ``B`` (1 for the History of one trial, :meth:`trial`)."""
+        if self.loss is not None:
+            return self.loss.shape[1] if self.loss.ndim == 2 else 1
+        return int(self.config["trials"])
+
+    def trial(self, b):
+        """The History of trial ``b`` alone, without the trials axis: ``loss`` (K,),
+        ``selected`` (K, n), ``W`` (d, d), ``snapshots`` (K, d, d), ... :func:`fit` always
+        returns the batched History (``B = 1`` for data without a trials axis); ``.trial(0)``
+        gives arrays shaped like such data, e.g. ``att_svm(data.X, data.Z, h.trial(0).selected[-1])``.
+        """
+        B = self.trials
+        if self.loss is not None and self.loss.ndim != 2:
+            raise ValueError("trial(b) needs a batched History (this one holds one trial)")
+        b = check_int("b", b, minimum=-B)
+        if b >= B:
+            raise ValueError(f"b must be < {B} (the number of trials), got {b}")
+
+        def at(a, axis=1):
+            return None if a is None else a[(slice(None),) * axis + (b,)]
+        return History(steps=self.steps, loss=at(self.loss), log_loss=at(self.log_loss),
+                       norm=at(self.norm), corr={k: at(v) for k, v in self.corr.items()},
+                       opt_mass=at(self.opt_mass), selected=at(self.selected),
+                       margin=at(self.margin), excess=at(self.excess), opt=at(self.opt, 0),
+                       params={k: at(v, 0) for k, v in self.params.items()},
+                       snapshots=at(self.snapshots),
+                       trajectory={k: at(v) for k, v in self.trajectory.items()},
+                       config=dict(self.config, trials=1, trial=b % B))
 
     def _p(self, name):
         if name not in self.params:
@@ -320,7 +353,7 @@ class FitConfig:
     loss: str | None = None
     optimizer: str = "gd"
     lr: object = None
-    eta_max: object = None
+    eta_max: object = "auto"
     L_star: float | None = None
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
@@ -425,8 +458,15 @@ class FitConfig:
         return lr_default
 
     def _check_polyak_options(self):
-        """``eta_max`` and ``L_star``: only for the Polyak rules."""
+        r"""``eta_max`` and ``L_star``: only for the Polyak rules. ``eta_max="auto"`` is
+        :data:`POLYAK_CAP` for the L-based step (polyak, sps) and no cap for polyak_star (its
+        step :math:`(L - L^\star)/\|g\|^2` stays bounded where its theorem holds)."""
         rule, optimizer = self.rule, self.optimizer
+        if isinstance(self.eta_max, str):
+            if self.eta_max != "auto":
+                raise ValueError(f"eta_max must be a positive float, one per trial, None (no cap) "
+                                 f"or 'auto', got {self.eta_max!r}")
+            self.eta_max = POLYAK_CAP if rule == "polyak" else None
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -617,9 +657,10 @@ class _FiniteGuard:
 
     CHECK = 256
 
-    def __init__(self, B, kw):
+    def __init__(self, B, kw, hint="try a smaller lr"):
         self.buf = torch.empty((self.CHECK, B), **kw)
         self.first = 0                               # step held by buf[0]
+        self.hint = hint
 
     def write(self, step, u):
         torch.sum(u, -1, out=self.buf[step - self.first])
@@ -645,7 +686,7 @@ class _FiniteGuard:
                 k = int(steps_bad[b])
                 more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
                 raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
-                                     f"try a smaller lr", trial=b, step=k)
+                                     f"{self.hint}", trial=b, step=k)
         self.first = upto
 
     def check_final(self, u, steps):
@@ -653,6 +694,29 @@ class _FiniteGuard:
         torch.sum(u, -1, out=self.buf[0])
         self.first = steps
         self.check(steps + 1)
+
+
+def _nonfinite_hint(cfg):
+    """What helps a run of ``cfg`` that became non-finite, naming the knob of its rule: the cap
+    ``eta_max`` for the Polyak steps (a smaller ``lr``, their multiplier, only delays the
+    overflow), ``lr`` otherwise."""
+    if cfg.rule in ("polyak", "polyak_star"):
+        if cfg.eta_max is None:
+            return (f"the uncapped Polyak step grows as the loss falls: cap it with eta_max "
+                    f"(e.g. eta_max={POLYAK_CAP:g}; a smaller lr only delays the overflow)")
+        return (f"try a smaller cap eta_max (now {_describe(cfg.eta_max)}; a smaller lr only "
+                f"delays the overflow)")
+    hint = f"try a smaller lr (now {_describe(cfg.lr)})"
+    if cfg.rule == "adam" and cfg.eps == 0:
+        hint += " or eps > 0"
+    return hint
+
+
+def _describe(value):
+    """A float, or the range of a per-trial array, for a message."""
+    if isinstance(value, np.ndarray):
+        return f"{value.min():g} to {value.max():g} per trial"
+    return f"{value:g}"
 
 
 # ----------------------------------------------------------------------------- setup
@@ -698,7 +762,8 @@ def fit(data, **options):
     Parameters
     ----------
     data : AttnData, LinearData, or what a model object takes
-        With or without a leading trials axis (without it, ``B = 1``).
+        With or without a leading trials axis (without it, ``B = 1``: the History keeps the
+        axis, and ``History.trial(0)`` drops it).
     model : {"W", "KQ", "prompt", "linear"} or a model object
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
         linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
@@ -723,8 +788,11 @@ def fit(data, **options):
     lr : float or array (B,), optional
         Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
         prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
-    eta_max : float or array (B,), optional
-        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial.
+    eta_max : float, array (B,), None or "auto"
+        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial; None:
+        no cap. Default "auto": :data:`POLYAK_CAP` (100) for polyak and sps, whose uncapped
+        step grows like :math:`1/L` and overflows within tens of steps on a random instance;
+        no cap for polyak_star. History.config["eta_max"] records the cap used.
     L_star : float, optional
         ``polyak_star`` only: the loss floor :math:`L^\star` of the step
         :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
@@ -935,7 +1003,7 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
     ``engine`` "cuda-graph" or "graph-eager" runs the steps between records in blocks
     (:func:`_graph_loop`). Returns the engine path that ran."""
     steps, dev = cfg.steps, cfg.dev
-    guard = _FiniteGuard(B, cfg.kw)
+    guard = _FiniteGuard(B, cfg.kw, _nonfinite_hint(cfg))
     is_rec = np.zeros(steps + 1, dtype=bool)
     is_rec[cfg.grid] = True
     pbar = None
