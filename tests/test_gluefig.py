@@ -88,7 +88,12 @@ def test_a_chapter_shows_its_notebooks_figure(tmp_path, monkeypatch):
     nb = nbformat.read(str(root / "notebooks" / "nb.ipynb"), as_version=4)
     width = nb.cells[0].outputs[0].metadata["image/png"]["width"]
     assert f"width: {width}px" in html  # the display width that save_or_glue gave it
-    assert "The chapter’s copy." in html and "Fig. 1" in html and "Fig. 3" in html
+    assert "The chapter’s copy." in html and "Fig. 1" in html and "Fig. 2" in html
+    # the notebook's copy of the figure carries the chapter's number (it was Fig. 3 before:
+    # the notebook page, a section of the chapter, counted on from the chapter's figures)
+    assert "Fig. 3" not in html + nb_html
+    assert re.search(r'id="fig-nb-a".*?<span class="caption-number">Fig\. 1 </span>', nb_html, re.S)
+    assert re.search(r'href="[^"]*#fig-nb-a"[^>]*>.*?Fig\. 1', html, re.S)
     # without a caption of its own: the notebook's, its glue read from the notebook
     second = re.search(r'<figure[^>]*id="fig-ch-b".*?</figure>', html, re.S).group(0)
     assert "The notebook’s copy" in second and '<span class="pasted-text">3.14</span>' in second
