@@ -27,10 +27,59 @@ the chapter's (:func:`_same_numbers`), instead of the next number after the chap
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from pathlib import Path
 
-__all__ = ["setup"]
+from docutils import nodes as _nodes
+
+__all__ = ["setup", "claim_mark"]
+
+
+class claim_mark(_nodes.Inline, _nodes.Element):  # noqa: N801 (a docutils node class)
+    """A checked claim's mark, before it is resolved (``nbdoc``, ``claim``)."""
+
+
+def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{claim}`../notebooks/nb.ipynb::name``: a small mark after the sentence that a checked
+    claim backs, linking to the claim's row (``claim-<name>``) in the table that
+    :func:`attnsvm.claims.publish` shows on the notebook's page. The mark is a check mark
+    when the glued word ``claim_<name>`` is ``holds`` and a cross otherwise; a claim that its
+    notebook does not glue is a warning naming both (the strict build fails on it)."""
+    if "::" not in text:
+        msg = inliner.reporter.error(f"{{claim}} needs 'path/to/notebook.ipynb::name', got {text!r}",
+                                     line=lineno)
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    doc, key = (t.strip() for t in text.split("::", 1))
+    env = inliner.document.settings.env
+    nbdoc = posixpath.normpath(posixpath.join(posixpath.dirname(env.docname), doc))
+    node = claim_mark(rawtext, nbdoc=nbdoc.removesuffix(".ipynb"), claim=key)
+    node.source, node.line = inliner.reporter.source, lineno
+    return [node], []
+
+
+def _resolve_claims(app, doctree, docname: str):
+    """Replace each claim mark by a superscript link to its row on the notebook's page."""
+    from myst_nb.ext.glue.crossref import read_glue_cache, ref_warning
+
+    for node in list(doctree.findall(claim_mark)):
+        nbdoc, key = node["nbdoc"], node["claim"]
+        data = read_glue_cache(app.env.mystnb_config.output_folder, nbdoc)
+        word = data.get(f"claim_{key}", {}).get("data", {}).get("text/plain")
+        if word is None:
+            ref_warning(f"checked claim {key!r} is not glued in doc {nbdoc!r}", node)
+            node.replace_self(_nodes.literal(key, key))
+            continue
+        holds = word.strip("'\"") == "holds"
+        anchor = f"claim-{key}"
+        if app.builder.name == "singlehtml":
+            uri = f"#{anchor}"
+        else:
+            uri = app.builder.get_relative_uri(docname, nbdoc) + f"#{anchor}"
+        ref = _nodes.reference("", "\u2713" if holds else "\u2717", refuri=uri, internal=True,
+                               reftitle=f"checked claim {key}: {'holds' if holds else 'fails'} "
+                                        f"(its numbers: the table on the notebook's page)")
+        node.replace_self(_nodes.superscript("", "", ref, classes=["claim-mark"]))
 
 
 def _directive():
@@ -266,9 +315,12 @@ def setup(app):
 
         def apply(self, **kwargs):
             _fill_figures(self.app, self.document, self.env.docname)
+            _resolve_claims(self.app, self.document, self.env.docname)
 
     app.setup_extension("myst_nb")
     app.add_directive_to_domain("glue", "figure", _directive(), override=True)
     app.add_post_transform(FillGlueFigures)
+    app.add_node(claim_mark)
+    app.add_role("claim", claim_role)
     app.connect("env-get-updated", _same_numbers, priority=900)  # after Sphinx numbers figures
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
