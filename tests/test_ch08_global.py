@@ -142,7 +142,7 @@ def test_observed_global_vs_trap(inst):
     h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=3000, init=W0, refs={"W_mm": W_mm},
                     n_records=5, device="cpu")
     assert np.all(h.corr["W_mm"][-1] > 0.99)
-    traps, o, a, _ = globalconv._find_traps(3, 3, 4, trials=1, seed=0)
+    traps, o, a, _ = A.svm.find_traps(3, 3, 4, trials=1, seed=0)
     one, o, a = traps.trial(0), o[0], a[0]
     Wm = A.svm.att_svm(one.X, one.Z, o)
     Wt = A.svm.att_svm(one.X, one.Z, a)
