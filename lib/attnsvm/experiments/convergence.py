@@ -284,7 +284,7 @@ class LocalRun:
 
 
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimizer="ngd",
+def local_experiment(n=6, T=8, d=10, *, trials=30, steps=2000, model="W", optimizer="ngd",
                      lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                      threshold=GLOBAL_CORR, n_records=60, seed=0, device="auto"):
     r"""Train ``trials`` random instances from random initializations (one batched fit) and
@@ -506,7 +506,7 @@ class OverparamSweep:
 
 
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
+def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 8, 15, 30), *, trials=16, steps=2000,
                     optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                     threshold=GLOBAL_CORR, seed=0, device="auto"):
     r"""For every (n, T) in ``shapes`` and d in ``ds``: draw ``trials`` instances, train them

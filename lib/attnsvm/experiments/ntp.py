@@ -200,7 +200,7 @@ def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
 
 
 def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
-                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
+                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="auto"):
     r"""Chapter 15: the linear NTP decoder on ``trials`` data sets of
     :func:`attnsvm._data.ntp_synthetic`, GD with :math:`\eta = 1/(2L)` (:func:`attnsvm._losses.ce_smoothness`,
     one per trial) for ``steps`` steps (recorded at 50 log-spaced steps, ``steps_fast`` and
@@ -259,7 +259,7 @@ class ZenRun(NTPLinearRun):
 
 
 def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
-                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
+                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="auto"):
     r"""Chapter 15: the linear NTP decoder on the Zen of Python (:func:`attnsvm._data.ntp_corpus`,
     contexts of ``k`` words, ``vocab_size`` tokens, :math:`d = m +` ``extra_dims``, ``trials``
     draws of the embeddings), trained as in :func:`ntp_linear_experiment` (GD recorded at 40
@@ -411,7 +411,7 @@ class UFMRun:
 
 
 def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_scale=0.01,
-                   lr=0.5, steps=100000, seed=0, device="cpu"):
+                   lr=0.5, steps=100000, seed=0, device="auto"):
     r"""Chapter 15: GD on the NTP unconstrained-features model (:class:`attnsvm.models.NTPUFM`)
     from a small random start, on ``trials`` draws of :func:`attnsvm._data.ntp_patterns`
     (``patterns`` support sets, the same in every trial), recorded at 40 log-spaced steps and

@@ -252,7 +252,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
                                     init_scale=init_scale, penalty=penalty, seed=seed))
 
 
-def kq_study(n, T, d, *, trials, steps=2000, lr=0.1, init_scale=0.01, penalty=0.0, seed=0,
+def kq_study(n, T, d, *, trials, steps=2000, lr=0.1, init_scale=0.1, penalty=2.2e-16, seed=0,
              device="auto", **kw):
     r"""Chapter 5: :func:`compare_w_kq` on :func:`attnsvm.data.unit_instances` ``(n, T, d)``
     with the penalty ``penalty``, and the same runs without it (the result's ``unpenalized``,
