@@ -4,17 +4,12 @@ import pytest
 
 import attnsvm as A
 from attnsvm.experiments import globalconv
-
-
-#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
-SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
-                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
+from instances import SCORES, score_instance
 
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
-    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
+    data, opt, W_mm = score_instance(request.param)
     return data, opt, W_mm, A.bounds.constants(data, opt, W_mm)
 
 
