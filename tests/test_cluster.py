@@ -32,6 +32,7 @@ from minibook import _add_notebook  # noqa: E402
 
 DASK = Path(sys.executable).with_name("dask")
 LOOPBACK = "127.0.0.1"
+pytestmark = pytest.mark.skipif(not DASK.exists(), reason=f"no dask command beside {sys.executable}")
 
 PARAMS = "a = 1        # an int\nwait = 0.0   # seconds the point sleeps\ndevice = 'cpu'"
 
