@@ -232,7 +232,7 @@ def test_known_outcome_W_to_Wmm_and_KQ_to_Wmm_star():
 
 def test_cpu_threads_sets_and_restores_the_thread_count():
     import torch
-    from attnsvm.train import cpu_threads
+    from attnsvm.devices import cpu_threads
     old = torch.get_num_threads()
     with cpu_threads("cpu", 1):
         assert torch.get_num_threads() == 1

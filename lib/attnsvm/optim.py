@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -74,7 +75,8 @@ from .norms import dual_norm, parse_norm
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
            "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
            "steepest_direction", "mirror_map",
-           "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer"]
+           "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer",
+           "Optimizer", "OPTIMIZERS"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -500,6 +502,28 @@ _FACTORIES = {
 RULES = {name: opts for name, (_, opts) in _FACTORIES.items()}
 
 
+class Optimizer(NamedTuple):
+    """What a name of ``fit(optimizer=...)`` means: its step ``rule`` (a key of :data:`RULES`),
+    whether it is ``stochastic`` (the rule on a fresh mini-batch at every step, ``batch_size``)
+    and its default step size ``lr``."""
+
+    rule: str
+    stochastic: bool
+    lr: float
+
+
+#: the one table of optimizer names and defaults (:func:`attnsvm.train.fit`): a rule of
+#: :data:`RULES` under its own name, full batch, and the stochastic rules of Part III
+OPTIMIZERS = {
+    **{name: Optimizer(name, False, lr) for name, lr in (
+        ("gd", 0.1), ("ngd", 0.1), ("ngd_param", 0.1), ("polyak", 1.0), ("polyak_star", 1.0),
+        ("adam", 0.01), ("sign", 0.01), ("sd", 0.1), ("md", 0.1), ("prgd", 0.1))},
+    "sgd": Optimizer("gd", True, 0.1),
+    "sngd": Optimizer("ngd", True, 0.1),
+    "sps": Optimizer("polyak", True, 1.0),
+}
+
+
 def make_rule(rule, **options):
     """The :class:`Rule` object ``rule`` built with ``options`` (validated; unknown or
     inapplicable options raise ValueError naming them)."""
@@ -682,8 +706,9 @@ def settings_config(settings):
     return out
 
 
-#: the stochastic optimizers of Part III (:func:`make_optimizer`)
-STOCHASTIC = ("sgd", "sngd", "sps", "adam")
+#: the optimizers of Part III's stochastic training of networks (:func:`make_optimizer`): the
+#: stochastic ones of :data:`OPTIMIZERS`, and Adam
+STOCHASTIC = tuple(name for name, o in OPTIMIZERS.items() if o.stochastic) + ("adam",)
 
 
 def make_optimizer(name, params, *, lr, eta_max=None):

@@ -51,11 +51,11 @@ from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import Context, Descent, make_rule
-from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
+from .optim import OPTIMIZERS, Context, Descent, make_rule
+from .devices import resolve_device
 from .history import History, NonFiniteError, record_grid
 
-__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid",
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV", "POLYAK_CAP"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
@@ -72,23 +72,6 @@ COMPILE_LIMIT = 64
 #: :math:`\eta L/\|g\|^2` grows like :math:`1/L` as the loss falls and overflows within tens of
 #: steps on a random instance (a smaller ``lr`` only delays it); ``eta_max=None`` asks for that.
 POLYAK_CAP = 100.0
-
-#: optimizer name -> (step rule, stochastic, default lr)
-OPTIMIZERS = {
-    "gd": ("gd", False, 0.1),
-    "ngd": ("ngd", False, 0.1),
-    "ngd_param": ("ngd_param", False, 0.1),
-    "polyak": ("polyak", False, 1.0),
-    "polyak_star": ("polyak_star", False, 1.0),
-    "adam": ("adam", False, 0.01),
-    "sign": ("sign", False, 0.01),
-    "sd": ("sd", False, 0.1),
-    "md": ("md", False, 0.1),
-    "prgd": ("prgd", False, 0.1),
-    "sgd": ("gd", True, 0.1),
-    "sngd": ("ngd", True, 0.1),
-    "sps": ("polyak", True, 1.0),
-}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -625,7 +608,7 @@ def fit(data, **options):
         Default "logistic" (margin models only).
     optimizer : str
         One of "gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md",
-        "prgd", "sgd", "sngd", "sps" (:data:`OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
+        "prgd", "sgd", "sngd", "sps" (:data:`attnsvm.optim.OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
         "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on mini-batches and need ``batch_size``;
         every other rule also accepts ``batch_size`` (margin models only).
     lr : float or array (B,), optional

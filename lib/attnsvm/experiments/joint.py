@@ -52,7 +52,7 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max="auto", steps=100
               record_steps=None, refs=None, seed=0, device="auto"):
     r"""Train ``W`` and ``v`` jointly from ``W_0 = 0`` and the data's ``v`` and record both along
     the way: one :func:`attnsvm.train.fit` call (``model="W", train_v=True``,
-    ``snapshots=("W", "v")``), for any step rule of :data:`attnsvm.train.OPTIMIZERS`.
+    ``snapshots=("W", "v")``), for any step rule of :data:`attnsvm.optim.OPTIMIZERS`.
 
     Parameters
     ----------
