@@ -72,6 +72,10 @@ class Loss:
         """:math:`\\log(-\\ell'(u))`, finite for every finite ``u``."""
         raise NotImplementedError
 
+    def neg_log_neg_deriv(self, u):
+        """:math:`-\\log(-\\ell'(u))` (one op fewer than negating :meth:`log_neg_deriv`)."""
+        return -self.log_neg_deriv(u)
+
     def value_np(self, u):
         """:math:`\\ell(u)` of a numpy array, stable for every finite ``u``."""
         raise NotImplementedError
@@ -102,6 +106,9 @@ class _Logistic(Loss):
     def log_neg_deriv(self, u):
         return -torch.nn.functional.softplus(u)
 
+    def neg_log_neg_deriv(self, u):
+        return torch.nn.functional.softplus(u)
+
     def value_np(self, u):
         return np.logaddexp(0.0, -np.asarray(u, dtype=float))
 
@@ -121,6 +128,9 @@ class _Exponential(Loss):
 
     def log_neg_deriv(self, u):
         return -u
+
+    def neg_log_neg_deriv(self, u):
+        return u
 
     def value_np(self, u):
         return np.exp(-np.asarray(u, dtype=float))

@@ -673,6 +673,7 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+        full["Gy"] = full["y"].unsqueeze(-1) * full["G"]           # token scores y X v
     if model != "linear":
         # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
         full["Xt"] = full["X"].transpose(-1, -2).contiguous()
