@@ -72,7 +72,7 @@ import torch
 from ._checks import as_float_array, check_choice, check_int, check_positive
 
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
-           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
+           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm", "unit_scaled",
            "steepest_direction", "dual_norm", "matrix_norm", "mirror_map", "parse_norm",
            "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer"]
 
@@ -137,6 +137,31 @@ def log_norm(grads, batch_ndim=0):
     sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
     rescaled = torch.log(mx) + 0.5 * torch.log(sq)
     return rescaled if plain is None else torch.where(safe, plain, rescaled)
+
+
+def unit_scaled(grads, batch_ndim=0):
+    r"""The gradients divided by their largest entry, and the norm of the result, per trial:
+    ``(gs, mx, n2)`` with :math:`M = \max_j \|g_j\|_\infty` (raised to the smallest positive
+    float, so a zero gradient gives ``gs = 0``), ``gs[j]`` :math:`= g_j/M` and
+    :math:`n_2 = \|(g_j/M)_j\|` (global Frobenius norm), so :math:`\|g\| = M n_2` and
+    :math:`g/\|g\| = \mathrm{gs}/n_2` at any scale, from subnormal gradients to the largest
+    double, with no host synchronization (every step of the normalized and Polyak rules of a
+    run with one log-scale). :math:`n_2 \ge 1` unless the gradient is 0 (its largest entry of
+    ``gs`` is exactly :math:`\pm 1`)."""
+    mx = None
+    for g in grads:
+        dims = _dims(g, batch_ndim)
+        a = g.abs().amax(dim=dims) if dims else g.abs()
+        mx = a if mx is None else torch.maximum(mx, a)
+    fi = torch.finfo(mx.dtype)
+    mx = mx.clamp(min=fi.tiny * fi.eps)               # the smallest positive (subnormal) float
+    gs = [g / _bc(mx, g) for g in grads]
+    n2 = None
+    for g in gs:
+        dims = _dims(g, batch_ndim)
+        nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+        n2 = nj if n2 is None else torch.hypot(n2, nj)
+    return gs, mx, n2
 
 
 def parse_norm(norm):
@@ -330,12 +355,18 @@ DIRECTIONS = {"gradient": lambda: _dir_gradient, "normalized": lambda: _dir_norm
               "steepest": _dir_steepest}
 
 
+def _one_scale(scales):
+    """Whether every gradient has the same log-scale (the same tensor, or all None)."""
+    return all(sc is scales[0] for sc in scales)
+
+
 def _log_norm_total(grads, ctx):
     r""":math:`\log\|g\|` of the true gradients, :math:`\tfrac12\operatorname{logsumexp}_j
     2(\sigma_j + \log\|\tilde g_j\|)`, per trial."""
     scales = ctx.log_scale
-    if all(sc is None for sc in scales) or len(grads) == 1:
-        lg = log_norm(grads, ctx.batch_ndim)
+    if _one_scale(scales):
+        _, mx, n2 = unit_scaled(grads, ctx.batch_ndim)
+        lg = torch.log(mx) + torch.log(n2)
         return lg if scales[0] is None else lg + scales[0]
     terms = [log_norm([g], ctx.batch_ndim) + (0.0 if sc is None else sc)
              for g, sc in zip(grads, scales)]
@@ -392,30 +423,68 @@ class Rule:
     def update(self, grads, state, ctx):
         raise NotImplementedError
 
+    def apply(self, params, grads, state, ctx):
+        """The new parameters ``params + update(...)`` (a rule may fuse the two)."""
+        return [p + dl for p, dl in zip(params, self.update(grads, state, ctx))]
+
 
 class Descent(Rule):
-    r""":math:`\Delta_j = -\eta_t\, d_j`: a direction unit times a step-size unit."""
+    r""":math:`\Delta_j = -\eta_t\, d_j`: a direction unit times a step-size unit.
+
+    :meth:`apply` adds the increments with one fused op per parameter (``addcmul``,
+    ``addcdiv``). Where every gradient has the same log-scale (a model's parameters share it),
+    the normalized direction needs none of it and is
+    :math:`\mathrm{gs}/\max(n_2, 1)` of :func:`unit_scaled` (exact at any scale, no host
+    synchronization); the Polyak step takes its norm from there too."""
 
     def __init__(self, name, direction, step):
         self.name, self.direction, self.step = name, direction, step
         self.needs_log_loss = isinstance(step, _PolyakStep)
 
-    def update(self, grads, state, ctx):
+    def _plan(self, grads, state, ctx):
+        """Per parameter ``(d, c, v, op)``: the increment is ``v * d * c`` (``op`` "mul") or
+        ``v * d / c`` ("div"), ``c`` a per-trial tensor or None (``v * d``), ``v`` a float."""
+        scales = ctx.log_scale
+        if self.direction is _dir_normalized and isinstance(self.step, _Schedule) \
+                and _one_scale(scales):
+            _, eta = self.step(grads, state, ctx)
+            state["k"] += 1
+            gs, _, n2 = unit_scaled(grads, ctx.batch_ndim)
+            div = n2.clamp(min=1.0)                    # n2 >= 1 but for a zero gradient
+            if torch.is_tensor(eta):
+                div, eta = div / eta, 1.0
+            return [(d, div, -eta, "div") for d in gs]
         d, lm = self.direction(grads, ctx)
         kind, eta = self.step(grads, state, ctx)
         state["k"] += 1
         out = []
         for dj, mj in zip(d, lm):
             if kind == "log":
-                coef = -torch.exp(eta if mj is None else eta + mj)
-            elif mj is None:
-                if not torch.is_tensor(eta):
-                    out.append(-eta * dj)
-                    continue
-                coef = -eta
+                out.append((dj, torch.exp(eta if mj is None else eta + mj), -1.0, "mul"))
+            elif torch.is_tensor(eta):
+                out.append((dj, eta if mj is None else eta * torch.exp(mj), -1.0, "mul"))
             else:
-                coef = -eta * torch.exp(mj)
-            out.append(dj * _bc(coef, dj))
+                out.append((dj, None if mj is None else torch.exp(mj), -eta, "mul"))
+        return out
+
+    def update(self, grads, state, ctx):
+        out = []
+        for d, c, v, op in self._plan(grads, state, ctx):
+            if c is None:
+                out.append(v * d)
+            else:
+                out.append(v * d * _bc(c, d) if op == "mul" else v * d / _bc(c, d))
+        return out
+
+    def apply(self, params, grads, state, ctx):
+        out = []
+        for p, (d, c, v, op) in zip(params, self._plan(grads, state, ctx)):
+            if c is None:
+                out.append(p.add(d, alpha=v))
+            elif op == "mul":
+                out.append(torch.addcmul(p, d, _bc(c, d), value=v))
+            else:
+                out.append(torch.addcdiv(p, d, _bc(c, d), value=v))
         return out
 
 

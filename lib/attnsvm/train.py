@@ -1313,10 +1313,10 @@ class _Step:
         names, ctx = self.trainable, self.ctx
         ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
-        deltas = self.rule.update([grads[n] for n in names],
-                                  self.state if state is None else state, ctx)
-        for n, dl in zip(names, deltas):
-            params[n] = params[n] + dl
+        new = self.rule.apply(ctx.params, [grads[n] for n in names],
+                              self.state if state is None else state, ctx)
+        for n, p in zip(names, new):
+            params[n] = p
         return check
 
 
