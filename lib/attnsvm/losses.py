@@ -218,9 +218,17 @@ def linear_log_grad_norm(w, X, y, *, loss="exponential", ord=np.inf):
     return sigma.numpy() + np.log(np.linalg.norm(g, ord=ord, axis=-1))
 
 
+def _logsumexp(x, dim=-1):
+    """``torch.logsumexp`` over ``dim`` in 7 ops instead of 10 (the same values to rounding;
+    -inf for an all -inf row, +inf with a +inf entry)."""
+    fi = torch.finfo(x.dtype)
+    m = x.amax(dim, keepdim=True).clamp(fi.min, fi.max)
+    return (torch.log(torch.exp(x - m).sum(dim, keepdim=True)) + m).squeeze(dim)
+
+
 def log_mean_loss(loss, u):
     r""":math:`\log L = \operatorname{logsumexp}_i \log \ell(u_i) - \log n` per trial, shape (B,)."""
-    return torch.logsumexp(loss.log_value(u), dim=-1) - math.log(u.shape[-1])
+    return _logsumexp(loss.log_value(u)) - math.log(u.shape[-1])
 
 
 def loss_floor(data, alpha=None, *, loss="logistic"):
@@ -297,9 +305,9 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic", *, small_gap=1e
     """
     name = get_loss(loss).name
     if isinstance(log_s, torch.Tensor):
-        log_delta = torch.logsumexp(log_s + log_gap, -1)
+        log_delta = _logsumexp(log_s + log_gap)
         if name == "correlation":
-            return torch.logsumexp(log_delta, -1) - math.log(log_delta.shape[-1])
+            return _logsumexp(log_delta) - math.log(log_delta.shape[-1])
         delta = torch.exp(log_delta)
         if name == "logistic":
             b = torch.sigmoid(-gamma_star)
@@ -309,7 +317,7 @@ def log_excess_loss(log_s, log_gap, gamma_star, loss="logistic", *, small_gap=1e
             big = -gamma_star + torch.log(torch.expm1(delta))
             small = -gamma_star + log_delta + torch.log1p(delta / 2)
         log_Ei = torch.where(delta > small_gap, big, small) if small_gap > 0 else big
-        return torch.logsumexp(log_Ei, -1) - math.log(log_Ei.shape[-1])
+        return _logsumexp(log_Ei) - math.log(log_Ei.shape[-1])
     terms = np.asarray(log_s, dtype=float) + np.asarray(log_gap, dtype=float)
     gamma_star = np.asarray(gamma_star, dtype=float)
     tm = terms.max(axis=-1, keepdims=True)

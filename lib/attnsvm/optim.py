@@ -164,6 +164,30 @@ def unit_scaled(grads, batch_ndim=0):
     return gs, mx, n2
 
 
+#: the plain float64 norm is exact where it lies in [e^-300, e^300] (see :data:`_LOG_NORM_SAFE`)
+_PLAIN_LO, _PLAIN_HI = math.exp(-_LOG_NORM_SAFE), math.exp(_LOG_NORM_SAFE)
+
+
+def _plain_norm(grads, batch_ndim):
+    r"""The plain global norm :math:`\|g\|` per trial and where it is exact: ``(n, True)``
+    when it is for every trial, ``(n, ok)`` (a (B,) bool tensor) when not (the caller takes
+    :func:`unit_scaled` for the others, so that a trial's step never depends on the others'),
+    None off float64 on the CPU (one host check, free there: no device to wait for; under
+    ``torch.compile`` and on other devices the caller takes :func:`unit_scaled`, the same values
+    to rounding). Exact where it lies in :math:`[e^{-300}, e^{300}]` (:data:`_LOG_NORM_SAFE`);
+    a zero or non-finite gradient is not."""
+    g0 = grads[0]
+    if g0.dtype != torch.float64 or g0.device.type != "cpu" or torch.compiler.is_compiling():
+        return None
+    n = None
+    for g in grads:
+        dims = _dims(g, batch_ndim)
+        nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+        n = nj if n is None else torch.hypot(n, nj)
+    ok = n.clamp(_PLAIN_LO, _PLAIN_HI) == n
+    return (n, True) if bool(ok.all()) else (n, ok)
+
+
 def parse_norm(norm):
     """``norm`` as ``float`` (a real p >= 1 or ``math.inf``) or ``"spectral"``; else ValueError."""
     if isinstance(norm, str):
@@ -365,8 +389,14 @@ def _log_norm_total(grads, ctx):
     2(\sigma_j + \log\|\tilde g_j\|)`, per trial."""
     scales = ctx.log_scale
     if _one_scale(scales):
-        _, mx, n2 = unit_scaled(grads, ctx.batch_ndim)
-        lg = torch.log(mx) + torch.log(n2)
+        plain = _plain_norm(grads, ctx.batch_ndim)
+        if plain is not None and plain[1] is True:
+            lg = torch.log(plain[0])
+        else:
+            _, mx, n2 = unit_scaled(grads, ctx.batch_ndim)
+            lg = torch.log(mx) + torch.log(n2)
+            if plain is not None:                  # the trials where the plain norm is exact
+                lg = torch.where(plain[1], torch.log(plain[0]), lg)
         return lg if scales[0] is None else lg + scales[0]
     terms = [log_norm([g], ctx.batch_ndim) + (0.0 if sc is None else sc)
              for g, sc in zip(grads, scales)]
@@ -396,13 +426,14 @@ class _PolyakStep:
         if ctx.log_loss is None:
             raise ValueError("the Polyak step needs log_loss")
         lg = _log_norm_total(grads, ctx)
-        zero = ~torch.isfinite(lg)                      # zero gradient: no step
-        log_eta = _log(ctx.lr) + ctx.log_loss - 2 * lg
+        log_eta = torch.add(ctx.log_loss, lg, alpha=-2.0) + _log(ctx.lr)
+        # a zero gradient (lg = -inf: +inf here) or a NaN: no step (-inf), before the cap
+        log_eta = torch.nan_to_num(log_eta, nan=-math.inf, posinf=-math.inf)
         if torch.is_tensor(ctx.eta_max):              # one cap per trial: the clamp per trial
             log_eta = torch.minimum(log_eta, torch.log(ctx.eta_max))
         elif ctx.eta_max is not None:
             log_eta = torch.clamp(log_eta, max=math.log(ctx.eta_max))
-        return "log", torch.where(zero, -math.inf, log_eta)
+        return "log", log_eta
 
 
 STEP_SIZES = {"schedule": _Schedule, "polyak": _PolyakStep}
@@ -433,9 +464,10 @@ class Descent(Rule):
 
     :meth:`apply` adds the increments with one fused op per parameter (``addcmul``,
     ``addcdiv``). Where every gradient has the same log-scale (a model's parameters share it),
-    the normalized direction needs none of it and is
-    :math:`\mathrm{gs}/\max(n_2, 1)` of :func:`unit_scaled` (exact at any scale, no host
-    synchronization); the Polyak step takes its norm from there too."""
+    the normalized direction needs none of it: :math:`g/\|g\|` with the plain norm where it
+    is exact (:func:`_plain_norm`, float64 on the CPU), else :math:`\mathrm{gs}/\max(n_2, 1)`
+    of :func:`unit_scaled` (exact at any scale, no host synchronization: the CUDA and compiled
+    paths); the Polyak step takes its norm from there too."""
 
     def __init__(self, name, direction, step):
         self.name, self.direction, self.step = name, direction, step
@@ -449,11 +481,20 @@ class Descent(Rule):
                 and _one_scale(scales):
             _, eta = self.step(grads, state, ctx)
             state["k"] += 1
-            gs, _, n2 = unit_scaled(grads, ctx.batch_ndim)
-            div = n2.clamp(min=1.0)                    # n2 >= 1 but for a zero gradient
+            plain = _plain_norm(grads, ctx.batch_ndim)
+            if plain is not None and plain[1] is True:
+                div = plain[0]
+            else:
+                gs, _, n2 = unit_scaled(grads, ctx.batch_ndim)
+                div = n2.clamp(min=1.0)                # n2 >= 1 but for a zero gradient
+                if plain is not None:                  # the trials where the plain norm is exact
+                    ok = plain[1]
+                    gs = [torch.where(_bc(ok, g), g, d) for g, d in zip(grads, gs)]
+                    div = torch.where(ok, plain[0], div)
+                grads = gs
             if torch.is_tensor(eta):
                 div, eta = div / eta, 1.0
-            return [(d, div, -eta, "div") for d in gs]
+            return [(d, div, -eta, "div") for d in grads]
         d, lm = self.direction(grads, ctx)
         kind, eta = self.step(grads, state, ctx)
         state["k"] += 1
