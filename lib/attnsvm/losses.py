@@ -389,15 +389,17 @@ def ntp_attention_objective(W, X, Z, ypos, mask=None):
     -------
     loss : Tensor (B,); grad : Tensor (B, d, d); attn : Tensor (B, n, T) the softmax.
     """
-    a = torch.einsum("bntd,bde,bne->bnt", X, W, Z)
+    B, n, T, d = X.shape
+    Wz = torch.bmm(Z, W.transpose(-1, -2))                     # rows W z_i (B,n,d)
+    a = torch.bmm(X.reshape(-1, T, d), Wz.reshape(-1, d, 1)).view(B, n, T)   # x_it^T W z_i
     if mask is not None:
         a = a.masked_fill(~mask, float("-inf"))
     logp = torch.log_softmax(a, dim=-1)
-    n = X.shape[1]
     loss = -logp.gather(-1, ypos.unsqueeze(-1)).squeeze(-1).sum(-1) / n
     s = torch.exp(logp)
     r = s.scatter_add(-1, ypos.unsqueeze(-1), -torch.ones_like(s[..., :1]))
-    grad = torch.einsum("bnt,bntd,bne->bde", r, X, Z) / n
+    xbar = torch.bmm(r.reshape(-1, 1, T), X.reshape(-1, T, d)).view(B, n, d)   # X_i^T r_i
+    grad = torch.bmm(xbar.transpose(-1, -2), Z) / n           # sum_i xbar_i z_i^T / n
     return loss, grad, s
 
 
