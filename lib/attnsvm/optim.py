@@ -498,14 +498,17 @@ class Descent(Rule):
         d, lm = self.direction(grads, ctx)
         kind, eta = self.step(grads, state, ctx)
         state["k"] += 1
-        out = []
+        out, seen = [], {}                # parameters sharing a log-scale share its factor
         for dj, mj in zip(d, lm):
-            if kind == "log":
-                out.append((dj, torch.exp(eta if mj is None else eta + mj), -1.0, "mul"))
-            elif torch.is_tensor(eta):
-                out.append((dj, eta if mj is None else eta * torch.exp(mj), -1.0, "mul"))
-            else:
-                out.append((dj, None if mj is None else torch.exp(mj), -eta, "mul"))
+            if id(mj) not in seen:
+                if kind == "log":
+                    c, v = torch.exp(eta if mj is None else eta + mj), -1.0
+                elif torch.is_tensor(eta):
+                    c, v = (eta if mj is None else eta * torch.exp(mj)), -1.0
+                else:
+                    c, v = (None if mj is None else torch.exp(mj)), -eta
+                seen[id(mj)] = (c, v)
+            out.append((dj,) + seen[id(mj)] + ("mul",))
         return out
 
     def update(self, grads, state, ctx):
