@@ -184,8 +184,8 @@ def _plain_norm(grads, batch_ndim):
         dims = _dims(g, batch_ndim)
         nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
         n = nj if n is None else torch.hypot(n, nj)
-    ok = n.clamp(_PLAIN_LO, _PLAIN_HI) == n
-    return (n, True) if bool(ok.all()) else (n, ok)
+    c = n.clamp(_PLAIN_LO, _PLAIN_HI)
+    return (n, True) if torch.equal(c, n) else (n, c == n)     # equal: False with a NaN
 
 
 def parse_norm(norm):
