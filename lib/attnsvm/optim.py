@@ -172,12 +172,13 @@ def _plain_norm(grads, batch_ndim):
     r"""The plain global norm :math:`\|g\|` per trial and where it is exact: ``(n, True)``
     when it is for every trial, ``(n, ok)`` (a (B,) bool tensor) when not (the caller takes
     :func:`unit_scaled` for the others, so that a trial's step never depends on the others'),
-    None off float64 on the CPU (one host check, free there: no device to wait for; under
-    ``torch.compile`` and on other devices the caller takes :func:`unit_scaled`, the same values
-    to rounding). Exact where it lies in :math:`[e^{-300}, e^{300}]` (:data:`_LOG_NORM_SAFE`);
-    a zero or non-finite gradient is not."""
+    None off float64 on the CPU (other devices take :func:`unit_scaled`, the same values to
+    rounding). One host check on the CPU, free there (no device to wait for); under
+    ``torch.compile`` none: ``(n, ok)`` always, the same values bit for bit. Exact where it
+    lies in :math:`[e^{-300}, e^{300}]` (:data:`_LOG_NORM_SAFE`); a zero or non-finite gradient
+    is not."""
     g0 = grads[0]
-    if g0.dtype != torch.float64 or g0.device.type != "cpu" or torch.compiler.is_compiling():
+    if g0.dtype != torch.float64 or g0.device.type != "cpu":
         return None
     n = None
     for g in grads:
@@ -185,6 +186,8 @@ def _plain_norm(grads, batch_ndim):
         nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
         n = nj if n is None else torch.hypot(n, nj)
     c = n.clamp(_PLAIN_LO, _PLAIN_HI)
+    if torch.compiler.is_compiling():      # no host branch: both forms, selected per trial
+        return n, c == n
     return (n, True) if torch.equal(c, n) else (n, c == n)     # equal: False with a NaN
 
 
