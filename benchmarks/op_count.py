@@ -10,7 +10,10 @@ benchmarks run from the repository alone.
 As a script it prints the count per step of the engine's step (:class:`attnsvm.train._Step`
 on the margin model of ``benchmarks/step_speed.py``) for each rule, on the CPU or on CUDA:
 
-    python benchmarks/op_count.py [--device cuda] [--trials 100]
+    python benchmarks/op_count.py [--device cuda] [--trials 100] [--branch-free]
+
+(``--branch-free``: the CPU count of the norm that CUDA and compiled runs take,
+:func:`attnsvm.optim.unit_scaled`, instead of the CPU's checked plain norm.)
 
 The last line is ``ops <rule>=<count> ...`` (``W`` unless named ``KQ/...``).
 """
@@ -97,8 +100,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument("--branch-free", action="store_true",
+                    help="on the CPU, count the norm of the CUDA and compiled paths (no plain-norm "
+                         "check: attnsvm.optim.unit_scaled always)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.branch_free:
+        import attnsvm.optim as optim
+        optim._plain_norm = lambda grads, batch_ndim: None
     data = random_unit(6, 8, 10, trials=args.trials, seed=0)
     counts = {}
     for label, model, optimizer, extra in RULES:
