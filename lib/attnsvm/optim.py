@@ -570,6 +570,9 @@ class AdamRule(Rule):
         for j, (g, sc) in enumerate(zip(grads, ctx.log_scale)):
             m, v = state["m"][j], state["v"][j]
             if sc is not None and s_old[j] is not None:   # old moments to the new scale e^sc
+                # a zero gradient may come with the scale finfo.min (no token outside a tie
+                # group, attnsvm.models.attention.jacobian_products): keep the old scale there
+                sc = torch.where(sc > torch.finfo(sc.dtype).min, sc, s_old[j])
                 r = _bc(torch.exp(s_old[j] - sc), g)             # log-scales are finite
                 m = b1 * m * r + (1 - b1) * g
                 v = b2 * v * r * r + (1 - b2) * g * g
