@@ -56,15 +56,16 @@ def jacobian_products(e, log_S, s, top, Gam, nlc, dims):
 
     since :math:`\Gamma_t - u = -\Delta_t + \sum_\tau s_\tau\Delta_\tau`. No step cancels:
     :math:`P_{t^\star} = 0` exactly, so the top token's term is :math:`s_{t^\star}\sum_\tau P_\tau`,
-    a sum of terms of one sign scale, where the textbook :math:`s_{t^\star}(\Gamma_{t^\star} - u)`
+    a sum of terms of one scale, where the textbook :math:`s_{t^\star}(\Gamma_{t^\star} - u)`
     is rounding noise once :math:`1 - s_{t^\star} < 10^{-16}` (score gaps above ~37; autograd's
     softmax backward has the same defect). :math:`P` is evaluated in log space,
     :math:`P_t = e^{\log c + \log s_t - \sigma}\Delta_t` with
     :math:`\sigma = \max_{t \notin U}(\log c + \log s_t)` over ``dims`` (a sequence, or all the
     sequences of a trial): its largest entry is :math:`|\Delta_t|` at that token, none overflows
-    (the exponent is at most 0 outside :math:`U`, and :math:`\Delta = 0` on it), and only terms
-    below rounding of the largest underflow, at any score gap (the masses of the tokens outside
-    :math:`U` underflow past gaps of ~745; their products with :math:`e^{-\sigma}` do not). The
+    (the exponent is at most 0 outside :math:`U`, and :math:`\Delta = 0` on it), and none of the
+    terms that matter underflows, at any score gap (the masses of the tokens outside :math:`U`
+    underflow past gaps of ~745; their products with :math:`e^{-\sigma}` do not); exponents
+    below :data:`EXP_FLUSH` are raised to it, a change below rounding of the largest term. The
     tie group is left out of :math:`\sigma` because its :math:`\Delta` is 0: its probabilities
     can be :math:`e^{1000}` times the informative ones, which would then underflow against them
     (an NGD run on ch08's equal-score instances froze at :math:`\|W\| \approx 1190` that way).
