@@ -258,3 +258,19 @@ def test_fit_takes_each_optimizer_with_the_tables_rule_and_default(name):
     h = fit(data, model="W", optimizer=name, steps=2, device="cpu", **kw)
     assert h.config["lr"] == spec.lr and h.config["optimizer"] == name
     assert (h.config["batch_size"] is not None) == spec.stochastic
+
+def test_adam_keeps_its_moments_through_a_zero_gradient_at_scale_finfo_min():
+    """A trial whose every token is tied (``jacobian_products``) has a zero gradient with the
+    log-scale ``finfo.min``; Adam then keeps the old scale for its moments. Without that guard
+    the rescaling factor ``exp(s_old - finfo.min)`` is inf and the moments become inf/NaN (the
+    rule of 74e9e46 fails this test: its engine reported the scale 0 there instead)."""
+    g = _rand(2, 3, 3, seed=11)
+    st = init_state("adam", [g])
+    update("adam", [g], st, lr=0.1, log_scale=[torch.tensor([-5.0, -3.0], dtype=torch.float64)],
+           batch_ndim=1)
+    z = g.clone()
+    z[0] = 0.0
+    tied = torch.tensor([torch.finfo(torch.float64).min, -3.0], dtype=torch.float64)
+    out = update("adam", [z], st, lr=0.1, log_scale=[tied], batch_ndim=1)
+    assert torch.isfinite(out[0]).all() and torch.isfinite(st["m"][0]).all()
+    assert torch.isfinite(st["v"][0]).all()

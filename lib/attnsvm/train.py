@@ -142,18 +142,19 @@ def _positive_per_trial(name, value, what):
     return a
 
 
-def _log_excess_logistic(a, G):
-    r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
-    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
-    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
-    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
-    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
-    :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
-    (e^\delta - 1))` (:func:`attnsvm.losses.log_excess_loss`), shape (B,)."""
+def _excess_gaps(G):
+    r"""The data of :math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed
+    token scores ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`), constant along a run:
+    ``(log_gap, gamma_star)`` with :math:`\gamma^\star_i = \max_t G_{it}` (B,n) and
+    :math:`\log(\gamma^\star_i - G_{it})` (B,n,T) (``-inf`` where the gap is 0). At attention
+    :math:`s`, :math:`\mathcal{L} - \mathcal{L}^\star = \frac1n\sum_i[\ell(\gamma^\star_i -
+    \delta_i) - \ell(\gamma^\star_i)]` with :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i -
+    G_{it})` summed in log space: :func:`attnsvm.losses.log_excess_loss` (``log_s``,
+    ``log_gap``, ``gamma_star``), :math:`\mathcal{L}^\star = \frac1n\sum_i\ell(\gamma^\star_i)`."""
     gs = G.max(-1, keepdim=True).values
     D = gs - G
     log_gap = torch.where(D > 0, torch.log(torch.where(D > 0, D, 1.0)), -torch.inf)
-    return log_excess_loss(torch.log_softmax(a, -1), log_gap, gs[..., 0])
+    return log_gap, gs[..., 0]
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -563,6 +564,7 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+        full["Gy"] = full["y"].unsqueeze(-1) * full["G"]           # token scores y X v
     if model != "linear":
         # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
         full["Xt"] = full["X"].transpose(-1, -2).contiguous()
@@ -1043,6 +1045,8 @@ class _MarginTerms:
         self.opt_init = None
         Tn = data.T if cfg.model != "linear" else 1
         self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
+        self.gaps = (_excess_gaps(self.full["Gy"]) if cfg.rule == "polyak_star"
+                     and cfg.L_star is None else None)
 
     def step_terms(self, params, k, want_log_loss):
         """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
@@ -1050,7 +1054,11 @@ class _MarginTerms:
         penalty = cfg.penalty
         batch = self.full if cfg.batch_size is None else _gather(
             self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        u, grads, sigma = net.grad(params, batch, lossobj)
+        excess = cfg.rule == "polyak_star" and cfg.L_star is None
+        out = {} if excess else None
+        u, grads, sigma = net.grad(params, batch, lossobj, out) if excess else net.grad(
+            params, batch, lossobj)
+        want_log_loss = want_log_loss and not excess      # the excess replaces the loss
         if penalty:
             log2pen = self.log2pen
             for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
@@ -1062,11 +1070,11 @@ class _MarginTerms:
         if want_log_loss and penalty:
             sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
             log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-        if cfg.rule == "polyak_star":
-            log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                             batch["G"] * batch["y"][..., None])
-                        if cfg.L_star is None else
-                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        if excess:                        # L - L* in log space, from the step's log-attention
+            gaps = self.gaps if batch is self.full else _excess_gaps(batch["Gy"])
+            log_loss = log_excess_loss(out["log_s"], *gaps)
+        elif cfg.rule == "polyak_star":
+            log_loss = torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0))
         return grads, sigma, log_loss, u
 
     def matrix(self, params):
@@ -1206,10 +1214,10 @@ class _Step:
         names, ctx = self.trainable, self.ctx
         ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
-        deltas = self.rule.update([grads[n] for n in names],
-                                  self.state if state is None else state, ctx)
-        for n, dl in zip(names, deltas):
-            params[n] = params[n] + dl
+        new = self.rule.apply(ctx.params, [grads[n] for n in names],
+                              self.state if state is None else state, ctx)
+        for n, p in zip(names, new):
+            params[n] = p
         return check
 
 
