@@ -29,12 +29,14 @@ The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_bo
 ``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
-module per group of chapters: ``feasibility``, ``regpath``, ``trajectories``, ``convergence``,
-``selection``, ``beyond``, ``globalconv``, ``rates``, ``sparsity``, ``joint``, ``nets``, ``geometry``,
-``ntp``, ``ntpattn``.
+module per group of chapters: ``separable``, ``feasibility``, ``regpath``, ``trajectories``,
+``convergence``, ``selection``, ``beyond``, ``globalconv``, ``rates``, ``sparsity``, ``joint``,
+``nets``, ``geometry``, ``ntp``, ``ntpattn``.
 
-Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
-``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
+Each module's public names are its ``__all__``, documented one by one in the book's API pages
+(generated from the docstrings); this overview is checked against the modules
+(``tests/test_api_lists.py``). The names of ``_EXPORTS`` are re-exported here (``attnsvm.att_svm``
+is ``attnsvm.svm.att_svm``), imported on first use, so ``import attnsvm`` stays cheap.
 """
 from __future__ import annotations
 
