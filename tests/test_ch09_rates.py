@@ -1201,7 +1201,7 @@ def test_restart_residual_near_limit(sc_inst):
     # the Newton residual of residual_limit: 1e-16 to 1.5e-12 on the shared 2-core machine (its
     # line search stalls at rounding on trial 1; attnsvm.reduced.limit_potential reaches 8e-17
     # there), so the threshold is 1e-11 (it failed at 1e-12 at 74e9e46 on this machine too)
-    assert np.all(rl["grad"] < 1e-11)
+    assert np.all(rl["grad"] < 1e-12)
     gA = sc["gamma_A"]
     eta = float(c["eta_ngd"].min())
     assert np.all(eta <= 2 * gA / rl["R_V"] ** 2)                    # the step condition of part 1
