@@ -110,12 +110,15 @@ def test_no_bounds_module_over_700_lines(tmp_path):
 
 def test_every_public_name_is_reexported_once():
     """Every submodule's ``__all__`` is re-exported by ``attnsvm.bounds`` as the same object, each
-    name in exactly one submodule, and every public function of a submodule is in its ``__all__``."""
+    name in exactly one submodule, and every public function and constant (an upper-case name) of a submodule is in its
+    ``__all__``."""
     seen = {}
     for p in _submodules():
         mod = importlib.import_module(f"attnsvm.bounds.{p.stem}")
-        public = [n.name for n in ast.parse(p.read_text()).body
-                  if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        body = ast.parse(p.read_text()).body
+        public = [n.name for n in body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        public += [t.id for n in body if isinstance(n, ast.Assign) for t in n.targets    # constants
+                   if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_")]
         assert sorted(public) == sorted(mod.__all__), p.name
         for name in mod.__all__:
             assert name not in seen, f"{name} in {seen.get(name)} and {p.stem}"

@@ -1318,13 +1318,13 @@ def test_reduced_step_equals_library_gradient(inst):
             for rule, lr, step in (("gd", 1.0, G[b]), ("ngd", 0.1, 0.1 * G[b] / gn),
                                    ("polyak_star", 0.5, 0.5 * E * G[b] / gn ** 2)):
                 W1 = Ws[b] - step
-                new, ell = A.reduced.reduced_step(sysm, dict(m=sysm["m0"], a=sysm["a0"]), rule=rule, lr=lr)
+                new, ell = A.reduced.reduced_step(sysm, dict(m=sysm["m0"], a=sysm["a0"]), optimizer=rule, lr=lr)
                 inc_W, inc_r = F @ W1.ravel() - sysm["m0"], new["m"] - sysm["m0"]
                 tol = 1e-10 * np.abs(inc_W).max() + 64 * eps * np.abs(sysm["m0"]).max()
                 assert np.abs(inc_r - inc_W).max() <= tol, (rule, np.abs(inc_r - inc_W).max(), tol)
                 assert abs(new["a"] - u @ W1.ravel()) <= 64 * eps * abs(sysm["a0"]) + 1e-10 * abs(ell)
                 assert np.isclose(ell, np.linalg.norm(step), rtol=1e-9, atol=0)
-            lE = A.reduced.reduced_run(sysm, rule="ngd", lr=0.1, steps=1, record=[0])["log_E"][0]
+            lE = A.reduced.reduced_run(sysm, optimizer="ngd", lr=0.1, steps=1, record=[0])["log_E"][0]
             assert abs(lE - logE[b]) <= 1e-12 * abs(logE[b])
             Wr = A.reduced.reconstruct(sysm, sysm["m0"])
             assert np.allclose(Wr, Ws[b], atol=1e-12 * np.abs(Ws[b]).max())
@@ -1402,7 +1402,7 @@ def test_sc_necessity():
         # NGD from 4 W_mm + perp
         sysm = A.reduced.margin_system(d1, 4 * W_mm + perp, W_mm, directions=V, support=S)
         assert np.isclose(sysm["hP2"], np.sum(perp ** 2))
-        r = A.reduced.reduced_run(sysm, rule="ngd", lr=0.5, steps=K)
+        r = A.reduced.reduced_run(sysm, optimizer="ngd", lr=0.5, steps=K)
         res = A.reduced.residual_sq(sysm, r["r"], r["a"])
         x = res["omc"] * res["norm"] ** 2                                 # (1 - corr) ||W||^2
         y, m = r["p"][:, 0], r["m"][:, 0]
@@ -1424,7 +1424,7 @@ def test_sc_necessity():
             E0 = A.losses.excess_loss(batch, np.zeros((1, 2), int), W0[None])[0]
             assert E0 <= c["eps0"][0] and np.all(A.bounds.gd_step_condition(c, eta, np.array([E0])))
             sysg = A.reduced.margin_system(d1, W0, W_mm, directions=V, support=S)
-            rg = A.reduced.reduced_run(sysg, rule="gd", lr=eta, steps=K)
+            rg = A.reduced.reduced_run(sysg, optimizer="gd", lr=eta, steps=K)
             out["gd"] = _sc_sandwich(sysg, rg)
             yg, mg = rg["p"][:, 0], rg["m"][:, 0]
             Qbar = np.exp(-mg[0]) * max(1.0, np.exp(-yg[0]))
@@ -1537,7 +1537,7 @@ def test_upper_orders_observed_on_reduced_dynamics():
     for b in range(2):
         S = sc["support"][b][np.arange(3)[None, :] != opt[b][:, None]]
         sysm = A.reduced.margin_system(data.trial(b), W0[b], W_mm[b], opt=opt[b], support=S)
-        runs.append((sysm, A.reduced.reduced_run(sysm, rule="ngd", lr=eta, steps=K, record=rec)))
+        runs.append((sysm, A.reduced.reduced_run(sysm, optimizer="ngd", lr=eta, steps=K, record=rec)))
     Wt1 = np.stack([A.reduced.reconstruct(s, r["m"][1]) for s, r in runs])
     Et1 = np.exp([r["log_E"][1] for _, r in runs])
     assert np.allclose(Et1, A.losses.excess_loss(data, opt, Wt1), rtol=1e-12, atol=0)
@@ -1599,7 +1599,7 @@ def test_limit_potential_beyond_equal_scores():
         S = sc["support"][b][np.arange(3)[None, :] != opt[b][:, None]]
         sysm = A.reduced.margin_system(data.trial(b), W0[b], W_mm[b], opt=opt[b], support=S)
         xs2 = np.linalg.norm(A.reduced.limit_potential(sysm)["x_star"]) ** 2
-        r = A.reduced.reduced_run(sysm, rule="ngd", lr=0.02, steps=K, record=[K])
+        r = A.reduced.reduced_run(sysm, optimizer="ngd", lr=0.02, steps=K, record=[K])
         res = A.reduced.residual_sq(sysm, r["r"], r["a"])
         x = (res["omc"] * res["norm"] ** 2)[-1]
         pred = (xs2 + res["N"][-1] + sysm["hP2"]) / 2

@@ -139,8 +139,8 @@ def _coefficients(sys, m):
     return w_hat.reshape(m.shape), scale, log_E
 
 
-def reduced_step(sys, state, *, rule, lr):
-    r"""One step of ``rule`` (``"gd"``, ``"ngd"``, ``"polyak_star"``) with step size / multiplier
+def reduced_step(sys, state, *, optimizer, lr):
+    r"""One step of ``optimizer`` (``"gd"``, ``"ngd"``, ``"polyak_star"``) with step size / multiplier
     ``lr`` from ``state`` (dict ``m``, ``a``, ``r``, ``p``; ``a``, ``r`` (the residual's margins
     :math:`r = m - a\,\langle A_k, u^\star\rangle`) and ``p`` may be ``None``), by the
     formula of the module docstring. Returns the new state and the step length
@@ -149,9 +149,9 @@ def reduced_step(sys, state, *, rule, lr):
     w_hat, scale, log_E = _coefficients(sys, m)
     Gw = sys["G"] @ w_hat
     N = np.sqrt(max(float(w_hat @ Gw), 0.0))                  # ||grad|| = e^scale N
-    if rule == "ngd":
+    if optimizer == "ngd":
         ell = lr
-    elif rule == "gd":
+    elif optimizer == "gd":
         ell = lr * np.exp(scale) * N
     else:                                                      # (L - L*) Polyak: lr E / ||grad||
         ell = lr * np.exp(log_E - scale) / N
@@ -168,8 +168,8 @@ def reduced_step(sys, state, *, rule, lr):
     return new, float(ell)
 
 
-def reduced_run(sys, *, rule, lr, steps, record=None):
-    r"""Run ``rule`` for ``steps`` steps from the system's start, recording at the steps
+def reduced_run(sys, *, optimizer, lr, steps, record=None):
+    r"""Run ``optimizer`` for ``steps`` steps from the system's start, recording at the steps
     ``record`` (sorted ints in [0, steps]; default: every step).
 
     Returns
@@ -179,7 +179,7 @@ def reduced_run(sys, *, rule, lr, steps, record=None):
     without ``directions``), ``L`` (R,) the path length :math:`\sum_{s<t}\ell_s`, ``ell`` (steps,)
     the step lengths, ``log_E`` (R,) the log excess risk.
     """
-    rule = check_choice("rule", rule, _RULES)
+    optimizer = check_choice("optimizer", optimizer, _RULES)
     steps = check_int("steps", steps, minimum=1)
     rec = np.arange(steps + 1) if record is None else np.unique(np.asarray(record, dtype=np.int64))
     if rec.size == 0 or rec[0] < 0 or rec[-1] > steps:
@@ -202,7 +202,7 @@ def reduced_run(sys, *, rule, lr, steps, record=None):
             j += 1
         if s == steps:
             break
-        state, ell = reduced_step(sys, state, rule=rule, lr=lr)
+        state, ell = reduced_step(sys, state, optimizer=optimizer, lr=lr)
         out["ell"][s] = ell
         L += ell
     return out
