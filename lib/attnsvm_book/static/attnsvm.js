@@ -1,9 +1,19 @@
-// The book's own script (attnsvm_book.assets adds it to every page): once MathJax has typeset
-// the page, an inline formula wider than its line gets the class "attnsvm-wide" (attnsvm.css),
-// which lets it scroll sideways on its own instead of being cut off or widening the page.
+// The book's own script (attnsvm_book.assets adds it to every page). Once MathJax has typeset
+// the page:
+// * an inline formula wider than its line gets the class "attnsvm-wide" (attnsvm.css), which
+//   lets it scroll sideways on its own instead of being cut off or widening the page;
+// * whatever still scrolls sideways (a display formula, a table, an output, a box) gets the
+//   class "attnsvm-scrolls", a visible cue (a fading right edge until scrolled to its end);
+// * the "Results at a glance" table gets the class "attnsvm-glance" and each cell its column's
+//   name (data-label), so that a phone shows its rows as cards;
+// * with the whole-book PDF built (window.ATTNSVM_PDF, set by attnsvm_book.assets), the page's
+//   download menu offers it and links of the class "attnsvm-pdf" show; without it they hide.
 (function () {
   "use strict";
-  function mark() {
+  var SCROLLERS = 'mjx-container[display="true"], div.math, .admonition, ' +
+    ".pst-scrollable-table-container, .table-wrapper, div.cell_output, div.highlight, " +
+    "mjx-container.attnsvm-wide";
+  function markWide() {
     document.querySelectorAll('mjx-container:not([display="true"])').forEach(function (c) {
       c.classList.remove("attnsvm-wide");
       var line = c.parentElement;  // the block the formula sits in (not its inline span)
@@ -14,16 +24,79 @@
       if (c.getBoundingClientRect().width > line.clientWidth + 1) c.classList.add("attnsvm-wide");
     });
   }
+  function atEnd(e) {
+    e.classList.toggle("attnsvm-scroll-end", e.scrollLeft + e.clientWidth >= e.scrollWidth - 2);
+  }
+  function markScrollers() {
+    document.querySelectorAll(SCROLLERS).forEach(function (e) {
+      var s = getComputedStyle(e).overflowX;
+      var scrolls = (s === "auto" || s === "scroll") && e.scrollWidth > e.clientWidth + 1;
+      e.classList.toggle("attnsvm-scrolls", scrolls);
+      if (scrolls && !e.dataset.attnsvmCue) {
+        e.dataset.attnsvmCue = "1";
+        e.addEventListener("scroll", function () { atEnd(e); }, {passive: true});
+      }
+      if (scrolls) atEnd(e);
+    });
+  }
+  function glanceTables() {
+    document.querySelectorAll(".admonition").forEach(function (box) {
+      var title = box.querySelector(".admonition-title");
+      if (!title || title.textContent.trim().toLowerCase() !== "results at a glance") return;
+      box.querySelectorAll("table").forEach(function (t) {
+        t.classList.add("attnsvm-glance");
+        var names = Array.prototype.map.call(t.querySelectorAll("thead th"), function (th) {
+          return th.textContent.trim();
+        });
+        t.querySelectorAll("tbody tr").forEach(function (tr) {
+          Array.prototype.forEach.call(tr.children, function (td, k) {
+            if (names[k]) td.setAttribute("data-label", names[k]);
+          });
+        });
+      });
+    });
+  }
+  function offerPdf() {
+    var pdf = window.ATTNSVM_PDF;
+    var root = document.documentElement.dataset.content_root || "";
+    document.querySelectorAll("a.attnsvm-pdf").forEach(function (a) {
+      var offer = a.closest(".attnsvm-pdf-offer") || a;
+      offer.style.display = pdf ? "" : "none";
+    });
+    if (!pdf) return;
+    document.querySelectorAll(".dropdown-download-buttons ul, .dropdown-download-buttons .dropdown-menu")
+      .forEach(function (menu) {
+        if (menu.querySelector(".attnsvm-pdf-item")) return;
+        var li = document.createElement("li");
+        li.className = "attnsvm-pdf-item";
+        var a = document.createElement("a");
+        a.href = root + pdf;
+        a.className = "btn btn-sm dropdown-item";
+        a.title = "The whole book as one PDF";
+        a.textContent = "Whole book (.pdf)";
+        li.appendChild(a);
+        menu.appendChild(li);
+      });
+  }
+  function all() {
+    markWide();
+    markScrollers();
+  }
+  glanceTables();
+  offerPdf();
   function whenTypeset() {
     var mj = window.MathJax;
     if (mj && mj.startup && mj.startup.promise) {
-      mj.startup.promise.then(mark);
+      mj.startup.promise.then(all);
+    } else {
+      all();
     }
   }
-  window.addEventListener("load", whenTypeset);
+  if (document.readyState === "complete") whenTypeset();
+  else window.addEventListener("load", whenTypeset);
   var timer = null;
   window.addEventListener("resize", function () {
     clearTimeout(timer);
-    timer = setTimeout(mark, 150);
+    timer = setTimeout(all, 150);
   });
 })();
