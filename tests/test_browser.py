@@ -16,7 +16,6 @@ that hint, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -51,23 +50,29 @@ def chromium():
     _require_browser()
 
 
-def _tiny_page(directory: Path, body: str) -> str:
-    """A page that loads the shipped MathJax with the book's own configuration (macros)."""
+def _tiny_page(directory: Path, body: str, *, book_assets: bool = True) -> str:
+    """A page that loads the shipped MathJax 4 with the book's own configuration (macros, line
+    breaking) and, with ``book_assets``, the book's CSS and script (attnsvm.css, attnsvm.js)."""
+    from attnsvm_book import assets
+
     config = yaml.safe_load((REPO / "_config.yml").read_text())["sphinx"]["config"]
     mj = dict(config["mathjax3_config"])
     # what Sphinx and myst-nb add: inline \( \) and display \[ \] delimiters, class "math" only
     mj["tex"] = dict(mj["tex"], inlineMath=[["\\(", "\\)"]], displayMath=[["\\[", "\\]"]])
-    mj["options"] = {"processHtmlClass": "math", "ignoreHtmlClass": "tex2jax_ignore|document"}
-    static = directory / "_static" / "mathjax"
-    if not static.exists():  # the MathJax that the book ships (sphinx-mathjax-offline's copy)
-        static.parent.mkdir(parents=True, exist_ok=True)
-        ext = importlib.import_module("sphinx-mathjax-offline")
-        static.symlink_to(Path(ext.__file__).parent / "static" / "mathjax")
+    mj["options"] = {**mj.get("options", {}), "processHtmlClass": "math",
+                     "ignoreHtmlClass": "tex2jax_ignore|document"}
+    static = directory / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    for name in ("mathjax", "attnsvm.css", "attnsvm.js"):  # what the book ships
+        if not (static / name).exists():
+            (static / name).symlink_to(assets.STATIC / name)
+    extra = ('<link rel="stylesheet" href="_static/attnsvm.css">'
+             '<script defer src="_static/attnsvm.js"></script>') if book_assets else ""
     (directory / "page.html").write_text(
         "<!DOCTYPE html><html><head><title>tiny</title>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<script>window.MathJax = {json.dumps(mj)};</script>"
-        f'<script defer src="_static/mathjax/tex-chtml.js"></script></head>'
+        f'<script defer src="_static/mathjax/tex-chtml.js"></script>{extra}</head>'
         f'<body class="document">{body}</body></html>')
     return "page.html"
 
@@ -115,7 +120,9 @@ def test_checker_reports_a_double_superscript_raw_tex_and_a_broken_image(chromiu
 def test_checker_reports_what_a_reader_would_trip_on(chromium, tmp_path):
     """A formula cut off by a box, a page wider than a phone, a build-machine path, a link to
     the OWNER placeholder and a glued nan are each reported; the same page without them is ok."""
-    long = r"\(" + " + ".join(rf"\Wmm[\alpha_{{{k}}}]" for k in range(40)) + r"\)"
+    # (a row of a matrix: MathJax 4 breaks a long inline sum across lines, as text wraps)
+    long = (r"\(\begin{pmatrix}" + " & ".join(rf"\Wmm[\alpha_{{{k}}}]" for k in range(40))
+            + r"\end{pmatrix}\)")
     box = ('<div style="width: 300px; overflow: hidden"><p><span class="math notranslate '
            f'nohighlight">{long}</span></p></div>')
     rel = _tiny_page(tmp_path, "<p>short</p>")
@@ -149,6 +156,46 @@ def test_checker_blocks_the_network(chromium, tmp_path):
     assert rep.blocked == ["https://example.org/a.png"] and rep.broken, rep.describe()
 
 
+@pytest.mark.slow
+def test_checker_reports_js_errors_wide_formulas_and_cut_tables(chromium, tmp_path):
+    """A script error on load, a display formula wider than its column with no cue, and a
+    "Results at a glance" table cut by its box are each reported; with the book's CSS and
+    script the same formula breaks into lines (or scrolls with the cue) and the table stacks."""
+    # the error of every page before this fix: sphinx-thebe's configuration declared twice
+    rel = _tiny_page(tmp_path, "<p>x</p><script>const THEBE_JS_URL = 1;</script>"
+                               "<script>const THEBE_JS_URL = 1;</script>")
+    rep = _report(tmp_path, rel)
+    assert rep.js_errors and "THEBE_JS_URL" in rep.js_errors[0] and not rep.ok, rep.describe()
+    # a row of a matrix cannot break: 30 entries stick out of a 300 px column
+    frac = (r"\begin{pmatrix}" + " & ".join(rf"\Wmm[\alpha_{{{k}}}]" for k in range(30))
+            + r"\end{pmatrix}")
+    box = f'<div style="width: 300px"><div class="math notranslate nohighlight">\\[{frac}\\]</div></div>'
+    rel = _tiny_page(tmp_path, box, book_assets=False)
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert len(rep.wide_formulas) == 1 and "px over" in rep.wide_formulas[0], rep.describe()
+    rel = _tiny_page(tmp_path, box)
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.ok and len(rep.scrolling_formulas) == 1, rep.describe()  # the cue shows it
+    # a long sum breaks into lines (MathJax 4, _config.yml): nothing sticks out
+    total = " + ".join(rf"\Wmm[\alpha_{{{k}}}]" for k in range(40))
+    rel = _tiny_page(tmp_path, box.replace(frac, total))
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.ok and not rep.scrolling_formulas and rep.formulas == 1, rep.describe()
+    cells = "".join(f"<td>cell{k} with a few words in it</td>" for k in range(4))
+    heads = "".join(f"<th>column {k}</th>" for k in range(4))
+    table = (f'<div class="admonition tip" style="width: 300px; overflow: hidden">'
+             f'<p class="admonition-title">Results at a glance</p><div class="bd-content">'
+             f'<table class="table CLASS"><thead><tr>{heads}</tr></thead><tbody><tr>{cells}</tr>'
+             f'<tr>{cells}</tr></tbody></table></div></div>')
+    rel = _tiny_page(tmp_path, table.replace("CLASS", "attnsvm-glance").replace(
+        "<td>", '<td style="white-space: nowrap">'), book_assets=False)
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.tables_cut and not rep.ok, rep.describe()
+    rel = _tiny_page(tmp_path, table.replace("CLASS", ""))
+    (rep,) = browser.check_pages(tmp_path, [rel], viewport=browser.PHONE, forbidden=[])
+    assert rep.ok and rep.glance == 1, rep.describe()  # attnsvm.js marked it; it stacks
+
+
 def _assert_every_page_renders(reports):
     bad = [r.describe() for r in reports if not r.ok]
     assert not bad, "\n".join(bad)
@@ -158,6 +205,11 @@ def _assert_every_page_renders(reports):
     assert sum(r.images for r in reports) > 20
     chapters = [r for r in reports if r.page.startswith(("book/ch", "notebooks/ch"))]
     assert chapters and all(r.mathjax and r.formulas > 0 for r in chapters)
+    # at 1366 px every display formula fits its column (MathJax 4 breaks it into lines)
+    scrolling = [f"{r.page}: {f}" for r in reports for f in r.scrolling_formulas]
+    assert not scrolling, "\n".join(scrolling)
+    # the "Results at a glance" box of each chapter of Parts III-IV, its table whole
+    assert sum(r.glance for r in reports) >= 9
 
 
 @pytest.mark.slow
@@ -170,12 +222,15 @@ def test_every_page_renders_from_file(chromium, full_build):
 
 @pytest.mark.slow
 def test_every_page_reads_on_a_phone(chromium, full_build):
-    """At 390x844: no formula cut off, no page wider than the screen, no path, OWNER or nan."""
+    """At 390x844: no formula cut off or wider than its column without the scroll cue, no
+    "Results at a glance" table cut (its rows stack), no script error, no page wider than the
+    screen, no path, OWNER or nan."""
     out, _ = full_build
     reports = browser.check_pages(out / "html", viewport=browser.PHONE)
     bad = [r.describe() for r in reports if not r.ok]
     assert not bad, "\n".join(bad)
     assert sum(r.formulas for r in reports) > 1000
+    assert sum(r.glance for r in reports) >= 9
 
 
 @pytest.mark.slow

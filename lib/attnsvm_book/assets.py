@@ -18,11 +18,16 @@ Listed in ``_config.yml`` under ``sphinx.extra_extensions``:
   extension only fills ``extlinks["repo"]`` from ``_config.yml``'s ``repository:`` section
   (``<repository url>/blob/<branch>/<path>``), so the URL is written once. With a URL, the
   theme's "repository" and "open issue" buttons are turned on (``_config.yml`` leaves them off:
-  Jupyter Book refuses them without a URL). With no URL (``url: ""``, the default) nothing
+  Jupyter Book refuses them without a URL), and so are the notebook pages' launch buttons
+  (Binder and Colab, :data:`LAUNCH_SERVICES`, opening the page's notebook in the repository).
+  With no URL (``url: ""``, the default) nothing
   links to a repository: no button, and the role prints the path as code text. A placeholder
   URL (one naming ``OWNER``) is an error, so no page links to it.
 * **Figures.** Every image in a page body becomes a link to the image file itself (click to
   enlarge), and gets the caption of its figure as alt text where it has none.
+* **Glued numbers in sentences.** A glued number that rounds to zero prints without a sign
+  (``-0`` read as ``0``), and an inline formula ending in a relation before a glued number
+  (``$n =$ 6``) keeps the space after the relation.
 * **The whole-book PDF.** When the build made it (``attnsvm_pdf``, set by the build in the
   staged configuration), every page's download menu offers it and the introduction links it.
 * **Styles.** ``static/attnsvm.css`` and ``static/attnsvm.js`` are added to every page: a box
@@ -32,15 +37,14 @@ Listed in ``_config.yml`` under ``sphinx.extra_extensions``:
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-__all__ = ["MATHJAX_PATH", "REPOSITORY_BUTTONS", "STATIC", "repository_file_url", "setup"]
+__all__ = ["LAUNCH_SERVICES", "MATHJAX_PATH", "REPOSITORY_BUTTONS", "STATIC", "repository_file_url", "setup"]
 
 
 def _plain(text: str) -> str:
     """Caption text for an ``alt`` attribute: TeX macros as words, no braces, one line."""
-    import re
-
     text = re.sub(r"\\([A-Za-z]+)", r"\1", text)
     text = re.sub(r"[{}]|\\(?=\W)", "", text)
     return " ".join(text.split())
@@ -77,6 +81,35 @@ def _figure_links(app, doctree, docname):
         ref.append(img)
 
 
+#: a glued number that rounds to zero, printed with a sign ("-0", "-0.00", "-0e+00")
+_NEGATIVE_ZERO = re.compile(r"^[-\u2212](0(\.0*)?(e[+-]?0+)?)$")
+#: an inline formula that ends in a relation, e.g. ``$n =$`` before a glued number
+_ENDS_IN_RELATION = re.compile(r"(=|<|>|\\leq?|\\geq?|\\approx|\\neq?|\\sim)\s*$")
+
+
+def _typeset_glue(app, doctree, docname):
+    """Two rules for glued numbers in a sentence.
+
+    * A number that rounds to zero has no sign: ``-0`` (a glued ``-0.0`` or ``-3e-17`` printed
+      ``:g`` or ``:.0f``) reads as ``0``.
+    * ``$n =$ {glue:text}`...``` reads "n = 6", not "n =6": TeX sets no space after a relation
+      that ends a formula, so an empty group (``{}``) is added after it.
+    """
+    from docutils import nodes
+
+    for node in list(doctree.findall(nodes.inline)):
+        if "pasted-text" not in node.get("classes", []):
+            continue
+        text = node.astext()
+        m = _NEGATIVE_ZERO.match(text.strip())
+        if m and len(node.children) == 1 and isinstance(node.children[0], nodes.Text):
+            node.replace(node.children[0], nodes.Text(m.group(1)))
+    for node in list(doctree.findall(nodes.math)):
+        text = node.astext()
+        if _ENDS_IN_RELATION.search(text) and len(node.children) == 1:
+            node.replace(node.children[0], nodes.Text(text.rstrip() + "{}"))
+
+
 def repository_file_url(config, path: str) -> str | None:
     """URL of ``path`` in the book's repository (``_config.yml`` ``repository:``), or None."""
     opts = getattr(config, "html_theme_options", None) or {}
@@ -86,6 +119,10 @@ def repository_file_url(config, path: str) -> str | None:
     branch = opts.get("repository_branch") or "main"
     return f"{url}/blob/{branch}/{path.lstrip('/')}"
 
+
+#: the launch buttons turned on when ``_config.yml`` names a repository (its own URLs win)
+LAUNCH_SERVICES = {"binderhub_url": "https://mybinder.org",
+                   "colab_url": "https://colab.research.google.com"}
 
 #: the theme's buttons that link to the repository
 REPOSITORY_BUTTONS = ("use_repository_button", "use_issues_button", "use_edit_page_button",
@@ -116,8 +153,13 @@ def _on_config_inited(app, config):
         config.html_theme_options = {**opts, **{k: False for k in REPOSITORY_BUTTONS}}
         app.add_role("repo", _path_role, override=True)
         return
+    # a repository: its buttons, and the launch buttons of the notebook pages (Binder, which
+    # installs requirements.txt and runs postBuild, and Colab), pointing at the page's notebook
+    launch = dict(opts.get("launch_buttons") or {})
+    for key, url in LAUNCH_SERVICES.items():
+        launch[key] = launch.get(key) or url
     config.html_theme_options = {**opts, "use_repository_button": True,
-                                 "use_issues_button": True}
+                                 "use_issues_button": True, "launch_buttons": launch}
     config.extlinks = {**(config.extlinks or {}), "repo": (base, "%s")}
 
 
@@ -164,5 +206,6 @@ def setup(app):
     app.add_css_file("attnsvm.css")
     app.add_js_file("attnsvm.js", loading_method="defer")
     app.connect("doctree-resolved", _figure_links)
+    app.connect("doctree-resolved", _typeset_glue)
     app.connect("html-page-context", _one_copy_of_each_script, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2"}

@@ -286,7 +286,7 @@ SOURCE_ARCHIVE = "code/attnsvm.tar.gz"
 #: ``pip install`` and ``make`` read (no build output, no virtual environment, no caches)
 ARCHIVE_FILES = ("pyproject.toml", "README.md", "LICENSE", "CITATION.cff", "CONTRIBUTING.md",
                  "CHANGELOG.md", "Makefile", "requirements.txt", "requirements-nodeps.txt",
-                 "constraints.txt", "profiles.yml", "_config.yml", "_toc.yml")
+                 "constraints.txt", "profiles.yml", "_config.yml", "_toc.yml", "postBuild")
 ARCHIVE_DIRS = ("lib", "notebooks", "book", "tests", "tools", "benchmarks", "notes")
 _ARCHIVE_SKIP = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis")
 

@@ -6,6 +6,8 @@
 //   class "attnsvm-scrolls", a visible cue (a fading right edge until scrolled to its end);
 // * the "Results at a glance" table gets the class "attnsvm-glance" and each cell its column's
 //   name (data-label), so that a phone shows its rows as cards;
+// * the search page's snippets show formulas as plain text (no "\\(", no backslash macros):
+//   Sphinx's search builds them from the pages' HTML, where the formulas are still TeX;
 // * with the whole-book PDF built (window.ATTNSVM_PDF, set by attnsvm_book.assets), the page's
 //   download menu offers it and links of the class "attnsvm-pdf" show; without it they hide.
 (function () {
@@ -78,12 +80,30 @@
         menu.appendChild(li);
       });
   }
+  // TeX as plain text: no delimiters, macro names without their backslash, no braces
+  function plainTex(t) {
+    return t.replace(/\\[()\[\]]/g, "").replace(/\\([A-Za-z]+)/g, "$1 ")
+      .replace(/\\(?=\W)/g, "").replace(/[{}]/g, "").replace(/\s+/g, " ");
+  }
+  function plainSearchSnippets() {
+    if (typeof Search === "undefined" || !Search.htmlToText || Search.attnsvmPlain) return;
+    var toText = Search.htmlToText;
+    Search.htmlToText = function (html, anchor) {
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      doc.querySelectorAll(".math").forEach(function (m) {
+        m.textContent = plainTex(m.textContent);
+      });
+      return toText(doc.documentElement.outerHTML, anchor);
+    };
+    Search.attnsvmPlain = true;
+  }
   function all() {
     markWide();
     markScrollers();
   }
   glanceTables();
   offerPdf();
+  plainSearchSnippets();
   function whenTypeset() {
     var mj = window.MathJax;
     if (mj && mj.startup && mj.startup.promise) {
