@@ -165,8 +165,11 @@ async (forbidden) => {
     }
   }
   const glance = document.querySelectorAll("table.attnsvm-glance").length;
+  const pdfLinks = Array.from(document.querySelectorAll('a[href$=".pdf"]')).filter(
+    (a) => getComputedStyle(a.closest(".attnsvm-pdf-offer") || a).display !== "none").map(
+    (a) => a.getAttribute("href"));
   return {errors, raw, broken, formulas: document.querySelectorAll("mjx-container").length,
-          wideFormulas, scrollingFormulas, tablesCut, glance,
+          wideFormulas, scrollingFormulas, tablesCut, glance, pdfLinks,
           images: imgs.length,
           mathjax: !!(window.MathJax && window.MathJax.version),
           clipped, paths: Array.from(new Set(paths)), owner: Array.from(new Set(owner)), nans,
@@ -198,6 +201,7 @@ class PageReport:
     scrolling_formulas: list = dataclasses.field(default_factory=list)  # wider, with the cue
     tables_cut: list = dataclasses.field(default_factory=list)  # glance tables cut by their box
     glance: int = 0  # "Results at a glance" tables on the page
+    pdf_links: list = dataclasses.field(default_factory=list)  # links to a PDF (not hidden)
 
     @property
     def wide(self) -> bool:
@@ -245,15 +249,16 @@ def forbidden_strings(*extra) -> list[str]:
 
 def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                 base_url: str | None = None, timeout_s: float = 90.0,
-                viewport: tuple[int, int] = DESKTOP, forbidden: list[str] | None = None
-                ) -> list[PageReport]:
+                viewport: tuple[int, int] = DESKTOP, forbidden: list[str] | None = None,
+                media: str | None = None) -> list[PageReport]:
     """Open each page of ``html_dir`` in headless Chromium (no network) and report it.
 
     ``base_url`` (e.g. ``http://127.0.0.1:8000/``) loads the pages over HTTP instead of from
     ``file://``. ``viewport`` is (width, height) in CSS pixels (:data:`PHONE` emulates a phone:
     touch, mobile layout). ``forbidden``: strings no page's text may hold (default
-    :func:`forbidden_strings` plus ``html_dir``'s parent). Raises ``RuntimeError`` when Chromium
-    or playwright is missing.
+    :func:`forbidden_strings` plus ``html_dir``'s parent). ``media="print"`` lays the pages out
+    with their print styles (as the whole-book PDF is printed). Raises ``RuntimeError`` when
+    Chromium or playwright is missing.
     """
     exe = chromium_path()
     if exe is None:
@@ -286,6 +291,8 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
             page = context.new_page()
             js_errors: list[str] = []
             page.on("pageerror", lambda exc: js_errors.append(str(exc)[:200]))
+            if media:
+                page.emulate_media(media=media)
             for rel in pages:
                 blocked.clear()
                 js_errors.clear()
@@ -302,7 +309,8 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                                       res["mathjax"], res["clipped"], res["paths"],
                                       res["owner"], res["nans"], res["width"], viewport[0],
                                       list(js_errors), res["wideFormulas"],
-                                      res["scrollingFormulas"], res["tablesCut"], res["glance"]))
+                                      res["scrollingFormulas"], res["tablesCut"], res["glance"],
+                                      res["pdfLinks"]))
         finally:
             browser.close()
     return out

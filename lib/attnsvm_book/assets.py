@@ -142,7 +142,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 def _on_config_inited(app, config):
     config.html_static_path = [*(config.html_static_path or []), str(STATIC)]
-    if not config.mathjax_path or "://" in config.mathjax_path:  # Sphinx's default is a CDN
+    mathjax = getattr(config, "mathjax_path", None)
+    if not mathjax or "://" in mathjax:  # Sphinx's default is a CDN
         config.mathjax_path = MATHJAX_PATH
     opts = getattr(config, "html_theme_options", None) or {}
     if "/OWNER/" in (opts.get("repository_url") or "") + "/":

@@ -367,11 +367,16 @@ def with_profile_line(nb: dict, r: NotebookResult, profiles: dict) -> dict:
 
 
 def _sync_file(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache)."""
+    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache).
+
+    The copy gets the time of copying, not the source's: Sphinx re-reads a page whose file is
+    newer than its last reading, and a source edited while a build was reading the old copy
+    kept an older time than that reading (``copy2``), so the next build showed the old page.
+    """
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.is_file() and dst.read_bytes() == src.read_bytes():
         return
-    shutil.copy2(src, dst)
+    shutil.copyfile(src, dst)
 
 
 def _sync_text(text: str, dst: Path) -> None:
