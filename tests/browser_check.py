@@ -165,11 +165,15 @@ async (forbidden) => {
     }
   }
   const glance = document.querySelectorAll("table.attnsvm-glance").length;
+  // figures as shown: the image file's name and its width on the screen (CSS px)
+  const figures = imgs.filter((i) => i.closest("figure, div.cell_output") &&
+                              i.getBoundingClientRect().width > 0).map(
+    (i) => [(i.getAttribute("src") || "").split("/").pop(), i.getBoundingClientRect().width]);
   const pdfLinks = Array.from(document.querySelectorAll('a[href$=".pdf"]')).filter(
     (a) => getComputedStyle(a.closest(".attnsvm-pdf-offer") || a).display !== "none").map(
     (a) => a.getAttribute("href"));
   return {errors, raw, broken, formulas: document.querySelectorAll("mjx-container").length,
-          wideFormulas, scrollingFormulas, tablesCut, glance, pdfLinks,
+          wideFormulas, scrollingFormulas, tablesCut, glance, pdfLinks, figures,
           images: imgs.length,
           mathjax: !!(window.MathJax && window.MathJax.version),
           clipped, paths: Array.from(new Set(paths)), owner: Array.from(new Set(owner)), nans,
@@ -202,6 +206,7 @@ class PageReport:
     tables_cut: list = dataclasses.field(default_factory=list)  # glance tables cut by their box
     glance: int = 0  # "Results at a glance" tables on the page
     pdf_links: list = dataclasses.field(default_factory=list)  # links to a PDF (not hidden)
+    figures: list = dataclasses.field(default_factory=list)  # [image file name, shown width px]
 
     @property
     def wide(self) -> bool:
@@ -310,7 +315,7 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                                       res["owner"], res["nans"], res["width"], viewport[0],
                                       list(js_errors), res["wideFormulas"],
                                       res["scrollingFormulas"], res["tablesCut"], res["glance"],
-                                      res["pdfLinks"]))
+                                      res["pdfLinks"], res["figures"]))
         finally:
             browser.close()
     return out

@@ -233,6 +233,60 @@ def test_every_page_reads_on_a_phone(chromium, full_build):
     assert sum(r.glance for r in reports) >= 9
 
 
+def _figure_text_pt(report) -> dict:
+    """{PNG file name (its SHA-256, as the book names it): (smallest text in points, PNG width
+    in pixels)} of every figure glued by the executed notebooks (attnsvm.plot.save_or_glue)."""
+    import base64
+    import hashlib
+    import struct
+
+    import nbformat
+
+    import attnsvm as A
+
+    out = {}
+    for entry in report["notebooks"]:
+        nb = nbformat.read(entry["executed_path"], as_version=4)
+        for cell in nb.cells:
+            for o in cell.get("outputs", []):
+                b64 = o.get("data", {}).get("application/papermill.record/image/png")
+                if not b64:
+                    continue
+                png = base64.b64decode(b64)
+                out[hashlib.sha256(png).hexdigest() + ".png"] = (
+                    o.get("metadata", {}).get(A.plot.TEXT_KEY), struct.unpack(">I", png[16:20])[0])
+    return out
+
+
+#: the smallest text a figure may show on a phone (CSS px)
+MIN_FIGURE_TEXT_PX = 7.0
+
+
+@pytest.mark.slow
+def test_figure_text_is_legible_on_a_phone(chromium, full_build):
+    """At 390x844 the smallest text of every figure of the book (its size recorded by
+    save_or_glue, scaled by the width the figure is shown at) is at least 7 CSS px."""
+    import attnsvm as A
+
+    out, report = full_build
+    sizes = _figure_text_pt(report)
+    assert len(sizes) >= 38 and all(pt for pt, _ in sizes.values()), "figures without a size"
+    pages = [p for p in browser.book_pages(out / "html") if p.startswith(("book/ch", "notebooks/"))]
+    reports = browser.check_pages(out / "html", pages, viewport=browser.PHONE)
+    shown, small = 0, []
+    for r in reports:
+        for name, width in r.figures:
+            if name not in sizes:
+                continue
+            pt, png_px = sizes[name]
+            px = pt / 72 * A.plot.DPI * width / png_px
+            shown += 1
+            if px < MIN_FIGURE_TEXT_PX:
+                small.append(f"{r.page} {name[:12]}: {px:.1f} px (shown {width:.0f} px wide)")
+    assert shown >= 38, shown
+    assert not small, "\n".join(small)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", ["book/ch09_rates.html", "notebooks/ch01_separable.html"])
 def test_the_phone_menu_opens_the_chapter_list(chromium, full_build, page):

@@ -13,7 +13,7 @@
 (function () {
   "use strict";
   var SCROLLERS = 'mjx-container[display="true"], div.math, .admonition, ' +
-    ".pst-scrollable-table-container, .table-wrapper, div.cell_output, div.highlight, " +
+    ".pst-scrollable-table-container, .table-wrapper, div.cell_output, div.highlight, figure, " +
     "mjx-container.attnsvm-wide";
   function markWide() {
     document.querySelectorAll('mjx-container:not([display="true"])').forEach(function (c) {
