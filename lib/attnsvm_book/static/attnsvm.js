@@ -6,6 +6,9 @@
 //   class "attnsvm-scrolls", a visible cue (a fading right edge until scrolled to its end);
 // * the "Results at a glance" table gets the class "attnsvm-glance" and each cell its column's
 //   name (data-label), so that a phone shows its rows as cards;
+// * on paper (print media: the whole-book PDF, or a reader's print), a display formula that
+//   MathJax could not break to fit the column (a long fraction) is set in a smaller size that
+//   fits, instead of running into the margin;
 // * the search page's snippets show formulas as plain text (no "\\(", no backslash macros):
 //   Sphinx's search builds them from the pages' HTML, where the formulas are still TeX;
 // * with the whole-book PDF built (window.ATTNSVM_PDF, set by attnsvm_book.assets), the page's
@@ -97,10 +100,28 @@
     };
     Search.attnsvmPlain = true;
   }
+  var PRINT = window.matchMedia ? window.matchMedia("print") : null;
+  function fitForPrint(on) {
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (c) {
+      if (c.dataset.attnsvmFit) {
+        c.style.fontSize = "";
+        delete c.dataset.attnsvmFit;
+      }
+      if (!on || !c.clientWidth) return;
+      var ratio = c.clientWidth / c.scrollWidth;
+      if (ratio < 0.999) {
+        c.style.fontSize = Math.floor(ratio * 98) + "%";
+        c.dataset.attnsvmFit = "1";
+      }
+    });
+  }
   function all() {
     markWide();
     markScrollers();
+    if (PRINT && PRINT.matches) fitForPrint(true);
   }
+  window.addEventListener("beforeprint", function () { fitForPrint(true); });
+  window.addEventListener("afterprint", function () { fitForPrint(false); });
   glanceTables();
   offerPdf();
   plainSearchSnippets();
