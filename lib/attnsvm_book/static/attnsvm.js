@@ -6,9 +6,9 @@
 //   class "attnsvm-scrolls", a visible cue (a fading right edge until scrolled to its end);
 // * the "Results at a glance" table gets the class "attnsvm-glance" and each cell its column's
 //   name (data-label), so that a phone shows its rows as cards;
-// * on paper (print media: the whole-book PDF, or a reader's print), a display formula that
-//   MathJax could not break to fit the column (a long fraction) is set in a smaller size that
-//   fits, instead of running into the margin;
+// * a display formula that MathJax could not break to fit its column (a long fraction, a
+//   matrix) is set in a smaller size that fits: on paper (print media: the whole-book PDF, or a
+//   reader's print) always, on a screen when it is at most 10% too wide;
 // * the search page's snippets show formulas as plain text (no "\\(", no backslash macros):
 //   Sphinx's search builds them from the pages' HTML, where the formulas are still TeX;
 // * with the whole-book PDF built (window.ATTNSVM_PDF, set by attnsvm_book.assets), the page's
@@ -101,7 +101,10 @@
     Search.attnsvmPlain = true;
   }
   var PRINT = window.matchMedia ? window.matchMedia("print") : null;
-  function fitForPrint(on) {
+  // set a display formula that sticks out of its column by at most 1 - minRatio in a size that
+  // fits (on paper: any formula; on a screen: one a few pixels too wide, where MathJax found no
+  // break; a wider one keeps its size and scrolls, with the cue)
+  function fit(on, minRatio) {
     document.querySelectorAll('mjx-container[display="true"]').forEach(function (c) {
       if (c.dataset.attnsvmFit) {
         c.style.fontSize = "";
@@ -109,7 +112,7 @@
       }
       if (!on || !c.clientWidth) return;
       var ratio = c.clientWidth / c.scrollWidth;
-      if (ratio < 0.999) {
+      if (ratio < 0.999 && ratio >= minRatio) {
         c.style.fontSize = Math.floor(ratio * 98) + "%";
         c.dataset.attnsvmFit = "1";
       }
@@ -117,11 +120,11 @@
   }
   function all() {
     markWide();
+    fit(true, PRINT && PRINT.matches ? 0 : 0.9);
     markScrollers();
-    if (PRINT && PRINT.matches) fitForPrint(true);
   }
-  window.addEventListener("beforeprint", function () { fitForPrint(true); });
-  window.addEventListener("afterprint", function () { fitForPrint(false); });
+  window.addEventListener("beforeprint", function () { fit(true, 0); });
+  window.addEventListener("afterprint", function () { all(); });
   glanceTables();
   offerPdf();
   plainSearchSnippets();
