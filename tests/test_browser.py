@@ -3,13 +3,18 @@
 Every page of ``_build/html`` (the session's full quick build, shared with
 ``test_book_full.py``) must show zero MathJax errors, no formula left as raw TeX and no broken
 image, both from ``file://`` and when the HTML tree is copied to another directory and served
-over HTTP on 127.0.0.1 (MathJax ships with the book: ``sphinx-mathjax-offline``). The checker
+over HTTP on 127.0.0.1 (MathJax 4 ships with the book: ``attnsvm_book/static/mathjax``). The checker
 itself is tested on a tiny page holding a double superscript, so these tests can fail.
 
 As a reader sees it, at 1366x900 and on a phone (390x844), every page must have no formula cut
 off by a box that hides its overflow, no sideways scrolling, no build-machine path in its text,
 no link to the ``OWNER`` placeholder repository and no glued ``nan``; on a phone the menu button
-opens the chapter list. The checker is tested on tiny pages that have each of these faults.
+opens the chapter list. No page raises a script error on load; at 1366 px no display formula is
+wider than its column, and on a phone one that is shows the scroll cue; the "Results at a
+glance" tables are whole (stacked on a phone); every figure's smallest text reads at 7 CSS px or
+more at 390 px. The whole-book PDF, made by the build and offered on every page, holds the
+statements that the print cut before. The checker is tested on tiny pages that have each of
+these faults.
 
 Needs the system Chromium (``apt-get install chromium``); without it the tests are skipped with
 that hint, unless ``ATTNSVM_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they fail.

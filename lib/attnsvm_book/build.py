@@ -394,7 +394,7 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
         src = Path(toc) if (toc is not None and name == "_toc.yml") else root / name
         _sync_file(src, stage_dir / name)
         wanted.add(stage_dir / name)
-    # MathJax ships with the book: the Sphinx extension sphinx-mathjax-offline copies it
+    # MathJax ships with the book: attnsvm_book.assets adds static/mathjax to the static files
     for src in sorted((root / "book").rglob("*")):
         if src.is_file() and "__pycache__" not in src.parts:
             dst = stage_dir / src.relative_to(root)
