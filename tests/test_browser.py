@@ -361,3 +361,35 @@ def test_whole_book_pdf(chromium, full_build):
     for r in pages:
         assert any(h.endswith("attnsvm.pdf") for h in r.pdf_links), r
     assert len(pages[0].pdf_links) >= 2  # the introduction's sentence and the menu
+
+
+@pytest.mark.slow
+def test_search_snippets_show_no_tex(chromium, full_build, tmp_path):
+    """The search page (over HTTP: it fetches the pages) shows each hit's context with its
+    formulas as plain text (attnsvm.js), not as TeX ("\\(\\W\\)")."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    out, _ = full_build
+    with browser.serve(out / "html") as url, sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=browser.chromium_path(),
+                                    args=list(browser.CHROMIUM_ARGS), headless=True)
+        try:
+            context = chrome.new_context()
+            context.route("**/*", lambda r: r.continue_() if browser.is_local(r.request.url)
+                          else r.abort())
+            page = context.new_page()
+            page.goto(url + "search.html?q=margin", wait_until="load")
+            page.wait_for_selector("ul.search p.context", timeout=120000)
+            page.wait_for_timeout(3000)  # the other hits' contexts arrive one by one
+            snippets = page.evaluate("() => Array.from(document.querySelectorAll("
+                                     "'ul.search p.context')).map((e) => e.textContent)")
+        finally:
+            chrome.close()
+    assert len(snippets) >= 3, snippets
+    # math delimiters and the book's own macros (a notebook's code may hold TeX of its labels)
+    config = yaml.safe_load((REPO / "_config.yml").read_text())["sphinx"]["config"]
+    macros = "|".join(sorted(config["mathjax3_config"]["tex"]["macros"], key=len, reverse=True))
+    tex = [s for s in snippets if re.search(rf"\\[()\[\]]|\\({macros})(?![A-Za-z])", s)]
+    assert not tex, tex[:3]
