@@ -21,7 +21,7 @@ def setup():
     batch = {"X": torch.as_tensor(data.X), "y": torch.as_tensor(data.y)}
     model = A.models.LinearClassifier()
     w0 = model.init_params(D, None, [None] * B)
-    gam = {q: 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
+    gam = {q: 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
     return data, batch, model, w0, gam
 
 
@@ -64,7 +64,7 @@ def test_linear_svm_p_matches_lp(setup, q):
         lp = linprog(c, A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * len(c), method="highs")
         assert lp.status == 0
         w = A.svm.linear_svm_p(data.X[b], data.y[b], q)
-        assert A.svm.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
+        assert A.norms.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
 
 
 def test_linear_svm_p3_kkt(setup):
@@ -104,7 +104,7 @@ def test_lem_dual_grad_tight():
     X1 = rng.standard_normal((1, 1, D))
     y1 = np.ones((1, 1))
     for q, qd in {1.0: np.inf, 2.0: 2.0, 3.0: 1.5, np.inf: 1.0}.items():
-        gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X1, y1, q), q)[0]
+        gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X1, y1, q), q)[0]
         np.testing.assert_allclose(gamma, np.linalg.norm(X1[0, 0], ord=qd), rtol=1e-6)
         for _ in range(20):
             w = rng.standard_normal(D) * rng.uniform(0.1, 3)
@@ -112,7 +112,7 @@ def test_lem_dual_grad_tight():
             np.testing.assert_allclose(np.linalg.norm(g, ord=qd), gamma * L, rtol=1e-6)
     Xs = np.array([[[1.0, 1.0], [1.0, -1.0]]])
     ys = np.ones((1, 2))
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
     np.testing.assert_allclose(gamma, 1.0, rtol=1e-6)
     for a in (-1.0, 0.0, 2.0, 10.0):
         L, g = _loss_grad(np.array([a, 0.0]), Xs[0], ys[0])
@@ -135,7 +135,7 @@ def test_thm_sd_margin_terms_needed(setup):
     data, batch, model, w0, gam = setup
     logn = np.log(N)
     for q in (np.inf, 1.0):
-        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=1.0, steps=600,
+        r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=1.0, steps=600,
                    record_steps=list(range(50, 601, 10)))
         S = r["steps"][:, None].astype(float)
         gap = gam[q] - A.svm.margin_in_norm(r["iterates"], data.X, data.y, q)
@@ -144,10 +144,10 @@ def test_thm_sd_margin_terms_needed(setup):
     X = np.array([[[0.0221, -0.0108], [-0.0743, -0.0436]]])
     y = np.ones((1, 2))
     b2 = {"X": torch.as_tensor(X), "y": torch.as_tensor(y)}
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
     Bq = np.linalg.norm(X[0], axis=-1).max()
     lr, steps = 0.04, 1200
-    r = G._fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
+    r = A.runs.fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
                steps=steps, record_steps=list(range(steps // 2, steps + 1)))
     t = r["steps"].astype(float)
     S, Q = lr * t, lr ** 2 * np.exp(lr * Bq) * t
@@ -163,14 +163,14 @@ def test_steepest_direction_attains_dual_norm(norm):
     d = A.optim.steepest_direction(g, norm)
     p = np.inf if norm == "inf" else float(norm)
     np.testing.assert_allclose(np.linalg.norm(d.numpy(), ord=p, axis=1), 1.0, rtol=1e-12)
-    np.testing.assert_allclose((g * d).sum(1).numpy(), A.optim.dual_norm(g, norm).numpy(), rtol=1e-12)
+    np.testing.assert_allclose((g * d).sum(1).numpy(), A.norms.dual_norm(g, norm).numpy(), rtol=1e-12)
 
 
 def test_spectral_direction():
     g = torch.as_tensor(np.random.default_rng(3).standard_normal((3, 4, 4)))
     d = A.optim.steepest_direction(g, "spectral")
     np.testing.assert_allclose(torch.linalg.matrix_norm(d, ord=2).numpy(), 1.0, rtol=1e-10)
-    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.optim.dual_norm(g, "spectral").numpy(), rtol=1e-10)
+    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.norms.dual_norm(g, "spectral").numpy(), rtol=1e-10)
 
 
 @pytest.mark.slow
@@ -179,7 +179,7 @@ def test_spectral_direction():
 def test_thm_sd_margin_bound(setup, q, lr, decay):
     data, batch, model, w0, gam = setup
     steps = 20000
-    r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
+    r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
     s = lr * (np.arange(steps) + 1.0) ** (-decay)
     Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
     checked = 0
@@ -210,8 +210,8 @@ def test_mirror_map_inverse():
 
 def test_md_p2_is_ngd(setup):
     data, batch, model, w0, _ = setup
-    a = G._fit_margin(model, w0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=200)
-    b = G._fit_margin(model, w0, batch, optimizer="sd", norm=2, lr=0.1, steps=200)
+    a = A.runs.fit_margin(model, w0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=200)
+    b = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=2, lr=0.1, steps=200)
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
@@ -220,7 +220,7 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
     """The normalized mirror step g/||g||_{p/(p-1)} has dual norm 1 before eta is applied."""
     data, batch, model, w0, _ = setup
     eta, q = 0.05, p / (p - 1)
-    out = G._fit_margin(model, w0, batch, optimizer="md", p=p, lr=eta, normalize=True, steps=3,
+    out = A.runs.fit_margin(model, w0, batch, optimizer="md", p=p, lr=eta, normalize=True, steps=3,
                  record_steps=[0, 1, 2, 3])
     th = A.optim.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
     steps = (th[:-1] - th[1:]) / eta                      # (3, B, D)
@@ -236,7 +236,7 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
 def test_adam_matches_direct_implementation(setup, eps, decay):
     """The log-scaled moments give the same iterates as plain float64 Adam on the true gradient."""
     data, batch, model, w0, _ = setup
-    r = G._fit_margin(model, w0, batch, optimizer="adam", lr=0.05, decay=decay, eps=eps, steps=300,
+    r = A.runs.fit_margin(model, w0, batch, optimizer="adam", lr=0.05, decay=decay, eps=eps, steps=300,
                betas=(0.9, 0.99), record_steps=[300])
     b1, b2 = 0.9, 0.99
     for b in range(B):
@@ -286,10 +286,10 @@ def test_adam_eps_split_at_t_eps():
     w0 = model.init_params(8, None, [None] * 4)
     norms = {"1": 1.0, "2": 2.0, "inf": np.inf}
     w_p = {k: A.svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
-    gam = {k: 1.0 / A.svm.vector_norm(w_p[k], q) for k, q in norms.items()}
-    runs = [G._fit_margin(model, w0, batch, steps=14000, **G._adam(0.01, 0.999, eps=eps))
-            for eps in (0.0, 1e-4)]
-    split = G._adam_eps_split(*runs, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
+    gam = {k: 1.0 / A.norms.vector_norm(w_p[k], q) for k, q in norms.items()}
+    runs = [A.runs.fit_margin(model, w0, batch, steps=14000, optimizer="adam", lr=0.01, decay=0.0, eps=eps,
+                              betas=(0.9, 0.999)) for eps in (0.0, 1e-4)]
+    split = A.bounds.adam_eps_split(*runs, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
     assert np.all(split["measured"]) and np.all(split["past"]), split["t_eps"]
     assert np.all(np.abs(split["rate_ratio"] - 1) < 0.1), split["rate_ratio"]
     assert np.median(split["gain"]) > 0, split["gain"]
@@ -298,10 +298,10 @@ def test_adam_eps_split_at_t_eps():
         A.svm.margin_ratios(runs[0]["iterates"][-1], data.X, data.y, norms, gam).values()))
     assert final > 0.005, final
     half = [{k: r[k][r["steps"] <= 7000] for k in ("steps", "iterates")} for r in runs]
-    early = G._adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
+    early = A.bounds.adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
     assert not np.any(early["measured"])
     np.testing.assert_allclose(early["t_eps"], split["t_eps"], rtol=0.03)
-    wrong = G._adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999 ** 2)
+    wrong = A.bounds.adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999 ** 2)
     assert np.all(np.abs(wrong["t_eps"] / split["t_eps"] - 1) > 0.1)
 
 
@@ -312,7 +312,7 @@ def test_rates_order(setup):
     gaps = {}
     for k, kw in {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="sd", norm=2, lr=0.1),
                   "prgd": dict(optimizer="prgd", lr=0.1, period=100, growth=1.5)}.items():
-        r = G._fit_margin(model, w0, batch, steps=3000, record_steps=[3000], **kw)
+        r = A.runs.fit_margin(model, w0, batch, steps=3000, record_steps=[3000], **kw)
         gaps[k] = np.median(gam[2.0] - A.svm.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
     assert gaps["prgd"] < gaps["ngd"] < gaps["gd"]
 
@@ -329,11 +329,11 @@ def test_errors():
     w0 = model.init_params(2, None, [None])
     batch = {"X": torch.as_tensor(X[None]), "y": torch.ones(1, 2, dtype=torch.float64)}
     with pytest.raises(ValueError, match="optimizer"):
-        G._fit_margin(model, w0, batch, optimizer="bogus", steps=1, lr=0.1)
+        A.runs.fit_margin(model, w0, batch, optimizer="bogus", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="p must"):
-        G._fit_margin(model, w0, batch, optimizer="md", steps=1, lr=0.1)
+        A.runs.fit_margin(model, w0, batch, optimizer="md", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
-        G._fit_margin(model, w0, batch, optimizer="gd", steps=1, lr=-1.0)
+        A.runs.fit_margin(model, w0, batch, optimizer="gd", steps=1, lr=-1.0)
 
 
 # ----------------------------------------------------------------------------- the driver, batched
@@ -370,7 +370,7 @@ def test_check_sd_bound_equals_inline(setup):
     data, batch, model, w0, gam = setup
     lr, decay, steps = 0.2, 0.5, 20000
     for q in (1.0, 2.0, np.inf):
-        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
+        r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
         s = lr * (np.arange(steps) + 1.0) ** (-decay)
         Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
         rt = A.bounds.sd_margin_radius(r["steps"], data.X, q, lr=lr, decay=decay)
@@ -441,8 +441,8 @@ def test_observed_rates_in_each_geometry():
     for k, p, kw in [("ngd", 2.0, dict(optimizer="sd", norm=2, lr=1.0)),
                      ("md15", 1.5, dict(optimizer="md", p=1.5, lr=3.0, normalize=True)),
                      ("md3", 3.0, dict(optimizer="md", p=3.0, lr=3.0, normalize=True))]:
-        r = G._fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
-        gam = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
+        r = A.runs.fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
+        gam = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
         slope[k] = np.median(A.metrics.slopes(r["steps"], A.svm.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4
     assert slope["md15"] < slope["ngd"] - 0.2
@@ -511,7 +511,7 @@ def test_ngd_margin_rate_constant_is_near_tight():
     log n / 2.2 fails at some step, and by log n / 3 at the last step (asserted)."""
     X = np.array([[[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]]])
     y = np.ones((1, 3))
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
     R = np.linalg.norm(X, axis=-1).max(-1)
     for eta in (float(A.bounds.ngd_margin_step(gamma, R)[0]), float(A.bounds.ngd_margin_step(gamma, R)[0]) / 4):
         K = int(300 / eta)
@@ -612,7 +612,7 @@ def test_prgd_ideal():
     (checked)."""
     Z = np.array([[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]])
     n = len(Z)
-    gamma = float(1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
+    gamma = float(1.0 / A.norms.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
     radii = 1.5 ** np.arange(2, 14)
     ratio, weak95 = [], []
     for R in radii:

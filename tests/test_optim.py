@@ -156,38 +156,10 @@ def test_polyak_wrapper_needs_loss():
         NGD([p], lr=-1.0)
 
 
-# ---------------------------------------------------------------- the one matrix norm
-def test_matrix_norm_numpy_and_torch_agree_with_definitions():
-    """``optim.matrix_norm`` (the library's one matrix norm): numpy and torch give the same
-    numbers per trial, equal to the definitions (entrywise sum of |w|^p, the singular values);
-    ``svm.matrix_norm`` is the same function; bad norms and non-matrix spectral norms are
-    refused by name. A wrong exponent or a norm over the batch axis fails by far more than 1e-12."""
-    import attnsvm as A
-    from attnsvm.optim import matrix_norm
-    assert A.svm.matrix_norm is matrix_norm
-    W = np.random.default_rng(3).normal(size=(2, 3, 4, 5))
-    W[1] *= 1e6
-    s = np.linalg.svd(W, compute_uv=False)
-    flat = np.abs(W).reshape(2, 3, -1)
-    want = {1: flat.sum(-1), 3.0: (flat ** 3).sum(-1) ** (1 / 3), "fro": np.sqrt((flat ** 2).sum(-1)),
-            "inf": flat.max(-1), "spectral": s[..., 0], "nuc": s.sum(-1)}
-    for norm, w in want.items():
-        a, t = matrix_norm(W, norm), matrix_norm(torch.as_tensor(W), norm)
-        assert isinstance(a, np.ndarray) and torch.is_tensor(t) and a.shape == (2, 3)
-        np.testing.assert_allclose(a, w, rtol=1e-12)
-        np.testing.assert_allclose(t.numpy(), w, rtol=1e-12)
-    # batch_ndim: one norm per leading index over all the other axes (entrywise only)
-    np.testing.assert_allclose(matrix_norm(W, 2.0, batch_ndim=1),
-                               np.sqrt((W.reshape(2, -1) ** 2).sum(-1)), rtol=1e-12)
-    with pytest.raises(ValueError, match="needs matrices"):
-        matrix_norm(torch.as_tensor(W), "nuc", batch_ndim=1)
-    with pytest.raises(ValueError, match="norm"):
-        matrix_norm(W, 0.5)
-
-
 # ---------------------------------------------------------------- the registry (Part IV rules)
 def test_steepest_rules_per_trial_and_schedule():
-    from attnsvm.optim import dual_norm, steepest_direction
+    from attnsvm.norms import dual_norm
+    from attnsvm.optim import steepest_direction
     g = _rand(3, 4, 2, seed=7)
     g[1] *= 1e8
     for norm in (1, 2, 3.0, "inf", "spectral"):
@@ -264,3 +236,41 @@ def test_settings_config_names_the_step_sizes_as_the_parameters_cells():
     assert settings_config(s) == {"lr_gd": 1.0, "lr_ngd": 0.1, "lr_adam": 0.01, "eta_max": 10.0}
     # two different caps: no single eta_max to name
     assert "eta_max" not in settings_config({"a": dict(eta_max=1.0), "b": dict(eta_max=2.0)})
+
+
+# ---------------------------------------------------------------- the one table of optimizer names
+@pytest.mark.parametrize("name", sorted(__import__("attnsvm.optim", fromlist=["OPTIMIZERS"]).OPTIMIZERS))
+def test_fit_takes_each_optimizer_with_the_tables_rule_and_default(name):
+    """``optim.OPTIMIZERS`` is the one table of ``fit``'s optimizer names: each names a rule of
+    ``RULES``; ``fit`` without ``lr`` runs at the table's default and records whether the run is
+    stochastic (a stochastic name without ``batch_size`` is refused, naming it). Can fail: a
+    default changed in ``fit`` but not in the table (or the reverse) differs here."""
+    from attnsvm.data import score_instances
+    from attnsvm.optim import OPTIMIZERS
+    spec = OPTIMIZERS[name]
+    assert spec.rule in RULES
+    data, _ = score_instances(3, 3, 4, trials=2, seed=0)
+    kw = {"p": 3.0} if spec.rule == "md" else {}
+    if spec.stochastic:
+        with pytest.raises(ValueError, match="batch_size"):
+            fit(data, model="W", optimizer=name, steps=1, device="cpu", **kw)
+        kw["batch_size"] = 2
+    h = fit(data, model="W", optimizer=name, steps=2, device="cpu", **kw)
+    assert h.config["lr"] == spec.lr and h.config["optimizer"] == name
+    assert (h.config["batch_size"] is not None) == spec.stochastic
+
+def test_adam_keeps_its_moments_through_a_zero_gradient_at_scale_finfo_min():
+    """A trial whose every token is tied (``jacobian_products``) has a zero gradient with the
+    log-scale ``finfo.min``; Adam then keeps the old scale for its moments. Without that guard
+    the rescaling factor ``exp(s_old - finfo.min)`` is inf and the moments become inf/NaN (the
+    rule of 74e9e46 fails this test: its engine reported the scale 0 there instead)."""
+    g = _rand(2, 3, 3, seed=11)
+    st = init_state("adam", [g])
+    update("adam", [g], st, lr=0.1, log_scale=[torch.tensor([-5.0, -3.0], dtype=torch.float64)],
+           batch_ndim=1)
+    z = g.clone()
+    z[0] = 0.0
+    tied = torch.tensor([torch.finfo(torch.float64).min, -3.0], dtype=torch.float64)
+    out = update("adam", [z], st, lr=0.1, log_scale=[tied], batch_ndim=1)
+    assert torch.isfinite(out[0]).all() and torch.isfinite(st["m"][0]).all()
+    assert torch.isfinite(st["v"][0]).all()

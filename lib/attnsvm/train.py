@@ -27,10 +27,11 @@ snapshots of any named parameter), one finite-value guard (:class:`NonFiniteErro
 the trial and the step) and one loop. :func:`fit` builds the configuration and :func:`run`
 runs it.
 
-Part III's runs, each on the record grid of :func:`fit` (no second training loop):
-:func:`fit_settings` (one call per optimizer, log-spaced snapshots) and
-:func:`trajectory_metrics` (exact metrics of its snapshots); :func:`every_step` (one call recorded
-at every step) and :func:`global_run` (it, checked against the global theorem).
+Part III's runs on top of :func:`fit` (one call per optimizer, every step recorded, the global
+theorem checked) live in :mod:`attnsvm.runs`; the engine imports neither the bounds nor the metrics.
+The records (:class:`~attnsvm.history.History`, :func:`~attnsvm.history.record_grid`,
+:class:`~attnsvm.history.NonFiniteError`) live in :mod:`attnsvm.history`; ``attnsvm.train`` re-exports
+them, the types its :func:`fit` returns and raises.
 """
 from __future__ import annotations
 
@@ -40,24 +41,22 @@ import numbers
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
-from . import bounds, metrics
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
-from .losses import excess_loss, get_loss, log_excess_loss, log_mean_loss
+from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import Context, Descent, make_rule
-from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
+from .optim import OPTIMIZERS, Context, Descent, make_rule
+from .devices import resolve_device
+from .history import History, NonFiniteError, record_grid
 
-__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
-           "fit_settings", "trajectory_metrics", "every_step", "global_run", "global_runs",
-           "tile_trials", "untile_trials",
-           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid",
+           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV", "POLYAK_CAP"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
 ENGINES = ("auto", "eager", "graph", "compiled")
@@ -68,151 +67,11 @@ GRAPH_BLOCK = 32
 #: compilations of the step (``engine="compiled"``: shapes and constants) allowed per process
 COMPILE_LIMIT = 64
 
-#: optimizer name -> (step rule, stochastic, default lr)
-OPTIMIZERS = {
-    "gd": ("gd", False, 0.1),
-    "ngd": ("ngd", False, 0.1),
-    "ngd_param": ("ngd_param", False, 0.1),
-    "polyak": ("polyak", False, 1.0),
-    "polyak_star": ("polyak_star", False, 1.0),
-    "adam": ("adam", False, 0.01),
-    "sign": ("sign", False, 0.01),
-    "sd": ("sd", False, 0.1),
-    "md": ("md", False, 0.1),
-    "prgd": ("prgd", False, 0.1),
-    "sgd": ("gd", True, 0.1),
-    "sngd": ("ngd", True, 0.1),
-    "sps": ("polyak", True, 1.0),
-}
-
-
-class NonFiniteError(FloatingPointError):
-    """A trial's iterate became NaN or inf. Attributes ``trial`` and ``step``."""
-
-    def __init__(self, msg, trial, step):
-        super().__init__(msg)
-        self.trial = trial
-        self.step = step
-
-
-def record_grid(steps, record_every="log", n_records=100, *, extra=(), initial=True):
-    """Sorted unique record steps in ``[0, steps]`` (always containing ``steps``, and 0 unless
-    ``initial=False``).
-
-    ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
-    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``; a sequence of
-    ints: those steps (strictly increasing, in ``[0, steps]``) with 0 and ``steps`` added.
-    ``extra``: further steps in ``[0, steps]`` merged into the grid (phase boundaries, horizons).
-    ``initial=False`` leaves the step 0 out (the records a chapter compares, of a run that
-    :func:`fit` records from 0 anyway; ``"log"`` then has ``n_records`` log-spaced steps).
-    """
-    extra = np.asarray(extra, dtype=np.int64).ravel()
-    if extra.size and (extra.min() < 0 or extra.max() > steps):
-        raise ValueError(f"extra steps must lie in [0, steps={steps}], got {extra.min()}..{extra.max()}")
-    start = [0] if initial else []
-    if not isinstance(record_every, (str, numbers.Integral)):
-        try:
-            g = np.asarray(record_every)
-        except (TypeError, ValueError):
-            g = None
-        if (g is None or g.ndim != 1 or g.size == 0 or not np.issubdtype(g.dtype, np.integer)
-                or np.any(np.diff(g) <= 0) or g[0] < 0 or g[-1] > steps):
-            raise ValueError(f"record_every must be 'log', a positive int or strictly increasing "
-                             f"ints in [0, steps={steps}], got {record_every!r}")
-        if not initial:
-            g = g[g > 0]
-        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
-    if isinstance(record_every, str):
-        check_choice("record_every", record_every, ("log",))
-        n_records = check_int("n_records", n_records, minimum=2 if initial else 1)
-        g = np.round(np.geomspace(1, steps, n_records - len(start))).astype(np.int64)
-        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
-    k = check_int("record_every", record_every, minimum=1)
-    g = np.arange(0 if initial else k, steps + 1, k)
-    return np.unique(np.concatenate([g, [steps], extra])).astype(np.int64)
-
-
-@dataclass
-class History:
-    """Recorded trajectory of a batched :func:`fit` (numpy arrays; ``K`` records, ``B`` trials).
-
-    Attributes
-    ----------
-    steps : (K,) int
-        Record steps (number of updates applied; 0 = initialization).
-    loss, log_loss : (K, B)
-        Full-data loss :math:`L` and :math:`\\log L` (``log_loss`` is NaN for the correlation
-        loss). ``log_loss`` stays accurate when ``loss`` underflows to 0.
-    norm : (K, B)
-        :math:`\\|W\\|_F` (``K Q^T`` for "KQ"), :math:`\\|p\\|` or :math:`\\|w\\|`.
-    corr : dict name -> (K, B)
-        Correlation of that matrix with each reference in ``refs`` (NaN while it is 0).
-    opt_mass : (K, B) or None
-        Mean over sequences of the softmax mass on the optimal token.
-    selected : (K, B, n) int or None
-        :math:`\\arg\\max_t` of the attention scores of each sequence.
-    margin : (K, B) or None
-        Linear model: normalized margin :math:`\\min_i y_i w^\\top x_i / \\|w\\|`.
-    excess : (K, B) or None
-        A model object with ``L_star``: the excess loss :math:`L - L^\\star`.
-    opt : (B, n) int or None
-        The optimal tokens used for ``opt_mass`` at initialization.
-    params : dict name -> ndarray
-        Final parameters with the trials axis (``W`` always present for "W"/"KQ").
-    snapshots : (K, B, ...) or None
-        The main matrix at each record step (``snapshots=True``, or its name in ``snapshots``).
-    trajectory : dict name -> (K, B, ...)
-        Every parameter named in ``snapshots`` at each record step (e.g. ``"W"`` and ``"v"``).
-    config : dict
-        The resolved arguments of the run.
-    """
-
-    steps: np.ndarray
-    loss: np.ndarray
-    log_loss: np.ndarray
-    norm: np.ndarray
-    corr: dict = field(default_factory=dict)
-    opt_mass: np.ndarray | None = None
-    selected: np.ndarray | None = None
-    margin: np.ndarray | None = None
-    excess: np.ndarray | None = None
-    opt: np.ndarray | None = None
-    params: dict = field(default_factory=dict)
-    snapshots: np.ndarray | None = None
-    trajectory: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-
-    @property
-    def trials(self):
-        return self.loss.shape[1] if self.loss is not None else int(self.config["trials"])
-
-    def _p(self, name):
-        if name not in self.params:
-            raise AttributeError(f"this run has no parameter {name!r}; it has {sorted(self.params)}")
-        return self.params[name]
-
-    W = property(lambda self: self._p("W"), doc="Final W (B,d,d) (K Q^T for 'KQ').")
-    K = property(lambda self: self._p("K"), doc="Final K (B,d,m).")
-    Q = property(lambda self: self._p("Q"), doc="Final Q (B,d,m).")
-    p = property(lambda self: self._p("p"), doc="Final prompt p (B,d).")
-    v = property(lambda self: self._p("v"), doc="Final head v (B,d).")
-    w = property(lambda self: self._p("w"), doc="Final linear classifier w (B,d).")
-
-    def series(self, name):
-        """The recorded (K, B) series ``name``: a metric field or a key of :attr:`corr`."""
-        if name in self.corr:
-            return self.corr[name]
-        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected", "excess"):
-            val = getattr(self, name)
-            if val is None:
-                raise ValueError(f"{name!r} was not recorded for this model")
-            return val
-        raise ValueError(f"name must be a metric ('loss', 'log_loss', 'norm', 'opt_mass', "
-                         f"'margin', 'selected', 'excess') or a corr key {sorted(self.corr)}, got {name!r}")
-
-    def final(self, name):
-        """The last record of ``name`` (one value per trial)."""
-        return self.series(name)[-1]
+#: the default cap ``eta_max`` of the L-based Polyak step (``optimizer="polyak"`` or ``"sps"``
+#: with ``eta_max="auto"``): the book's cap (chapters 1, 9-11). Uncapped, the step
+#: :math:`\eta L/\|g\|^2` grows like :math:`1/L` as the loss falls and overflows within tens of
+#: steps on a random instance (a smaller ``lr`` only delays it); ``eta_max=None`` asks for that.
+POLYAK_CAP = 100.0
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -283,18 +142,19 @@ def _positive_per_trial(name, value, what):
     return a
 
 
-def _log_excess_logistic(a, G):
-    r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
-    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
-    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
-    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
-    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
-    :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
-    (e^\delta - 1))` (:func:`attnsvm.losses.log_excess_loss`), shape (B,)."""
+def _excess_gaps(G):
+    r"""The data of :math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed
+    token scores ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`), constant along a run:
+    ``(log_gap, gamma_star)`` with :math:`\gamma^\star_i = \max_t G_{it}` (B,n) and
+    :math:`\log(\gamma^\star_i - G_{it})` (B,n,T) (``-inf`` where the gap is 0). At attention
+    :math:`s`, :math:`\mathcal{L} - \mathcal{L}^\star = \frac1n\sum_i[\ell(\gamma^\star_i -
+    \delta_i) - \ell(\gamma^\star_i)]` with :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i -
+    G_{it})` summed in log space: :func:`attnsvm.losses.log_excess_loss` (``log_s``,
+    ``log_gap``, ``gamma_star``), :math:`\mathcal{L}^\star = \frac1n\sum_i\ell(\gamma^\star_i)`."""
     gs = G.max(-1, keepdim=True).values
     D = gs - G
     log_gap = torch.where(D > 0, torch.log(torch.where(D > 0, D, 1.0)), -torch.inf)
-    return log_excess_loss(torch.log_softmax(a, -1), log_gap, gs[..., 0])
+    return log_gap, gs[..., 0]
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -320,7 +180,7 @@ class FitConfig:
     loss: str | None = None
     optimizer: str = "gd"
     lr: object = None
-    eta_max: object = None
+    eta_max: object = "auto"
     L_star: float | None = None
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
@@ -425,8 +285,15 @@ class FitConfig:
         return lr_default
 
     def _check_polyak_options(self):
-        """``eta_max`` and ``L_star``: only for the Polyak rules."""
+        r"""``eta_max`` and ``L_star``: only for the Polyak rules. ``eta_max="auto"`` is
+        :data:`POLYAK_CAP` for the L-based step (polyak, sps) and no cap for polyak_star (its
+        step :math:`(L - L^\star)/\|g\|^2` stays bounded where its theorem holds)."""
         rule, optimizer = self.rule, self.optimizer
+        if isinstance(self.eta_max, str):
+            if self.eta_max != "auto":
+                raise ValueError(f"eta_max must be a positive float, one per trial, None (no cap) "
+                                 f"or 'auto', got {self.eta_max!r}")
+            self.eta_max = POLYAK_CAP if rule == "polyak" else None
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -617,9 +484,10 @@ class _FiniteGuard:
 
     CHECK = 256
 
-    def __init__(self, B, kw):
+    def __init__(self, B, kw, hint="try a smaller lr"):
         self.buf = torch.empty((self.CHECK, B), **kw)
         self.first = 0                               # step held by buf[0]
+        self.hint = hint
 
     def write(self, step, u):
         torch.sum(u, -1, out=self.buf[step - self.first])
@@ -645,7 +513,7 @@ class _FiniteGuard:
                 k = int(steps_bad[b])
                 more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
                 raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
-                                     f"try a smaller lr", trial=b, step=k)
+                                     f"{self.hint}", trial=b, step=k)
         self.first = upto
 
     def check_final(self, u, steps):
@@ -653,6 +521,29 @@ class _FiniteGuard:
         torch.sum(u, -1, out=self.buf[0])
         self.first = steps
         self.check(steps + 1)
+
+
+def _nonfinite_hint(cfg):
+    """What helps a run of ``cfg`` that became non-finite, naming the knob of its rule: the cap
+    ``eta_max`` for the Polyak steps (a smaller ``lr``, their multiplier, only delays the
+    overflow), ``lr`` otherwise."""
+    if cfg.rule in ("polyak", "polyak_star"):
+        if cfg.eta_max is None:
+            return (f"the uncapped Polyak step grows as the loss falls: cap it with eta_max "
+                    f"(e.g. eta_max={POLYAK_CAP:g}; a smaller lr only delays the overflow)")
+        return (f"try a smaller cap eta_max (now {_describe(cfg.eta_max)}; a smaller lr only "
+                f"delays the overflow)")
+    hint = f"try a smaller lr (now {_describe(cfg.lr)})"
+    if cfg.rule == "adam" and cfg.eps == 0:
+        hint += " or eps > 0"
+    return hint
+
+
+def _describe(value):
+    """A float, or the range of a per-trial array, for a message."""
+    if isinstance(value, np.ndarray):
+        return f"{value.min():g} to {value.max():g} per trial"
+    return f"{value:g}"
 
 
 # ----------------------------------------------------------------------------- setup
@@ -673,6 +564,7 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+        full["Gy"] = full["y"].unsqueeze(-1) * full["G"]           # token scores y X v
     if model != "linear":
         # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
         full["Xt"] = full["X"].transpose(-1, -2).contiguous()
@@ -698,7 +590,8 @@ def fit(data, **options):
     Parameters
     ----------
     data : AttnData, LinearData, or what a model object takes
-        With or without a leading trials axis (without it, ``B = 1``).
+        With or without a leading trials axis (without it, ``B = 1``: the History keeps the
+        axis, and ``History.trial(0)`` drops it).
     model : {"W", "KQ", "prompt", "linear"} or a model object
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
         linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
@@ -717,14 +610,17 @@ def fit(data, **options):
         Default "logistic" (margin models only).
     optimizer : str
         One of "gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md",
-        "prgd", "sgd", "sngd", "sps" (:data:`OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
+        "prgd", "sgd", "sngd", "sps" (:data:`attnsvm.optim.OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
         "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on mini-batches and need ``batch_size``;
         every other rule also accepts ``batch_size`` (margin models only).
     lr : float or array (B,), optional
         Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
         prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
-    eta_max : float or array (B,), optional
-        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial.
+    eta_max : float, array (B,), None or "auto"
+        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial; None:
+        no cap. Default "auto": :data:`POLYAK_CAP` (100) for polyak and sps, whose uncapped
+        step grows like :math:`1/L` and overflows within tens of steps on a random instance;
+        no cap for polyak_star. History.config["eta_max"] records the cap used.
     L_star : float, optional
         ``polyak_star`` only: the loss floor :math:`L^\star` of the step
         :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
@@ -935,7 +831,7 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
     ``engine`` "cuda-graph" or "graph-eager" runs the steps between records in blocks
     (:func:`_graph_loop`). Returns the engine path that ran."""
     steps, dev = cfg.steps, cfg.dev
-    guard = _FiniteGuard(B, cfg.kw)
+    guard = _FiniteGuard(B, cfg.kw, _nonfinite_hint(cfg))
     is_rec = np.zeros(steps + 1, dtype=bool)
     is_rec[cfg.grid] = True
     pbar = None
@@ -1149,6 +1045,8 @@ class _MarginTerms:
         self.opt_init = None
         Tn = data.T if cfg.model != "linear" else 1
         self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
+        self.gaps = (_excess_gaps(self.full["Gy"]) if cfg.rule == "polyak_star"
+                     and cfg.L_star is None else None)
 
     def step_terms(self, params, k, want_log_loss):
         """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
@@ -1156,7 +1054,11 @@ class _MarginTerms:
         penalty = cfg.penalty
         batch = self.full if cfg.batch_size is None else _gather(
             self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        u, grads, sigma = net.grad(params, batch, lossobj)
+        excess = cfg.rule == "polyak_star" and cfg.L_star is None
+        out = {} if excess else None
+        u, grads, sigma = net.grad(params, batch, lossobj, out) if excess else net.grad(
+            params, batch, lossobj)
+        want_log_loss = want_log_loss and not excess      # the excess replaces the loss
         if penalty:
             log2pen = self.log2pen
             for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
@@ -1168,11 +1070,11 @@ class _MarginTerms:
         if want_log_loss and penalty:
             sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
             log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-        if cfg.rule == "polyak_star":
-            log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                             batch["G"] * batch["y"][..., None])
-                        if cfg.L_star is None else
-                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        if excess:                        # L - L* in log space, from the step's log-attention
+            gaps = self.gaps if batch is self.full else _excess_gaps(batch["Gy"])
+            log_loss = log_excess_loss(out["log_s"], *gaps)
+        elif cfg.rule == "polyak_star":
+            log_loss = torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0))
         return grads, sigma, log_loss, u
 
     def matrix(self, params):
@@ -1312,10 +1214,10 @@ class _Step:
         names, ctx = self.trainable, self.ctx
         ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
-        deltas = self.rule.update([grads[n] for n in names],
-                                  self.state if state is None else state, ctx)
-        for n, dl in zip(names, deltas):
-            params[n] = params[n] + dl
+        new = self.rule.apply(ctx.params, [grads[n] for n in names],
+                              self.state if state is None else state, ctx)
+        for n, p in zip(names, new):
+            params[n] = p
         return check
 
 
@@ -1374,243 +1276,3 @@ class _Recorder:
             excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
             snapshots=traj.get(self.terms.main), trajectory=traj,
             config=self.cfg.as_dict(self.terms.trials))
-
-
-# ----------------------------------------------------------------------------- Part III's runs
-def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
-                 device="auto", drop_nonfinite=()):
-    r"""Train every optimizer of ``settings`` (name -> :func:`fit` keyword arguments, with an
-    optional ``optimizer`` when the name is not the rule's) on all trials at once, the attention
-    model ``"W"`` with the reference ``W_mm``: one :func:`fit` call per optimizer, snapshots of
-    ``W`` on the log-spaced record grid of ``n_records`` records.
-
-    For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
-    (:class:`NonFiniteError`) is dropped and the others are trained again; the dropped trials are
-    NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
-    them). Any other optimizer raises.
-
-    Returns dict name -> :class:`History`.
-    """
-    out = {}
-    B = W_mm.shape[0]
-    for name, kw in settings.items():
-        kw = dict(kw)
-        opt_name = kw.pop("optimizer", name)
-        keep = np.arange(B)
-        while True:
-            sub = keep.size < B
-            try:
-                h = fit(data.take(keep) if sub else data, model="W", optimizer=opt_name,
-                        steps=steps, init=(init[keep] if sub and init is not None else init),
-                        refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
-                        n_records=n_records, seed=seed, device=device, **kw)
-                break
-            except NonFiniteError as err:
-                if name not in drop_nonfinite or keep.size == 1:
-                    raise
-                keep = np.delete(keep, err.trial)
-        out[name] = _pad_trials(h, keep, B) if keep.size < B else h
-    return out
-
-
-def _pad_trials(h, keep, B):
-    """History ``h`` of the trials ``keep`` as one of ``B`` trials: NaN (float) or 0 elsewhere.
-    ``params`` and ``opt`` have the trial axis first, every recorded array second."""
-    def pad(x, axis):
-        if x is None:
-            return None
-        x = np.asarray(x)
-        shape = list(x.shape)
-        shape[axis] = B
-        out = np.full(shape, np.nan) if x.dtype.kind == "f" else np.zeros(shape, x.dtype)
-        out[(slice(None),) * axis + (keep,)] = x
-        return out
-
-    fields_ = {f: pad(getattr(h, f), 1) for f in ("loss", "log_loss", "norm", "opt_mass", "selected",
-                                                   "margin", "excess", "snapshots")}
-    return replace(
-        h, **fields_, opt=pad(h.opt, 0), corr={k: pad(v, 1) for k, v in h.corr.items()},
-        params={k: pad(v, 0) for k, v in h.params.items()},
-        trajectory={k: pad(v, 1) for k, v in h.trajectory.items()},
-        config={**h.config, "dropped_trials": sorted(set(range(B)) - set(keep.tolist()))})
-
-
-def trajectory_metrics(data, opt, W_mm, hist):
-    r"""Exact metrics along a run recorded with snapshots (:func:`fit_settings`): dict of (K, B)
-    arrays, plus ``t`` (K,).
-
-    ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
-    ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
-    non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
-    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`fit_settings`) are NaN.
-    """
-    dropped = hist.config.get("dropped_trials", [])
-    if dropped:
-        B = W_mm.shape[0]
-        live = np.setdiff1d(np.arange(B), dropped)
-        part = replace(hist, snapshots=hist.snapshots[:, live], norm=hist.norm[:, live],
-                       loss=hist.loss[:, live],
-                       config={k: v for k, v in hist.config.items() if k != "dropped_trials"})
-        sub = trajectory_metrics(data.take(live), opt[live], W_mm[live], part)
-        out = {"t": sub.pop("t")}
-        for k, v in sub.items():
-            full = np.full((v.shape[0], B) + v.shape[2:], np.nan)
-            full[:, live] = v
-            out[k] = full
-        return out
-    S = hist.snapshots                                              # (K, B, d, d)
-    lm = metrics.nonopt_mass(data, opt, S, log=True)                # (K, B, n)
-    mx = lm.max(-1, keepdims=True)
-    log_mass = mx[..., 0] + np.log(np.exp(lm - mx).mean(-1))
-    return dict(t=hist.steps, one_minus_corr=metrics.one_minus_corr(S, W_mm[None]),
-                dir_err=metrics.direction_error(S, W_mm[None]), norm=hist.norm,
-                excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
-                mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
-                min_margin=metrics.min_margin(data, opt, S), loss=hist.loss)
-
-
-#: records evaluated at a time by :func:`every_step` (bounds its temporaries, not the run)
-_EVAL_BLOCK = 500
-
-
-def tile_trials(data, V):
-    r"""The trials of ``data`` repeated ``V`` times, to run ``V`` settings of one experiment as
-    one :func:`fit` (copy ``j``, trial ``b``) = trial ``j B + b``.
-
-    Returns
-    -------
-    (data, idx) : the tiled instances (:meth:`~attnsvm.data.Instances.take`) and ``idx`` (V B,)
-        the original trial of each tiled one (index per-trial inputs with it: ``init[idx]``,
-        ``opt[idx]``, the seeds ``(seed, idx[i])``).
-    """
-    V = check_int("V", V, minimum=1)
-    idx = np.tile(np.arange(data.trials), V)
-    return data.take(idx), idx
-
-
-def untile_trials(x, V, axis=0):
-    """Split the trials axis ``axis`` (length ``V B``) of ``x`` into ``(V, B)`` and move the
-    ``V`` axis first: ``out[j]`` is copy ``j`` of :func:`tile_trials`, its other axes as in ``x``."""
-    x = np.asarray(x)
-    axis = axis % x.ndim
-    if x.shape[axis] % V:
-        raise ValueError(f"axis {axis} of x has {x.shape[axis]} trials, not a multiple of V = {V}")
-    x = x.reshape(x.shape[:axis] + (V, x.shape[axis] // V) + x.shape[axis + 1:])
-    return np.moveaxis(x, axis, 0)
-
-
-def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
-    r"""One :func:`fit` call of ``"gd"`` or ``"ngd"`` for ``steps`` steps on all trials of the
-    attention model ``"W"``, recorded at every step (``record_every=1``, snapshots of ``W``):
-    :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at every step,
-    and the final ``W`` (B, d, d). The snapshots take :math:`8(\mathrm{steps}+1)Bd^2` bytes."""
-    if optimizer not in ("gd", "ngd"):
-        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
-    steps = check_int("steps", steps, minimum=1)
-    h = fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=init, snapshots=True,
-            records="snapshots", record_every=1, device=device)
-    S = h.snapshots
-    blocks = range(0, S.shape[0], _EVAL_BLOCK)
-    lq = np.concatenate([metrics.log_q(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
-    ex = np.concatenate([excess_loss(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
-    return lq, ex, h.W
-
-
-def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, device="auto"):
-    r"""One GD or NGD run from ``W0`` on all trials (:func:`every_step`), checked against the
-    global theorem (book: ``lem-no-attention-loss``, ``thm-global-region``,
-    ``cor-sparsity-global``) at every step.
-
-    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
-    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`attnsvm.bounds.global_constants`), valid
-    for every trial; a number runs that step, and the bounds are then evaluated only where it is
-    within the theorem's step of the trial.
-
-    Returns
-    -------
-    dict with ``eta`` (float), ``consts`` (:func:`attnsvm.bounds.global_constants`), ``proved``
-    (B,) bool (the step is within the theorem's), ``noloss`` (B,) bool (the step is within
-    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
-    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
-    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time
-    at ``eta`` (NaN where not ``proved``), ``first`` (B,) the observed first step from which
-    :math:`E(W_t)\le\varepsilon_0` (:func:`attnsvm.metrics.first_step`; NaN where the run ends
-    outside the region), ``mono``, ``mono_checked``, ``mono_worst``
-    (:func:`attnsvm.bounds.q_monotone`), ``excess_holds`` and ``mass_holds`` (steps + 1, B)
-    bool: :math:`E(W_t)` below the theorem's bound and :math:`\max_i(1-s_i(W_t))` below the
-    corollary's (False where not ``proved``).
-    """
-    return global_runs(data, opt, W_mm, {"run": W0}, optimizer=optimizer, lr=lr, steps=steps,
-                       device=device)["run"]
-
-
-def global_runs(data, opt, W_mm, starts, *, optimizer, lr="theorem", steps, device="auto"):
-    r""":func:`global_run` from each start of ``starts`` (dict name -> ``W0`` (B, d, d)) as one
-    :func:`every_step` call over the stacked trials (start ``j``, trial ``b``) = trial
-    ``j B + b``: each start keeps its own step ``eta`` (``lr="theorem"``: the smallest over
-    *its* trials of the theorem's step, :func:`attnsvm.bounds.global_constants` depends on
-    ``W0``), run as the per-trial step size of :func:`fit`. A trial does not depend on the
-    others, so the result equals ``{name: global_run(data, opt, W_mm, W0, ...)}`` up to the last
-    bit (a trial's position in the batch can move its CPU kernels between the vector and the
-    scalar path of ``exp``/``log``).
-
-    Returns
-    -------
-    dict name -> dict of :func:`global_run`
-    """
-    if optimizer not in ("gd", "ngd"):
-        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
-    names = list(starts)
-    if not names:
-        raise ValueError("starts must name at least one initialization")
-    gs = {k: bounds.global_constants(data, opt, W_mm, starts[k]) for k in names}
-    etas = {k: _global_step(gs[k], optimizer, lr) for k in names}
-    if len(names) == 1:
-        runs = [every_step(data, opt, optimizer=optimizer, lr=etas[names[0]], steps=steps,
-                           init=starts[names[0]], device=device)]
-    else:
-        V = len(names)
-        tiled, idx = tile_trials(data, V)
-        opt_all = np.asarray(opt)[idx] if np.ndim(opt) == 2 else opt
-        lq, ex, W = every_step(tiled, opt_all, optimizer=optimizer,
-                               lr=np.repeat([etas[k] for k in names], data.trials), steps=steps,
-                               init=np.concatenate([np.asarray(starts[k], dtype=float) for k in names]),
-                               device=device)
-        lq, ex, W = untile_trials(lq, V, 1), untile_trials(ex, V, 1), untile_trials(W, V)
-        runs = [tuple(np.ascontiguousarray(a[j]) for a in (lq, ex, W)) for j in range(V)]
-    return {k: _global_checks(gs[k], etas[k], optimizer, *r) for k, r in zip(names, runs)}
-
-
-def _global_step(g, optimizer, lr):
-    """The step of a global run: ``"theorem"`` (the smallest over the trials of the theorem's
-    step in the constants ``g``) or a positive number."""
-    if isinstance(lr, str):
-        if lr != "theorem":
-            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
-        return float(g[f"eta_{optimizer}_global"].min())
-    eta = float(lr)
-    if not eta > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    return eta
-
-
-def _global_checks(g, eta, optimizer, lq, ex, W):
-    """The checks of :func:`global_run` on one run at step ``eta`` (its dict)."""
-    thm = g[f"eta_{optimizer}_global"]
-    proved = eta <= thm * (1 + 1e-12)
-    noloss = eta <= g[f"eta_{optimizer}_noloss"]
-    t = np.arange(ex.shape[0])
-    mono, checked, worst = bounds.q_monotone(lq, ex)
-    n = lq.shape[-1]
-    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
-    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
-    with np.errstate(divide="ignore"):
-        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
-        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
-                      + 1e-9)
-    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
-                excess_bound=bound,
-                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
-                                                        optimizer=optimizer), np.nan),
-                first=metrics.first_step(t, ex <= g["eps0"]), mono=mono, mono_checked=checked,
-                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
