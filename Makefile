@@ -54,9 +54,9 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks tools
 
-# the whole book as one PDF: singlehtml build of the staged book, printed by headless Chromium
-pdf: book
-	$(BIN)/python tools/pdf.py
+# the book with its whole-book PDF (required here; `make book` makes it when Chromium is installed)
+pdf: $(STAMP)
+	$(BIN)/python -m attnsvm_book build --profile $(PROFILE) --workers $(WORKERS) --pdf
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/svm_speed.py

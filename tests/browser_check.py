@@ -13,6 +13,12 @@ fails. For each page, after MathJax has finished its first typesetting pass:
 * **clipped formulas**: a typeset formula that sticks out of an ancestor whose overflow is
   ``hidden``/``clip`` (a theorem or proof box), so part of it cannot be seen or scrolled to;
 * **wide page**: the page scrolls sideways (``scrollWidth`` over the viewport's width);
+* **JavaScript errors**: an uncaught error while the page loads (e.g. a script that declares
+  the same constant twice);
+* **formulas wider than their column**: a display formula whose content sticks out of its
+  block or of the text column, reported as *wide* when nothing shows that it does and as
+  *scrolling* when it carries the book's scroll cue (``attnsvm-scrolls``, ``attnsvm.js``);
+* **"Results at a glance" tables**: a cell outside the box that shows the table (cut);
 * **leaks**: text that names a build-machine path (the source tree, the build directory, the
   home directory, a ``site-packages`` folder, ``/home/...``, ``/tmp/...``), a link to the
   ``OWNER`` placeholder repository, and a glued value (``glue:text``) that reads ``nan``/``inf``.
@@ -126,7 +132,48 @@ async (forbidden) => {
     (h) => /\/OWNER(\/|$)/.test(h));
   const nans = Array.from(document.querySelectorAll(".pasted-text, .pasted-inline")).map(
     (e) => e.textContent.trim()).filter((t) => /(^|[^\w])(nan|NaN|inf)([^\w]|$)/.test(t));
+  // display formulas wider than their column: cut (nothing shows it), or scrolling with the
+  // book's visible cue ("attnsvm-scrolls" on the formula or the block it scrolls in)
+  const wideFormulas = [], scrollingFormulas = [];
+  for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
+    const r = c.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    const block = c.closest("div.math") || c.parentElement;
+    const col = c.closest("article, .bd-article, main") || document.body;
+    const over = Math.max(c.scrollWidth - c.clientWidth, block.scrollWidth - block.clientWidth,
+                          r.right - col.getBoundingClientRect().right);
+    if (over <= 2) continue;
+    const cue = [c, block, c.closest(".admonition")].some(
+      (e) => e && e.classList.contains("attnsvm-scrolls"));
+    const what = (tex.get(c) || c.textContent).trim().replace(/\s+/g, " ").slice(0, 60) +
+                 ` (${Math.round(over)} px over)`;
+    (cue ? scrollingFormulas : wideFormulas).push(what);
+  }
+  // "Results at a glance" tables: every cell within the box that shows the table
+  const tablesCut = [];
+  for (const t of document.querySelectorAll("table.attnsvm-glance")) {
+    if (t.getBoundingClientRect().width === 0) continue;
+    const box = t.closest(".pst-scrollable-table-container, .table-wrapper, .admonition") ||
+                t.parentElement;
+    const right = box.getBoundingClientRect().right;
+    for (const cell of t.querySelectorAll("td, th")) {
+      const b = cell.getBoundingClientRect();
+      if (b.width > 0 && b.right > right + 1) {
+        tablesCut.push(cell.textContent.trim().slice(0, 40) + ` (${Math.round(b.right - right)} px out)`);
+        break;
+      }
+    }
+  }
+  const glance = document.querySelectorAll("table.attnsvm-glance").length;
+  // figures as shown: the image file's name and its width on the screen (CSS px)
+  const figures = imgs.filter((i) => i.closest("figure, div.cell_output") &&
+                              i.getBoundingClientRect().width > 0).map(
+    (i) => [(i.getAttribute("src") || "").split("/").pop(), i.getBoundingClientRect().width]);
+  const pdfLinks = Array.from(document.querySelectorAll('a[href$=".pdf"]')).filter(
+    (a) => getComputedStyle(a.closest(".attnsvm-pdf-offer") || a).display !== "none").map(
+    (a) => a.getAttribute("href"));
   return {errors, raw, broken, formulas: document.querySelectorAll("mjx-container").length,
+          wideFormulas, scrollingFormulas, tablesCut, glance, pdfLinks, figures,
           images: imgs.length,
           mathjax: !!(window.MathJax && window.MathJax.version),
           clipped, paths: Array.from(new Set(paths)), owner: Array.from(new Set(owner)), nans,
@@ -153,6 +200,13 @@ class PageReport:
     nans: list = dataclasses.field(default_factory=list)  # glued values reading nan/inf
     width: int = 0  # the page's scrollWidth (px)
     viewport: int = 0  # the screen's width (px; a phone zooms out to fit a wider page)
+    js_errors: list = dataclasses.field(default_factory=list)  # uncaught errors while loading
+    wide_formulas: list = dataclasses.field(default_factory=list)  # wider than the column, no cue
+    scrolling_formulas: list = dataclasses.field(default_factory=list)  # wider, with the cue
+    tables_cut: list = dataclasses.field(default_factory=list)  # glance tables cut by their box
+    glance: int = 0  # "Results at a glance" tables on the page
+    pdf_links: list = dataclasses.field(default_factory=list)  # links to a PDF (not hidden)
+    figures: list = dataclasses.field(default_factory=list)  # [image file name, shown width px]
 
     @property
     def wide(self) -> bool:
@@ -162,11 +216,13 @@ class PageReport:
     @property
     def ok(self) -> bool:
         return not (self.errors or self.raw or self.broken or self.blocked or self.clipped
-                    or self.paths or self.owner or self.nans or self.wide)
+                    or self.paths or self.owner or self.nans or self.wide or self.js_errors
+                    or self.wide_formulas or self.tables_cut)
 
     def describe(self) -> str:
         parts = []
-        for name in ("errors", "raw", "broken", "blocked", "clipped", "paths", "owner", "nans"):
+        for name in ("errors", "raw", "broken", "blocked", "clipped", "paths", "owner", "nans",
+                     "js_errors", "wide_formulas", "scrolling_formulas", "tables_cut"):
             items = getattr(self, name)
             if items:
                 parts.append(f"{len(items)} {name}: " + "; ".join(map(str, items[:4])))
@@ -198,15 +254,16 @@ def forbidden_strings(*extra) -> list[str]:
 
 def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                 base_url: str | None = None, timeout_s: float = 90.0,
-                viewport: tuple[int, int] = DESKTOP, forbidden: list[str] | None = None
-                ) -> list[PageReport]:
+                viewport: tuple[int, int] = DESKTOP, forbidden: list[str] | None = None,
+                media: str | None = None) -> list[PageReport]:
     """Open each page of ``html_dir`` in headless Chromium (no network) and report it.
 
     ``base_url`` (e.g. ``http://127.0.0.1:8000/``) loads the pages over HTTP instead of from
     ``file://``. ``viewport`` is (width, height) in CSS pixels (:data:`PHONE` emulates a phone:
     touch, mobile layout). ``forbidden``: strings no page's text may hold (default
-    :func:`forbidden_strings` plus ``html_dir``'s parent). Raises ``RuntimeError`` when Chromium
-    or playwright is missing.
+    :func:`forbidden_strings` plus ``html_dir``'s parent). ``media="print"`` lays the pages out
+    with their print styles (as the whole-book PDF is printed). Raises ``RuntimeError`` when
+    Chromium or playwright is missing.
     """
     exe = chromium_path()
     if exe is None:
@@ -237,8 +294,13 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
 
             context.route("**/*", route)
             page = context.new_page()
+            js_errors: list[str] = []
+            page.on("pageerror", lambda exc: js_errors.append(str(exc)[:200]))
+            if media:
+                page.emulate_media(media=media)
             for rel in pages:
                 blocked.clear()
+                js_errors.clear()
                 url = (base_url.rstrip("/") + "/" + rel) if base_url else (html_dir / rel).as_uri()
                 page.goto(url, wait_until="load", timeout=timeout_s * 1000)
                 if _REFRESH.search((html_dir / rel).read_text(errors="replace")[:4000]):
@@ -250,7 +312,10 @@ def check_pages(html_dir: str | os.PathLike, pages: list[str] | None = None, *,
                 out.append(PageReport(rel, res["errors"], res["raw"], res["broken"],
                                       res["formulas"], res["images"], list(blocked),
                                       res["mathjax"], res["clipped"], res["paths"],
-                                      res["owner"], res["nans"], res["width"], viewport[0]))
+                                      res["owner"], res["nans"], res["width"], viewport[0],
+                                      list(js_errors), res["wideFormulas"],
+                                      res["scrollingFormulas"], res["tablesCut"], res["glance"],
+                                      res["pdfLinks"], res["figures"]))
         finally:
             browser.close()
     return out

@@ -56,3 +56,16 @@ def test_rendered_bibliography_is_author_year_with_links(full_build):
         assert bibstyle.entry_label(entries[key]) not in cited, key
     chapter = (out / "html" / "book" / "ch02_attsvm.html").read_text()
     assert "2023a" in chapter or "2023b" in chapter
+
+
+def test_every_arxiv_identifier_is_a_link():
+    """An arXiv identifier written into another field (``note = {arXiv:2305.17544}``, ``journal
+    = {arXiv preprint arXiv:2408.15417}``) was printed as text; only ``eprint`` becomes a link
+    (bibstyle), so every identifier of the file sits in an entry's ``eprint`` field."""
+    arxiv = re.compile(r"\b\d{4}\.\d{4,5}\b")
+    for key, entry in parse_file(str(BIB)).entries.items():
+        for field, value in entry.fields.items():
+            if field.lower() == "eprint" or field.lower() == "doi":
+                continue
+            found = arxiv.findall(str(value))
+            assert not found, f"{key}: arXiv identifier {found} in {field}, not in eprint"

@@ -237,37 +237,117 @@ def test_staging_writes_the_report_page(minibook):
     assert "notebooks/good.ipynb" in page and book.REPORT_MARKER not in page
 
 
-def test_mathjax_comes_from_the_pinned_offline_extension():
-    """MathJax is sphinx-mathjax-offline's copy (a relative path, no network); the browser tests
+def test_mathjax_4_ships_with_the_book():
+    """MathJax 4 is the book's own copy (static/mathjax, a relative path, no network), with the
+    TeX extensions it loads lazily (boldsymbol for the book's macros) and its fonts where
+    _config.yml's loader path points; display formulas break into lines. The browser tests
     (test_browser.py) check that every page typesets with it."""
-    import importlib
+    from attnsvm_book import assets
 
-    ext = importlib.import_module("sphinx-mathjax-offline")
-    dist = Path(ext.__file__).parent / "static" / "mathjax"
-    assert (dist / "tex-chtml.js").is_file()
-    # the TeX extensions MathJax loads lazily (boldsymbol for the book's macros) and the fonts
+    dist = assets.STATIC / "mathjax"
+    head = (dist / "tex-chtml.js").read_text()[:200000]
+    assert 'version="4.' in head.replace("'", '"') or "4.1." in head, "not MathJax 4"
     assert (dist / "input" / "tex" / "extensions" / "boldsymbol.js").is_file()
-    assert any((dist / "output" / "chtml" / "fonts").rglob("*.woff"))
+    fonts = dist / "fonts" / "mathjax-newcm-font" / "chtml"
+    assert any((fonts / "woff2").glob("*.woff2")) and any((fonts / "dynamic").glob("*.js"))
+    size = sum(f.stat().st_size for f in dist.rglob("*") if f.is_file())
+    assert size < 6e6, f"the shipped MathJax grew to {size / 1e6:.1f} MB"
+
+    class Config:
+        html_static_path: list = []
+        html_theme_options: dict = {}
+        mathjax_path = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"
 
     class App:
-        class config:
+        def add_role(self, *a, **k):
             pass
 
-        def connect(self, *a):
-            pass
-
-    app = App()
-    ext.setup(app)
-    assert app.config.mathjax_path == "mathjax/tex-chtml.js"  # relative to _static
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())
-    assert "sphinx-mathjax-offline" in config["sphinx"]["extra_extensions"]
-    assert "mathjax_path" not in config["sphinx"]["config"]  # nothing overrides it
+    config = Config()
+    assets._on_config_inited(App(), config)
+    assert config.mathjax_path == "mathjax/tex-chtml.js"  # relative to _static: the copy
+    assert str(assets.STATIC) in config.html_static_path
+    book_config = yaml.safe_load((Path(__file__).resolve().parents[1] / "_config.yml").read_text())
+    assert "sphinx-mathjax-offline" not in book_config["sphinx"]["extra_extensions"]
+    mj = book_config["sphinx"]["config"]["mathjax3_config"]
+    assert mj["output"]["displayOverflow"] == "linebreak"
+    assert mj["loader"]["paths"]["fonts"] == "[mathjax]/fonts"
     # Jupyter Book 1.x sets mathjax_path only when _config.yml asks for MathJax 2
     from jupyter_book.config import get_final_config
 
-    final, _ = get_final_config(user_yaml=config, cli_config={"latex_individualpages": False},
+    final, _ = get_final_config(user_yaml=book_config, cli_config={"latex_individualpages": False},
                                 sourcedir=Path(__file__).resolve().parents[1])
     assert "mathjax_path" not in final
+
+
+def test_each_page_gets_one_copy_of_each_script():
+    """sphinx-thebe's inline configuration (``const THEBE_JS_URL``) reached every page twice (a
+    SyntaxError on load); an inline script added with file name None and again with "" counts
+    as the same script, and is kept once."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    from attnsvm_book import assets
+
+    body = 'const THEBE_JS_URL = "x"'
+    files = [_JavaScript("_static/a.js"), _JavaScript(None, body=body),
+             _JavaScript("", body=body), _JavaScript("_static/a.js"),
+             _JavaScript("", body="let y = 1")]
+    context = {"script_files": files}
+    assets._one_copy_of_each_script(None, "p", "page.html", context, None)
+    assert [(j.filename or "", j.attributes.get("body")) for j in context["script_files"]] == [
+        ("_static/a.js", None), ("", body), ("", "let y = 1")]
+
+
+def test_staged_notebooks_carry_no_machine_path_and_offer_the_code(minibook):
+    """A reader downloads the staged notebook: papermill's absolute input and output paths (the
+    build machine's) are gone from its metadata, and the line under its title offers the
+    book's code (the staged archive) with the two commands that run it."""
+    import tarfile
+
+    from attnsvm_book.build import PROFILE_LINE_TAG, SOURCE_ARCHIVE
+
+    report = book.build(minibook, "quick", render_html=False, log=lambda m: None)
+    results = [book.NotebookResult(**e) for e in report["notebooks"]]
+    executed = json.loads(Path(results[0].executed_path).read_text())
+    assert str(minibook) in json.dumps(executed["metadata"])  # papermill wrote them: can fail
+    stage_dir = minibook / "_build" / "stage"
+    book.stage(minibook, results, report, stage_dir)
+    staged = json.loads((stage_dir / "notebooks" / "good.ipynb").read_text())
+    assert str(minibook) not in json.dumps(staged["metadata"])
+    assert "input_path" not in staged["metadata"]["papermill"]
+    line = next(c for c in staged["cells"] if PROFILE_LINE_TAG in c["metadata"].get("tags", []))
+    text = "".join(line["source"])
+    assert f"{{download}}`attnsvm.tar.gz <../{SOURCE_ARCHIVE}>`" in text
+    assert 'pip install "./attnsvm.tar.gz[book]"' in text and "papermill good.ipynb" in text
+    archive = stage_dir / SOURCE_ARCHIVE
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert {"attnsvm/lib/attnsvm/mod.py", "attnsvm/notebooks/good.ipynb",
+            "attnsvm/profiles.yml"} <= set(names)
+    assert not [n for n in names if "/_build/" in n or "__pycache__" in n]
+    first = archive.read_bytes()
+    book.stage(minibook, results, report, stage_dir)
+    assert archive.read_bytes() == first  # the same sources, the same bytes
+
+
+def test_source_archive_of_the_book_installs_and_names_no_machine_path(tmp_path):
+    """The archive of this repository holds what ``pip install`` and the notebooks need, no
+    build output or virtual environment, and no text file in it names the build machine's
+    checkout."""
+    import tarfile
+
+    from attnsvm_book.build import source_archive
+
+    archive = source_archive(REPO, tmp_path / "attnsvm.tar.gz")
+    assert archive.stat().st_size < 20e6
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert {"attnsvm/pyproject.toml", "attnsvm/lib/attnsvm/__init__.py",
+                "attnsvm/notebooks/ch01_separable.ipynb", "attnsvm/requirements.txt",
+                "attnsvm/lib/attnsvm_book/static/mathjax/tex-chtml.js"} <= set(members)
+        assert not [n for n in members if n.split("/")[1] in ("_build", ".venv", ".git")]
+        leaks = [n for n, m in members.items() if n.endswith((".py", ".ipynb", ".md", ".yml"))
+                 and str(REPO) in tar.extractfile(m).read().decode("utf-8", "replace")]
+    assert not leaks, leaks
 
 
 def test_strip_removes_outputs_and_keeps_sources(minibook):

@@ -86,3 +86,32 @@ def test_execution_report_page_lists_every_notebook(built):
     for nb in book.toc_notebooks(REPO):
         assert nb in text
     assert re.search(r"torch", text)
+
+
+@pytest.mark.slow
+def test_a_downloaded_notebook_runs_against_the_downloaded_code(built, tmp_path):
+    """What a reader downloads from the site: a notebook page's .ipynb (no machine path in it)
+    and the book's code, attnsvm.tar.gz; the notebook runs with papermill against the library
+    unpacked from the archive (PYTHONPATH, ahead of any installed copy), as the page says."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    out, _ = built
+    html = out / "html"
+    (archive,) = html.glob("_downloads/*/attnsvm.tar.gz")
+    ipynb = html / "_sources" / "notebooks" / "ch04a_trajectories.ipynb"
+    text = ipynb.read_bytes()  # (the archive's files: test_book.py)
+    assert str(out.parent).encode() not in text and b"/tmp/" not in text
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    lib = tmp_path / "attnsvm" / "lib"
+    assert (lib / "attnsvm" / "__init__.py").is_file()
+    papermill = Path(sys.executable).with_name("papermill")
+    proc = subprocess.run([str(papermill), str(ipynb), str(tmp_path / "out.ipynb"), "-p", "seed", "1"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(lib)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    nb = json.loads((tmp_path / "out.ipynb").read_text())
+    assert nb["metadata"]["papermill"]["exception"] is None

@@ -39,6 +39,7 @@ def test_without_a_repository_url_nothing_links_to_a_repository():
     assert {"attnsvm.css", "attnsvm.js"} <= {f.name for f in assets.STATIC.iterdir()}
     assert not any(config.html_theme_options[k] for k in assets.REPOSITORY_BUTTONS
                    if k in config.html_theme_options)
+    assert not any((config.html_theme_options.get("launch_buttons") or {}).values())
     (node,), msgs = app.roles["repo"]("repo", ":repo:`tests/test_svm.py`", "tests/test_svm.py",
                                       1, None)
     assert node.astext() == "tests/test_svm.py" and node.tagname == "literal" and not msgs
@@ -51,6 +52,46 @@ def test_a_repository_url_turns_links_and_buttons_on():
     assert base % "tests/x.py" == "https://github.com/you/attnsvm/blob/main/tests/x.py"
     assert config.html_theme_options["use_repository_button"]
     assert config.html_theme_options["use_issues_button"] and not app.roles
+    # the notebook pages' launch buttons turn on with it (a service the config names wins)
+    assert config.html_theme_options["launch_buttons"] == assets.LAUNCH_SERVICES
+    config = _config("https://github.com/you/attnsvm/")
+    config.html_theme_options["launch_buttons"] = {"binderhub_url": "https://binder.example"}
+    assets._on_config_inited(_App(), config)
+    assert config.html_theme_options["launch_buttons"]["binderhub_url"] == "https://binder.example"
+
+
+@pytest.mark.slow
+def test_launch_buttons_open_the_pages_notebook_in_the_named_repository(tmp_path):
+    """A book whose _config.yml names a repository renders a notebook page with a Binder and a
+    Colab button, each opening that notebook in the repository (its path from the root)."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    root = tmp_path / "book"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "_config.yml").write_text(yaml.safe_dump({
+        "title": "mini", "execute": {"execute_notebooks": "off"},
+        "repository": {"url": "https://github.com/you/attnsvm", "branch": "main"},
+        "sphinx": {"extra_extensions": ["attnsvm_book.assets"]}}))
+    (root / "_toc.yml").write_text(yaml.safe_dump({"format": "jb-book", "root": "intro",
+                                                   "chapters": [{"file": "notebooks/nb"}]}))
+    (root / "intro.md").write_text("# Intro\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A notebook"), nbformat.v4.new_code_cell("1")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(root / "notebooks" / "nb.ipynb"))
+    exe = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run([str(exe), "build", str(root), "-W", "-n", "--keep-going"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    html = (root / "_build" / "html" / "notebooks" / "nb.html").read_text()
+    assert "https://mybinder.org/v2/gh/you/attnsvm/main?urlpath=tree/notebooks/nb.ipynb" in html
+    assert ("https://colab.research.google.com/github/you/attnsvm/blob/main/notebooks/nb.ipynb"
+            in html)
+    assert "https://github.com/you/attnsvm" in html  # the repository button
 
 
 def test_a_placeholder_repository_url_stops_the_build():

@@ -217,6 +217,7 @@ def test_save_or_glue_records_the_check(monkeypatch):
                         lambda data, raw, metadata: shown.append(metadata))
     A.plot.save_or_glue(bad, "bad")
     assert len(shown[0][A.plot.CHECK_KEY]) == 3
+    assert shown[0][A.plot.TEXT_KEY] == 5  # the legend's 5 pt, the smallest text
     A.plot.save_or_glue(good, "good")
     assert shown[2][A.plot.CHECK_KEY] == []
 

@@ -4,11 +4,18 @@ Usage (after a build, which leaves the staging tree ``_build/stage``)::
 
     python tools/pdf.py [--build-dir _build] [--out _build/attnsvm.pdf]
 
-``make pdf`` runs the quick build and then this. Steps: ``jupyter-book build --builder
+The book's build runs this itself when Chromium is installed (``python -m attnsvm_book build``,
+``--no-pdf`` to skip it), and offers the PDF on the site (``_build/html/attnsvm.pdf``: the
+introduction and every page's download menu link it). Steps: ``jupyter-book build --builder
 singlehtml`` on the staging tree (the executed notebooks, nothing re-executed), then the system
 Chromium (``apt-get install chromium``; driven by ``playwright``, no network) opens the single
-page, waits for MathJax (shipped with the book) and prints it to PDF. Everything comes from the
-registries: no LaTeX installation is needed.
+page in print mode at the width of the printed column, so that MathJax breaks every display
+formula to fit the paper, waits for MathJax (shipped with the book) and prints it to PDF (the
+print styles of ``attnsvm.css`` hide nothing). Everything comes from the registries: no LaTeX
+installation is needed.
+
+Exit status: 0 with the PDF written, 1 on a failed build or print, :data:`NO_BROWSER` (3) when
+Chromium or playwright is missing (the book's build then goes on without a PDF).
 """
 from __future__ import annotations
 
@@ -20,7 +27,16 @@ from pathlib import Path
 from attnsvm_book._core import BUILD_DIR, BuildError, find_root
 from chromium import CHROMIUM_ARGS, INSTALL_HINT, chromium_path, is_local
 
-__all__ = ["singlehtml", "print_pdf", "main"]
+__all__ = ["singlehtml", "print_pdf", "main", "NO_BROWSER", "PRINT_WIDTH_PX"]
+
+#: exit status when there is no browser to print with
+NO_BROWSER = 3
+#: the printed column in CSS pixels: A4 (210 mm) less the 12 mm margins, at 96 px per inch
+PRINT_WIDTH_PX = round((210 - 2 * 12) / 25.4 * 96)
+
+
+class NoBrowser(BuildError):
+    """Chromium or playwright is missing: no PDF can be printed."""
 
 
 def singlehtml(build_dir: Path) -> Path:
@@ -51,21 +67,26 @@ def print_pdf(page: Path, out: Path, timeout_s: float = 300.0) -> Path:
     """Print ``page`` to ``out`` (A4) in headless Chromium after MathJax has typeset it."""
     exe = chromium_path()
     if exe is None:
-        raise BuildError(f"no Chromium found; {INSTALL_HINT}")
-    from playwright.sync_api import sync_playwright
+        raise NoBrowser(f"no Chromium found; {INSTALL_HINT}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise NoBrowser("no playwright; pip install -r requirements.txt -c constraints.txt") from None
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=list(CHROMIUM_ARGS))
         try:
-            ctx = browser.new_context()
+            # the page is laid out and typeset as it will be printed: print styles, the printed
+            # column's width (MathJax breaks the display formulas to fit it)
+            ctx = browser.new_context(viewport={"width": PRINT_WIDTH_PX, "height": 1100})
             ctx.route("**/*", lambda r: r.continue_() if is_local(r.request.url) else r.abort())
             tab = ctx.new_page()
+            tab.emulate_media(media="print")
             tab.goto(Path(page).resolve().as_uri(), wait_until="load", timeout=timeout_s * 1000)
             tab.evaluate("async () => { if (window.MathJax && MathJax.startup) "
                          "await MathJax.startup.promise; }")
-            tab.emulate_media(media="print")
             tab.pdf(path=str(out), format="A4", print_background=True,
                     margin={"top": "15mm", "bottom": "15mm", "left": "12mm", "right": "12mm"})
         finally:
@@ -81,8 +102,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         build_dir = Path(args.build_dir) if args.build_dir else find_root(args.root) / BUILD_DIR
+        if chromium_path() is None:  # before the (minutes of) singlehtml build
+            raise NoBrowser(f"no Chromium found; {INSTALL_HINT}")
         index = singlehtml(build_dir)
         out = print_pdf(index, Path(args.out) if args.out else build_dir / "attnsvm.pdf")
+    except NoBrowser as exc:
+        print(f"no PDF: {exc}", file=sys.stderr)
+        return NO_BROWSER
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

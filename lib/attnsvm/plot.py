@@ -234,6 +234,10 @@ def _drop_unshowable(fig) -> None:
 MIN_LEGEND_PT = 8.0
 #: the metadata key under which :func:`save_or_glue` records :func:`check_figure`'s findings
 CHECK_KEY = "attnsvm_figure_check"
+#: the metadata key under which :func:`save_or_glue` records the smallest text of the figure
+#: (points, in the saved PNG of ``DPI`` dots per inch): the book's browser test turns it into
+#: CSS pixels as the figure is shown on a phone
+TEXT_KEY = "attnsvm_min_text_pt"
 
 
 def _shown_scale(fig, renderer) -> float:
@@ -394,7 +398,8 @@ def save_or_glue(fig, key: str):
     metadata gives the PNG a display width of :data:`CSS_PX_PER_INCH` pixels per inch of figure,
     and the glue record's metadata holds the findings of :func:`check_figure` under
     :data:`CHECK_KEY` (a list of sentences, empty when the figure passes; the book's tests read
-    them from every executed notebook).
+    them from every executed notebook) and the size of its smallest text (tick labels, axis
+    labels, titles, texts, legend entries; points) under :data:`TEXT_KEY`.
     Outside a Jupyter kernel the figure is just closed.
 
     Returns ``None``, so that a cell ending with this call does not display the figure twice.
@@ -413,6 +418,10 @@ def save_or_glue(fig, key: str):
         return None
     _drop_unshowable(fig)
     problems = check_figure(fig)
+    sizes = [t.get_fontsize() for _, t in _label_texts(fig)]
+    sizes += [t.get_fontsize() for leg in _legends(fig) for t in leg.get_texts()
+              if t.get_text().strip()]
+    min_pt = float(min(sizes)) if sizes else None
     png = _png(fig)
     plt.close(fig)
     width_px, height_px = struct.unpack(">II", png[16:24])  # the PNG header (IHDR)
@@ -422,7 +431,7 @@ def save_or_glue(fig, key: str):
     css = {"width": round(width_px / DPI * CSS_PX_PER_INCH)}
     display({prefix + "image/png": b64, prefix + "text/plain": text}, raw=True,
             metadata={prefix + "image/png": css, "image/png": css, CHECK_KEY: problems,
-                      "scrapbook": {"name": key, "mime_prefix": prefix}})
+                      TEXT_KEY: min_pt, "scrapbook": {"name": key, "mime_prefix": prefix}})
     display({"image/png": b64, "text/plain": text}, raw=True,
             metadata={"image/png": css,
                       "scrapbook": {"name": f"{key}.shown", "mime_prefix": prefix}})

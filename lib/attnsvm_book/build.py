@@ -52,7 +52,8 @@ from .prose import check_glued_prose
 
 __all__ = ["NotebookResult", "execute_notebooks", "build", "stage", "write_report",
            "report_markdown", "package_versions", "profile_line", "with_profile_line",
-           "REPORT_MARKER", "REPORT_TEMPLATE", "PROFILE_LINE_TAG"]
+           "without_machine_paths", "source_archive", "run_line", "REPORT_MARKER",
+           "REPORT_TEMPLATE", "PROFILE_LINE_TAG", "SOURCE_ARCHIVE", "PDF_NAME", "whole_book_pdf"]
 
 REPORT_TEMPLATE = "book/execution_report.md"
 REPORT_MARKER = "<!-- execution-report-table -->"
@@ -278,6 +279,77 @@ def profile_line(r: NotebookResult, profiles: dict) -> str:
             f"Device and runtime: the [execution report](../book/execution_report.md).*")
 
 
+#: the book's code as one archive, staged at ``code/`` and offered for download by every notebook
+#: page and the introduction (``pip install`` takes it as it is: it holds ``pyproject.toml``)
+SOURCE_ARCHIVE = "code/attnsvm.tar.gz"
+#: what goes into the archive: the library, the build, the notebooks, the chapters and what
+#: ``pip install`` and ``make`` read (no build output, no virtual environment, no caches)
+ARCHIVE_FILES = ("pyproject.toml", "README.md", "LICENSE", "CITATION.cff", "CONTRIBUTING.md",
+                 "CHANGELOG.md", "Makefile", "requirements.txt", "requirements-nodeps.txt",
+                 "constraints.txt", "profiles.yml", "_config.yml", "_toc.yml", "postBuild")
+ARCHIVE_DIRS = ("lib", "notebooks", "book", "tests", "tools", "benchmarks", "notes")
+_ARCHIVE_SKIP = ("__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis")
+
+
+def source_archive(root: Path, target: Path) -> Path:
+    """Write the book's code as a gzipped tar to ``target``; return ``target``.
+
+    Members live under ``attnsvm/`` and are sorted, with fixed times and owners, so the same
+    sources give the same bytes (a rebuild does not change the page's download). Files are those
+    of :data:`ARCHIVE_FILES` and the folders :data:`ARCHIVE_DIRS` of ``root`` (no ``*.egg-info``,
+    no caches). ``pip install attnsvm.tar.gz`` installs the library from it.
+    """
+    import gzip
+    import io
+    import tarfile
+
+    root, target = Path(root), Path(target)
+    files = [root / f for f in ARCHIVE_FILES if (root / f).is_file()]
+    for d in ARCHIVE_DIRS:
+        files += [p for p in (root / d).rglob("*") if p.is_file()
+                  and not set(p.relative_to(root).parts) & set(_ARCHIVE_SKIP)
+                  and not any(part.endswith(".egg-info") for part in p.relative_to(root).parts)]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(set(files)):
+            data = path.read_bytes()
+            info = tarfile.TarInfo("attnsvm/" + path.relative_to(root).as_posix())
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
+        gz.write(buf.getvalue())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not (target.is_file() and target.read_bytes() == out.getvalue()):
+        target.write_bytes(out.getvalue())
+    return target
+
+
+def run_line(notebook: str) -> str:
+    """The line of a notebook page that says how to run it: the two downloads, two commands."""
+    name = Path(notebook).name
+    up = "../" * (len(Path(notebook).parts) - 1)
+    return (f"*Run it yourself:* download this notebook (the download button, `.ipynb`) and "
+            f"the book's code, {{download}}`attnsvm.tar.gz <{up}{SOURCE_ARCHIVE}>`, into one "
+            f"folder, then\n\n```bash\npip install \"./attnsvm.tar.gz[book]\"\n"
+            f"papermill {name} out.ipynb -p seed 1\n```\n\n(any name of the parameters cell "
+            f"can be given with `-p`; or open the notebook in Jupyter).")
+
+
+def without_machine_paths(nb: dict) -> dict:
+    """``nb`` without the build machine's absolute paths in its metadata.
+
+    papermill records where it read and wrote the notebook (``metadata.papermill.input_path``
+    and ``output_path``, absolute paths of the build machine); the staged notebook is what a
+    reader downloads, so those two are dropped.
+    """
+    meta = dict(nb.get("metadata", {}))
+    if isinstance(meta.get("papermill"), dict):
+        meta["papermill"] = {k: v for k, v in meta["papermill"].items()
+                             if k not in ("input_path", "output_path")}
+    return {**nb, "metadata": meta}
+
+
 def with_profile_line(nb: dict, r: NotebookResult, profiles: dict) -> dict:
     """``nb`` (an executed notebook's JSON) with :func:`profile_line` under its title.
 
@@ -288,18 +360,23 @@ def with_profile_line(nb: dict, r: NotebookResult, profiles: dict) -> dict:
              if PROFILE_LINE_TAG not in c.get("metadata", {}).get("tags", [])]
     at = next((k + 1 for k, c in enumerate(cells) if c.get("cell_type") == "markdown"), 0)
     line = {"cell_type": "markdown", "metadata": {"tags": [PROFILE_LINE_TAG]},
-            "source": profile_line(r, profiles)}
+            "source": profile_line(r, profiles) + "\n\n" + run_line(r.notebook)}
     if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
         line["id"] = PROFILE_LINE_TAG  # cell ids exist from nbformat 4.5 on
     return {**nb, "cells": cells[:at] + [line] + cells[at:]}
 
 
 def _sync_file(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache)."""
+    """Copy ``src`` to ``dst`` only when the content differs (keeps Sphinx's incremental cache).
+
+    The copy gets the time of copying, not the source's: Sphinx re-reads a page whose file is
+    newer than its last reading, and a source edited while a build was reading the old copy
+    kept an older time than that reading (``copy2``), so the next build showed the old page.
+    """
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.is_file() and dst.read_bytes() == src.read_bytes():
         return
-    shutil.copy2(src, dst)
+    shutil.copyfile(src, dst)
 
 
 def _sync_text(text: str, dst: Path) -> None:
@@ -317,7 +394,7 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
         src = Path(toc) if (toc is not None and name == "_toc.yml") else root / name
         _sync_file(src, stage_dir / name)
         wanted.add(stage_dir / name)
-    # MathJax ships with the book: the Sphinx extension sphinx-mathjax-offline copies it
+    # MathJax ships with the book: attnsvm_book.assets adds static/mathjax to the static files
     for src in sorted((root / "book").rglob("*")):
         if src.is_file() and "__pycache__" not in src.parts:
             dst = stage_dir / src.relative_to(root)
@@ -333,8 +410,11 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
         except (OSError, ValueError) as exc:
             raise BuildError(f"{r.notebook}: its executed copy {r.executed_path} is unreadable "
                              f"({type(exc).__name__}); build again to re-execute it") from None
-        _sync_text(json.dumps(with_profile_line(nb, r, profiles), indent=1) + "\n", dst)
+        nb = without_machine_paths(with_profile_line(nb, r, profiles))
+        _sync_text(json.dumps(nb, indent=1) + "\n", dst)
         wanted.add(dst)
+    # the book's code, offered for download by the notebook pages and the introduction
+    wanted.add(source_archive(root, stage_dir / SOURCE_ARCHIVE))
     # the API reference: one page per top-level module, listed on book/api.md (apidoc)
     api_index = root / "book" / "api.md"
     if api_index.is_file() and API_MARKER in api_index.read_text():
@@ -355,12 +435,75 @@ def stage(root: Path, results: list[NotebookResult], report: dict, stage_dir: Pa
 
 
 
+#: the whole-book PDF, at the top of the HTML output
+PDF_NAME = "attnsvm.pdf"
+#: the PDF printer (a tool of the repository: headless Chromium), and its "no browser" exit status
+PDF_TOOL = "tools/pdf.py"
+_PDF_NO_BROWSER = 3
+
+
+def whole_book_pdf(root: Path, build_dir: Path, *, required: bool = False, log=print) -> Path | None:
+    """Print the staged book to ``build_dir/attnsvm.pdf`` with ``tools/pdf.py``; return its path.
+
+    Returns None, with one line saying why, when the repository has no ``tools/pdf.py`` or the
+    machine no Chromium (unless ``required``: then that is a :class:`BuildError`); a failed
+    print is a :class:`BuildError` naming the tool's last lines.
+    """
+    import subprocess
+    import sys
+
+    tool = Path(root) / PDF_TOOL
+    out = Path(build_dir) / PDF_NAME
+    if not tool.is_file():
+        why = f"no {PDF_TOOL}"
+    else:
+        t0 = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1])]
+            + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+        proc = subprocess.run([sys.executable, str(tool), "--build-dir", str(build_dir),
+                               "--out", str(out)], capture_output=True, text=True, env=env)
+        if proc.returncode == 0 and out.is_file():
+            log(f"whole-book PDF in {time.perf_counter() - t0:.1f} s: {out}")
+            return out
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+        if proc.returncode != _PDF_NO_BROWSER:
+            raise BuildError(f"the whole-book PDF failed ({PDF_TOOL}, exit {proc.returncode}):\n"
+                             f"{tail}")
+        why = tail
+    if required:
+        raise BuildError(f"no whole-book PDF: {why}")
+    log(f"no whole-book PDF ({why}); the site does not offer one")
+    return None
+
+
+def _offer_pdf(stage_dir: Path, name: str) -> None:
+    """Tell the staged configuration where the whole-book PDF is (``attnsvm_pdf``; "" for none):
+    the pages then link it (``attnsvm_book.assets``)."""
+    import yaml
+
+    path = Path(stage_dir) / "_config.yml"
+    config = yaml.safe_load(path.read_text()) or {}
+    sphinx = config.setdefault("sphinx", {})
+    sphinx.setdefault("config", {})
+    if (sphinx["config"] or {}).get("attnsvm_pdf", "") == name:
+        return
+    sphinx["config"] = {**(sphinx["config"] or {}), "attnsvm_pdf": name}
+    _atomic_write_text(path, yaml.safe_dump(config, sort_keys=False))
+
+
 def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
           only: str | None = None, force: bool = False, render_html: bool = True,
           build_dir: str | os.PathLike | None = None, toc: str | os.PathLike | None = None,
           log=print, workers: int | None = 1, scheduler: str | None = None,
-          resources: dict | None = None, progress_bar: bool | None = None) -> dict:
+          resources: dict | None = None, progress_bar: bool | None = None,
+          pdf: bool | None = None) -> dict:
     """Execute (with cache) and render the book. Returns the execution report.
+
+    ``pdf``: also print the whole book to ``<build_dir>/html/attnsvm.pdf`` (:func:`whole_book_pdf`)
+    and link it from every page; ``None`` (the default) does it when Chromium is installed,
+    ``False`` never, ``True`` always (no Chromium is then an error). A build of part of the book
+    (``toc``) makes no PDF unless ``pdf=True``.
 
     ``build_dir`` defaults to ``<root>/_build``; the HTML lands in ``<build_dir>/html``. ``toc``
     builds a part of the book from another table of contents (for working on a few chapters).
@@ -398,8 +541,16 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
         if render_html:
             stage(root, results, report, build_dir / "stage", toc=toc)
             check_glued_prose(build_dir / "stage")  # no unexplained NaN pasted into a sentence
+            made = None
+            if pdf or (pdf is None and toc is None):
+                made = whole_book_pdf(root, build_dir, required=bool(pdf), log=log)
+            _offer_pdf(build_dir / "stage", PDF_NAME if made else "")
             render(build_dir / "stage", build_dir.parent,
                    sources={r.notebook: r.executed_path for r in results})
+            if made:
+                shutil.copy2(made, build_dir / "html" / PDF_NAME)
+            elif (build_dir / "html" / PDF_NAME).exists():
+                (build_dir / "html" / PDF_NAME).unlink()  # no stale PDF beside new pages
             log(f"built in {time.perf_counter() - t0:.1f} s: {build_dir / 'html' / 'index.html'}")
     return report
 

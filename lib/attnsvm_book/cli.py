@@ -106,6 +106,12 @@ def main(argv=None) -> int:
     b.add_argument("--toc", default=None,
                    help="another table of contents (a YAML file like _toc.yml listing some "
                         "pages), to execute and render part of the book")
+    pdf = b.add_mutually_exclusive_group()
+    pdf.add_argument("--pdf", dest="pdf", action="store_const", const=True, default=None,
+                     help="also print the whole book to _build/html/attnsvm.pdf, offered on every "
+                          "page (default: when Chromium is installed and the whole book is built)")
+    pdf.add_argument("--no-pdf", dest="pdf", action="store_const", const=False,
+                     help="make no whole-book PDF")
     _add_execution_options(b, "the notebooks")
 
     ls = sub.add_parser("list", help="list the notebooks, their parameters and default values")
@@ -170,7 +176,7 @@ def main(argv=None) -> int:
             return 1 if any(r["status"] != "ok" for r in rows) else 0
         build(args.root, args.profile, only=args.only, force=args.force,
               render_html=not args.no_render, build_dir=args.build_dir, toc=args.toc,
-              **_execution_kwargs(args))
+              pdf=args.pdf, **_execution_kwargs(args))
     except ParameterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
