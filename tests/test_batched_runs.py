@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnsvm import svm, train
+from attnsvm import runs, svm, train
 from attnsvm.data import random_inits, score_instances
-from attnsvm.experiments.rates import _sensitivity
+from attnsvm.runs import sensitivity_sweep
 from attnsvm.losses import excess_loss
 from attnsvm.metrics import one_minus_corr
 
@@ -59,13 +59,13 @@ def _one_fit_per_value(data, opt, W_mm, W0, *, optimizer, values, key, base):
     ("polyak", "eta_max", [10.0, 100.0, 1000.0], {"lr": 1.0}),
 ])
 def test_sweep_one_fit_equals_one_fit_per_value(inst, optimizer, key, values, base):
-    """``rates._sensitivity`` (one ``fit`` over V*B trials, ``lr`` or ``eta_max`` per trial)
+    """``runs.sensitivity_sweep`` (one ``fit`` over V*B trials, ``lr`` or ``eta_max`` per trial)
     equals one ``fit`` per value to ``RTOL`` (module docstring). Can fail: a cap or step taken
     from the wrong trial (e.g. ``np.tile`` instead of ``np.repeat``) changes the entries by
     factors of order one."""
     data, opt, W_mm, W0 = inst
-    got = _sensitivity(data, opt, W_mm, optimizer=optimizer, values=values, key=key, base=base,
-                       steps=200, init=W0, seed=0, device="cpu")
+    got = sensitivity_sweep(data, opt, W_mm, optimizer=optimizer, values=values, key=key, base=base,
+                            steps=200, init=W0, seed=0, device="cpu")
     ref = _one_fit_per_value(data, opt, W_mm, W0, optimizer=optimizer, values=values, key=key,
                              base=base)
     for k, v in ref.items():
@@ -99,18 +99,18 @@ def test_per_trial_eta_max_checked(inst, bad):
 
 @pytest.mark.parametrize("optimizer,lr", [("ngd", "theorem"), ("gd", "theorem"), ("gd", 1.0)])
 def test_global_runs_equal_global_run_per_start(inst, optimizer, lr):
-    """``train.global_runs`` (both starts in one ``every_step`` call, each at its own theorem
-    step, a per-trial ``lr``) returns, per start, ``train.global_run``'s dict (floats to
+    """``runs.global_runs`` (both starts in one ``every_step`` call, each at its own theorem
+    step, a per-trial ``lr``) returns, per start, ``runs.global_run``'s dict (floats to
     ``RTOL``, booleans and counts exactly: module docstring)."""
     data, opt, W_mm, W0 = inst
     starts = {"random": W0, "adversarial": 1.5 * W_mm / np.linalg.norm(W_mm, axis=(-2, -1),
                                                                        keepdims=True)}
-    got = train.global_runs(data, opt, W_mm, starts, optimizer=optimizer, lr=lr, steps=60,
+    got = runs.global_runs(data, opt, W_mm, starts, optimizer=optimizer, lr=lr, steps=60,
                             device="cpu")
     assert list(got) == list(starts)
     etas = set()
     for name, W in starts.items():
-        ref = train.global_run(data, opt, W_mm, W, optimizer=optimizer, lr=lr, steps=60, device="cpu")
+        ref = runs.global_run(data, opt, W_mm, W, optimizer=optimizer, lr=lr, steps=60, device="cpu")
         etas.add(ref["eta"])
         assert got[name].keys() == ref.keys()
         for k, v in ref.items():
@@ -135,19 +135,19 @@ def test_per_trial_lr_list_of_the_wrong_length_names_lr():
 
 
 def test_tile_and_untile_trials_invert_each_other(inst):
-    """``untile_trials`` puts copy ``j`` of :func:`attnsvm.train.tile_trials` at ``out[j]`` along
+    """``untile_trials`` puts copy ``j`` of :func:`attnsvm.runs.tile_trials` at ``out[j]`` along
     any axis (a transposed split, B and V swapped, fails: the trials differ)."""
     data = inst[0]
-    tiled, idx = train.tile_trials(data, 3)
+    tiled, idx = runs.tile_trials(data, 3)
     assert tiled.trials == 3 * data.trials
     np.testing.assert_array_equal(idx, np.tile(np.arange(data.trials), 3))
     np.testing.assert_array_equal(tiled.X[idx == 1], np.repeat(data.X[1:2], 3, axis=0))
     x = np.arange(2 * 3 * data.trials * 4).reshape(2, 3 * data.trials, 4)     # trials on axis 1
-    out = train.untile_trials(x, 3, axis=1)
+    out = runs.untile_trials(x, 3, axis=1)
     assert out.shape == (3, 2, data.trials, 4)
     for j in range(3):
         np.testing.assert_array_equal(out[j], x[:, j * data.trials:(j + 1) * data.trials])
     with pytest.raises(ValueError, match="not a multiple of V"):
-        train.untile_trials(x, 4, axis=1)
+        runs.untile_trials(x, 4, axis=1)
     with pytest.raises(ValueError, match="V"):
-        train.tile_trials(data, 0)
+        runs.tile_trials(data, 0)

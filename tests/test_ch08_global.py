@@ -220,14 +220,14 @@ def _starts(data, opt, W_mm, R):
 
 
 def test_every_step_is_one_fit_call(monkeypatch):
-    """attnsvm.train.every_step records every step of one fit call (record_every=1), not of a run
+    """attnsvm.runs.every_step records every step of one fit call (record_every=1), not of a run
     split into pieces: its records (more than one evaluation block) end at the iterate of a plain
     run of the same steps, bit for bit."""
     calls, real = [], A.train.fit
     monkeypatch.setattr(A.train, "fit", lambda *a, **k: calls.append(k) or real(*a, **k))
     data, opt = A.data.score_instances(2, 3, 3, trials=2, seed=0)
     W0 = np.zeros((2, 3, 3))
-    lq, ex, W = A.train.every_step(data, opt, optimizer="ngd", lr=0.1, steps=700, init=W0, device="cpu")
+    lq, ex, W = A.runs.every_step(data, opt, optimizer="ngd", lr=0.1, steps=700, init=W0, device="cpu")
     assert len(calls) == 1 and calls[0]["record_every"] == 1
     assert lq.shape == (701, 2, 2) and ex.shape == (701, 2)
     h = real(data, model="W", optimizer="ngd", lr=0.1, steps=700, init=W0, n_records=2, device="cpu")
@@ -247,7 +247,7 @@ def test_no_attention_loss_every_step(cx_inst):
     for R in (3.0, 12.0):
         for W0 in _starts(data, opt, W_mm, R).values():
             for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
-                lq, ex, _ = A.train.every_step(data, opt, optimizer=name, lr=eta, steps=400,
+                lq, ex, _ = A.runs.every_step(data, opt, optimizer=name, lr=eta, steps=400,
                                              init=W0, device="cpu")
                 ok, checked, worst = A.bounds.q_monotone(lq, ex)
                 assert np.all(checked >= 100) and np.all(ok), (name, R, worst)
@@ -296,7 +296,7 @@ def test_no_attention_loss_positive_cross_terms():
         for W0 in (A.data.random_inits(data.d, data.trials, radius=R, seed=3),
                    R * Wa / np.linalg.norm(Wa, axis=(-2, -1), keepdims=True)):
             for name, eta in (("gd", eta_gd.min()), ("ngd", eta_ngd.min())):
-                lq, ex, _ = A.train.every_step(data, opt, optimizer=name, lr=eta, steps=400,
+                lq, ex, _ = A.runs.every_step(data, opt, optimizer=name, lr=eta, steps=400,
                                              init=W0, device="cpu")
                 ok, checked, worst = A.bounds.q_monotone(lq, ex)
                 assert np.all(checked >= 40) and np.all(ok), (name, R, worst)
@@ -368,7 +368,7 @@ def test_global_theorem_ngd_and_gd(cx_inst):
         assert np.all(g["s0"] >= g["s0_lower"])
         for name in ("ngd", "gd"):
             steps = 8000 if label == "near" else 6000 if equal else 2000
-            r = A.train.global_run(data, opt, W_mm, W0, optimizer=name, steps=steps, device="cpu")
+            r = A.runs.global_run(data, opt, W_mm, W0, optimizer=name, steps=steps, device="cpu")
             assert np.all(r["proved"]) and np.all(r["mono"])
             assert np.all(r["excess_holds"]) and np.all(r["mass_holds"])
             reached = np.isfinite(r["first"])
@@ -427,7 +427,7 @@ def test_global_bounds_reject_bad_input():
     with pytest.raises(ValueError, match="eta"):
         A.bounds.global_excess_bound([0, 1], 1.0, -0.1, 0.1, optimizer="ngd")
     with pytest.raises(ValueError, match="optimizer"):
-        A.train.global_run(*A.data.score_instances(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
+        A.runs.global_run(*A.data.score_instances(2, 3, 3), np.eye(3)[None], np.zeros((1, 3, 3)),
                          optimizer="adam", steps=1)
     data, opt = A.data.score_instances(2, 3, 3, trials=2)
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]

@@ -182,9 +182,9 @@ def test_observed_rates():
     data, opt = A.data.score_instances(6, 4, 8, trials=4, seed=0)
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    runs = A.train.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
+    runs = A.runs.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0), "ngd": dict(lr=0.1)}, steps=3000,
                      init=W0, n_records=60, device="cpu")
-    s = {k: np.median(A.metrics.slopes(h.steps, A.train.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
+    s = {k: np.median(A.metrics.slopes(h.steps, A.runs.trajectory_metrics(data, opt, W_mm, h)["one_minus_corr"]))
          for k, h in runs.items()}
     assert s["ngd"] < -1.5 and s["gd"] > -0.5 and s["ngd"] >= -2.2
 
@@ -266,7 +266,7 @@ def test_polyak_star_unbounded_outside_region():
 
 
 def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
-    """The notebook's runs (attnsvm.train.fit_settings with drop_nonfinite): on the diverging instance above the
+    """The notebook's runs (attnsvm.runs.fit_settings with drop_nonfinite): on the diverging instance above the
     failing trial is dropped, recorded in config, NaN in the history and in the metrics, and the
     other trials are exactly the runs without it; a rule not named still raises."""
     data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=9)
@@ -274,8 +274,8 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     W0 = A.data.random_inits(W_mm.shape[-1], W_mm.shape[0], radius=3.0, seed=7)
     settings = {"polyak_star": dict(lr=1.0)}
     with pytest.raises(A.train.NonFiniteError):
-        A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
-    h = A.train.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
+        A.runs.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10)
+    h = A.runs.fit_settings(data, W_mm, settings=settings, steps=150, init=W0, n_records=10,
                   drop_nonfinite=("polyak_star",))["polyak_star"]
     dropped = h.config["dropped_trials"]
     live = np.setdiff1d(np.arange(3), dropped)
@@ -284,7 +284,7 @@ def test_run_drops_a_diverging_polyak_star_trial_and_nothing_else():
     ref = A.train.fit(data.take(live), model="W", optimizer="polyak_star", steps=150,
                       init=W0[live], snapshots=True, n_records=10)
     np.testing.assert_array_equal(h.snapshots[:, live], ref.snapshots)
-    m = A.train.trajectory_metrics(data, opt, W_mm, h)
+    m = A.runs.trajectory_metrics(data, opt, W_mm, h)
     assert np.all(np.isnan(m["excess"][:, dropped])) and np.all(np.isfinite(m["excess"][:, live]))
 
 
@@ -519,7 +519,7 @@ def test_direction_bound_from_t0(inst):
     for name, eta in (("ngd", float(c["eta_ngd"].min())), ("gd", 1.0)):
         h = A.train.fit(data, model="W", optimizer=name, lr=eta, steps=400, init=start,
                         snapshots=True, n_records=30, device="cpu")
-        M = A.train.trajectory_metrics(data, opt, W_mm, h)
+        M = A.runs.trajectory_metrics(data, opt, W_mm, h)
         t = M["t"]
         mask = (M["excess"] <= c["eps0"]) if name == "ngd" else A.bounds.gd_step_condition(c, eta, M["excess"])
         t0 = A.metrics.first_step(t, mask)

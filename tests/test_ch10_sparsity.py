@@ -128,9 +128,9 @@ def test_gd_slope_minus_one():
     data, opt = A.data.score_instances(6, 4, 8, trials=4, seed=0)
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     W0 = A.data.random_inits(8, 4, radius=1.0, seed=0)
-    h = A.train.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60,
+    h = A.runs.fit_settings(data, W_mm, settings={"gd": dict(lr=1.0)}, steps=4000, init=W0, n_records=60,
                            device="cpu")["gd"]
-    m = A.train.trajectory_metrics(data, opt, W_mm, h)
+    m = A.runs.trajectory_metrics(data, opt, W_mm, h)
     assert abs(np.median(A.metrics.slopes(m["t"], m["mass"])) + 1) < 0.15
 
 
@@ -176,7 +176,7 @@ def test_sparsity_from_t0_under_cx():
             mass = (1 - np.take_along_axis(s, opt[None, ..., None], -1)[..., 0]).max(-1)   # (K+1, B)
             assert np.all(mass <= mass_bound * (1 + 1e-9)), (label, name)
             assert np.all(np.diff(mass_bound, axis=0) < 0)                 # and it decays
-            r = A.train.global_run(data, opt, W_mm, W0, optimizer=name, steps=K, device="cpu")
+            r = A.runs.global_run(data, opt, W_mm, W0, optimizer=name, steps=K, device="cpu")
             assert r["eta"] == eta and np.all(r["mass_holds"])            # the library's check agrees
             informative = mass_bound < 1
             if label == "near":

@@ -21,7 +21,7 @@ def setup():
     batch = {"X": torch.as_tensor(data.X), "y": torch.as_tensor(data.y)}
     model = A.models.LinearClassifier()
     w0 = model.init_params(D, None, [None] * B)
-    gam = {q: 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
+    gam = {q: 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(data.X, data.y, q), q) for q in (1.0, 2.0, 3.0, np.inf)}
     return data, batch, model, w0, gam
 
 
@@ -64,7 +64,7 @@ def test_linear_svm_p_matches_lp(setup, q):
         lp = linprog(c, A_ub=A_ub, b_ub=b_ub, bounds=[(None, None)] * len(c), method="highs")
         assert lp.status == 0
         w = A.svm.linear_svm_p(data.X[b], data.y[b], q)
-        assert A.svm.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
+        assert A.norms.vector_norm(w, q) == pytest.approx(lp.fun, rel=1e-6)
 
 
 def test_linear_svm_p3_kkt(setup):
@@ -104,7 +104,7 @@ def test_lem_dual_grad_tight():
     X1 = rng.standard_normal((1, 1, D))
     y1 = np.ones((1, 1))
     for q, qd in {1.0: np.inf, 2.0: 2.0, 3.0: 1.5, np.inf: 1.0}.items():
-        gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X1, y1, q), q)[0]
+        gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X1, y1, q), q)[0]
         np.testing.assert_allclose(gamma, np.linalg.norm(X1[0, 0], ord=qd), rtol=1e-6)
         for _ in range(20):
             w = rng.standard_normal(D) * rng.uniform(0.1, 3)
@@ -112,7 +112,7 @@ def test_lem_dual_grad_tight():
             np.testing.assert_allclose(np.linalg.norm(g, ord=qd), gamma * L, rtol=1e-6)
     Xs = np.array([[[1.0, 1.0], [1.0, -1.0]]])
     ys = np.ones((1, 2))
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(Xs, ys, 2.0), 2.0)[0]
     np.testing.assert_allclose(gamma, 1.0, rtol=1e-6)
     for a in (-1.0, 0.0, 2.0, 10.0):
         L, g = _loss_grad(np.array([a, 0.0]), Xs[0], ys[0])
@@ -144,7 +144,7 @@ def test_thm_sd_margin_terms_needed(setup):
     X = np.array([[[0.0221, -0.0108], [-0.0743, -0.0436]]])
     y = np.ones((1, 2))
     b2 = {"X": torch.as_tensor(X), "y": torch.as_tensor(y)}
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
     Bq = np.linalg.norm(X[0], axis=-1).max()
     lr, steps = 0.04, 1200
     r = G._fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
@@ -163,14 +163,14 @@ def test_steepest_direction_attains_dual_norm(norm):
     d = A.optim.steepest_direction(g, norm)
     p = np.inf if norm == "inf" else float(norm)
     np.testing.assert_allclose(np.linalg.norm(d.numpy(), ord=p, axis=1), 1.0, rtol=1e-12)
-    np.testing.assert_allclose((g * d).sum(1).numpy(), A.optim.dual_norm(g, norm).numpy(), rtol=1e-12)
+    np.testing.assert_allclose((g * d).sum(1).numpy(), A.norms.dual_norm(g, norm).numpy(), rtol=1e-12)
 
 
 def test_spectral_direction():
     g = torch.as_tensor(np.random.default_rng(3).standard_normal((3, 4, 4)))
     d = A.optim.steepest_direction(g, "spectral")
     np.testing.assert_allclose(torch.linalg.matrix_norm(d, ord=2).numpy(), 1.0, rtol=1e-10)
-    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.optim.dual_norm(g, "spectral").numpy(), rtol=1e-10)
+    np.testing.assert_allclose((g * d).sum((1, 2)).numpy(), A.norms.dual_norm(g, "spectral").numpy(), rtol=1e-10)
 
 
 @pytest.mark.slow
@@ -286,7 +286,7 @@ def test_adam_eps_split_at_t_eps():
     w0 = model.init_params(8, None, [None] * 4)
     norms = {"1": 1.0, "2": 2.0, "inf": np.inf}
     w_p = {k: A.svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
-    gam = {k: 1.0 / A.svm.vector_norm(w_p[k], q) for k, q in norms.items()}
+    gam = {k: 1.0 / A.norms.vector_norm(w_p[k], q) for k, q in norms.items()}
     runs = [G._fit_margin(model, w0, batch, steps=14000, **G._adam(0.01, 0.999, eps=eps))
             for eps in (0.0, 1e-4)]
     split = G._adam_eps_split(*runs, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
@@ -442,7 +442,7 @@ def test_observed_rates_in_each_geometry():
                      ("md15", 1.5, dict(optimizer="md", p=1.5, lr=3.0, normalize=True)),
                      ("md3", 3.0, dict(optimizer="md", p=3.0, lr=3.0, normalize=True))]:
         r = G._fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
-        gam = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
+        gam = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
         slope[k] = np.median(A.metrics.slopes(r["steps"], A.svm.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4
     assert slope["md15"] < slope["ngd"] - 0.2
@@ -511,7 +511,7 @@ def test_ngd_margin_rate_constant_is_near_tight():
     log n / 2.2 fails at some step, and by log n / 3 at the last step (asserted)."""
     X = np.array([[[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]]])
     y = np.ones((1, 3))
-    gamma = 1.0 / A.svm.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
+    gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)
     R = np.linalg.norm(X, axis=-1).max(-1)
     for eta in (float(A.bounds.ngd_margin_step(gamma, R)[0]), float(A.bounds.ngd_margin_step(gamma, R)[0]) / 4):
         K = int(300 / eta)
@@ -612,7 +612,7 @@ def test_prgd_ideal():
     (checked)."""
     Z = np.array([[0.22, -0.92], [0.72, -0.10], [0.24, -0.89]])
     n = len(Z)
-    gamma = float(1.0 / A.svm.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
+    gamma = float(1.0 / A.norms.vector_norm(A.svm.linear_svm_p(Z[None], np.ones((1, n)), 2.0), 2.0)[0])
     radii = 1.5 ** np.arange(2, 14)
     ratio, weak95 = [], []
     for R in radii:

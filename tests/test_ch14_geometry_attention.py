@@ -91,7 +91,7 @@ def _certificate_gap(Amat, W, norm):
     lv = np.clip(np.asarray(lam.value, dtype=float), 0.0, None)
     lv = lv / max(1.0, _DUAL[norm](np.tensordot(lv, Amat, axes=1)))
     W = W / np.tensordot(Amat, W, axes=2).min()                 # feasible: smallest margin 1
-    primal = A.svm.matrix_norm(W, norm)
+    primal = A.norms.matrix_norm(W, norm)
     return (primal - lv.sum()) / primal
 
 
@@ -154,7 +154,7 @@ def test_att_svm_batch_status_equals_per_trial(inst, norm):
         # the solution attains the largest normalized margin in its norm: ratio 1 against itself,
         # and the Frobenius solution (another feasible point) is not better in this norm
         best = A.svm.att_margin_in_norm(Wb, inst.X[b], inst.Z[b], inst.opt[b], norm)
-        assert best == pytest.approx(1.0 / A.svm.matrix_norm(Wb, norm), rel=1e-9)
+        assert best == pytest.approx(1.0 / A.norms.matrix_norm(Wb, norm), rel=1e-9)
         Wf = A.svm.att_svm(inst.X[b], inst.Z[b], inst.opt[b])
         assert A.svm.att_margin_in_norm(Wf, inst.X[b], inst.Z[b], inst.opt[b], norm) <= best * (1 + 1e-7)
 
@@ -327,7 +327,7 @@ def _sd_run(norm, steps=1500, n=2, decay=0.0):
     from attnsvm.data import score_instances
     from attnsvm.losses import excess_loss, risk_grad, scale_to_excess
     from attnsvm.optim import steepest_direction
-    from attnsvm.svm.geometry import matrix_norm
+    from attnsvm.norms import matrix_norm
     from attnsvm.tokens import opt_margins
 
     data, opt = score_instances(n, 2, 3, seed=0)

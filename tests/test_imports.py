@@ -242,6 +242,104 @@ def test_function_level_imports_defer_only_heavy_dependencies():
     assert not bad, "\n".join(bad)
 
 
+# ----------------------------------------------------------------------------- the layers
+#: the library's layers, bottom up: a module imports only modules of the layers below its own (a
+#: package's modules count as the package; arrows inside a package are its own business). This is
+#: the one list: CONTRIBUTING.md shows it (``contributing_layers``), and a new module fails here
+#: until it is placed.
+LAYERS = (
+    ("_checks", "_env"),                                    # argument checks, environment names
+    ("tokens", "norms", "devices", "history", "plot", "claims"),
+    ("data", "metrics", "optim"),
+    ("losses", "graphs", "datasets"),
+    ("models", "svm", "path"),
+    ("bounds", "train"),
+    ("runs",),
+    ("experiments",),
+)
+
+CONTRIBUTING = SRC.parent / "CONTRIBUTING.md"
+
+
+def _top(m, pkg=PKG):
+    """The top-level module of ``pkg`` that module ``m`` belongs to (``None`` for ``pkg`` itself)."""
+    parts = m.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer_violations(graph, layers=LAYERS, pkg=PKG):
+    """Arrows against ``layers``: a module importing one of its own layer or of a layer above, and
+    modules that no layer lists."""
+    where = {m: k for k, layer in enumerate(layers) for m in layer}
+    bad = set()
+    for m, targets in graph.items():
+        a = _top(m, pkg)
+        if a is None:
+            continue
+        if a not in where:
+            bad.add(f"{a} is in no layer of LAYERS")
+            continue
+        for t in targets:
+            b = _top(t, pkg)
+            if b is None or b == a:
+                continue
+            if b not in where:
+                bad.add(f"{b} is in no layer of LAYERS")
+            elif where[b] >= where[a]:
+                bad.add(f"{a} (layer {where[a]}) imports {b} (layer {where[b]})")
+    return sorted(bad)
+
+
+def test_every_arrow_points_down_the_layers():
+    bad = layer_violations(build_graph()[0])
+    assert not bad, "arrows against the layers (tests/test_imports.py::LAYERS):\n" + "\n".join(bad)
+
+
+def test_planted_arrows_against_the_layers_are_found(tmp_path):
+    """An arrow up, an arrow inside a layer and an unlisted module are each caught; an arrow down
+    and an arrow inside a package are not."""
+    _write(tmp_path, {
+        "attnsvm/__init__.py": "",
+        "attnsvm/low.py": "from .high import f\n",                 # up
+        "attnsvm/mid.py": "from .low import g\nfrom .twin import h\n",   # down, and inside its layer
+        "attnsvm/twin.py": "def h():\n    pass\n",
+        "attnsvm/high.py": "from .pkg import k\nfrom .stray import s\n\ndef f():\n    pass\n",
+        "attnsvm/stray.py": "def s():\n    pass\n",
+        "attnsvm/pkg/__init__.py": "from .a import k\n",
+        "attnsvm/pkg/a.py": "from .b import j\n\ndef k():\n    pass\n",
+        "attnsvm/pkg/b.py": "def j():\n    pass\n",
+    })
+    layers = (("low",), ("mid", "twin"), ("pkg",), ("high",))
+    graph = build_graph(tmp_path, PKG)[0]
+    assert layer_violations(graph, layers) == [
+        "low (layer 0) imports high (layer 3)",
+        "mid (layer 1) imports twin (layer 1)",
+        "stray is in no layer of LAYERS",
+    ]
+    graph["attnsvm.low"] = set()
+    graph["attnsvm.mid"] = {"attnsvm.low"}
+    assert layer_violations(graph, layers) == ["stray is in no layer of LAYERS"]
+
+
+def contributing_layers(layers=LAYERS):
+    """The sentence of CONTRIBUTING.md that shows the layers, written from ``layers``."""
+    return "The layers, bottom up: " + " → ".join(", ".join(f"`{m}`" for m in layer) for layer in layers) + "."
+
+
+def _one_line(text):
+    return " ".join(text.split())
+
+
+def test_contributing_shows_the_layers():
+    """CONTRIBUTING.md shows LAYERS as written here (line breaks aside); a planted swap of two
+    layers is not found in the text."""
+    text = _one_line(CONTRIBUTING.read_text())
+    assert contributing_layers() in text, (
+        "CONTRIBUTING.md must show the layers of tests/test_imports.py::LAYERS as:\n" + contributing_layers())
+    swapped = LAYERS[:2] + (LAYERS[3], LAYERS[2]) + LAYERS[4:]
+    assert contributing_layers(swapped) not in text
+
+
 # ----------------------------------------------------------------------------- the test can fail
 
 def _write(root, files):

@@ -156,38 +156,10 @@ def test_polyak_wrapper_needs_loss():
         NGD([p], lr=-1.0)
 
 
-# ---------------------------------------------------------------- the one matrix norm
-def test_matrix_norm_numpy_and_torch_agree_with_definitions():
-    """``optim.matrix_norm`` (the library's one matrix norm): numpy and torch give the same
-    numbers per trial, equal to the definitions (entrywise sum of |w|^p, the singular values);
-    ``svm.matrix_norm`` is the same function; bad norms and non-matrix spectral norms are
-    refused by name. A wrong exponent or a norm over the batch axis fails by far more than 1e-12."""
-    import attnsvm as A
-    from attnsvm.optim import matrix_norm
-    assert A.svm.matrix_norm is matrix_norm
-    W = np.random.default_rng(3).normal(size=(2, 3, 4, 5))
-    W[1] *= 1e6
-    s = np.linalg.svd(W, compute_uv=False)
-    flat = np.abs(W).reshape(2, 3, -1)
-    want = {1: flat.sum(-1), 3.0: (flat ** 3).sum(-1) ** (1 / 3), "fro": np.sqrt((flat ** 2).sum(-1)),
-            "inf": flat.max(-1), "spectral": s[..., 0], "nuc": s.sum(-1)}
-    for norm, w in want.items():
-        a, t = matrix_norm(W, norm), matrix_norm(torch.as_tensor(W), norm)
-        assert isinstance(a, np.ndarray) and torch.is_tensor(t) and a.shape == (2, 3)
-        np.testing.assert_allclose(a, w, rtol=1e-12)
-        np.testing.assert_allclose(t.numpy(), w, rtol=1e-12)
-    # batch_ndim: one norm per leading index over all the other axes (entrywise only)
-    np.testing.assert_allclose(matrix_norm(W, 2.0, batch_ndim=1),
-                               np.sqrt((W.reshape(2, -1) ** 2).sum(-1)), rtol=1e-12)
-    with pytest.raises(ValueError, match="needs matrices"):
-        matrix_norm(torch.as_tensor(W), "nuc", batch_ndim=1)
-    with pytest.raises(ValueError, match="norm"):
-        matrix_norm(W, 0.5)
-
-
 # ---------------------------------------------------------------- the registry (Part IV rules)
 def test_steepest_rules_per_trial_and_schedule():
-    from attnsvm.optim import dual_norm, steepest_direction
+    from attnsvm.norms import dual_norm
+    from attnsvm.optim import steepest_direction
     g = _rand(3, 4, 2, seed=7)
     g[1] *= 1e8
     for norm in (1, 2, 3.0, "inf", "spectral"):

@@ -1,11 +1,11 @@
 """``fit(records="snapshots")``: a record step records only the snapshots. The run itself is
 unchanged (the same steps, bit for bit); the metrics are absent; the finite guard still names
-the first non-finite trial and step; :func:`attnsvm.train.every_step` uses it."""
+the first non-finite trial and step; :func:`attnsvm.runs.every_step` uses it."""
 import numpy as np
 import pytest
 import torch
 
-from attnsvm import metrics, train
+from attnsvm import metrics, runs, train
 from attnsvm.data import LinearData, random_inits, score_instances
 from attnsvm.losses import excess_loss
 from attnsvm.train import NonFiniteError, fit
@@ -74,7 +74,7 @@ def test_every_step_records_only_snapshots(inst, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train, "fit", spy)
-    lq, ex, W = train.every_step(data, opt, optimizer="gd", lr=0.5, steps=30, init=W0,
+    lq, ex, W = runs.every_step(data, opt, optimizer="gd", lr=0.5, steps=30, init=W0,
                                  device="cpu")
     assert seen == ["snapshots"]
     h = real(data, model="W", optimizer="gd", lr=0.5, steps=30, init=W0, snapshots=True,

@@ -8,13 +8,17 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``svm``      every max-margin problem (a package): Att-SVMs (Frobenius, nuclear, l_p, spectral),
              local optimality, l_p linear SVMs, NTP / logit / graph SVMs, the finite parts W*
 ``models``   the attention classifier: score parameterizations and heads (a package)
+``norms``    the norms: one parser, matrix, dual and vector norms, the regularization path's ball
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign; Part IV's steepest, mirror, PRGD,
              scheduled Adam) for the engine and torch.optim
+``history``  the records of a run: the record grid, ``History``, ``NonFiniteError``
 ``train``    the batched training engine ``fit`` (FitConfig, recorder, finite guard, step)
+``runs``     Part III's shared runs on top of ``fit``: one call per optimizer, every step recorded,
+             the global theorem checked, V settings as one call (``tile_trials``)
 ``metrics``  correlations, direction errors, attention sparsity, rate fits
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
-``bounds``   proved bounds of the book, as functions
+``bounds``   proved bounds of the book, as functions (a package, one module per group of chapters)
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
 ``path``     the regularization path: norm-constrained risk minimization (spectral projected gradient)
@@ -37,9 +41,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "optim", "train", "metrics", "plot", "devices",
-               "bounds", "claims", "experiments", "path",
-               "graphs", "datasets")
+_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "norms", "optim", "history", "train", "runs", "metrics",
+               "plot", "devices", "bounds", "claims", "experiments", "path", "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

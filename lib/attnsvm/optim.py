@@ -39,7 +39,7 @@ The rules (:data:`RULES`; ``lr`` = :math:`\eta`)
 * ``"md"``: mirror descent with potential :math:`\psi(w) = \frac1p\|w\|_p^p` (entrywise,
   :math:`\nabla\psi(w) = \mathrm{sign}(w)|w|^{p-1}`, ``p > 1``, :func:`mirror_map`):
   :math:`\nabla\psi(w_{t+1}) = \nabla\psi(w_t) - \eta_t g`; with ``normalize=True`` the
-  gradient is divided by its dual norm :math:`\|g\|_{p/(p-1)}` (:func:`dual_norm`). The dual
+  gradient is divided by its dual norm :math:`\|g\|_{p/(p-1)}` (:func:`attnsvm.norms.dual_norm`). The dual
   iterate :math:`\theta = \nabla\psi(w)` is the rule's state.
 * ``"prgd"``: progressive norm rescaling (the book's variant): phase ``k`` starts at step
   :math:`k P` (``period`` :math:`P`) by rescaling :math:`w \leftarrow R_k w/\|w\|_2`,
@@ -66,14 +66,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ._checks import as_float_array, check_choice, check_int, check_positive
+from ._checks import check_choice, check_int, check_positive
+from .norms import dual_norm, parse_norm
 
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
            "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
-           "steepest_direction", "dual_norm", "matrix_norm", "mirror_map", "parse_norm",
+           "steepest_direction", "mirror_map",
            "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer"]
 
 
@@ -139,63 +139,6 @@ def log_norm(grads, batch_ndim=0):
     return rescaled if plain is None else torch.where(safe, plain, rescaled)
 
 
-def parse_norm(norm):
-    """``norm`` as ``float`` (a real p >= 1 or ``math.inf``) or ``"spectral"``; else ValueError."""
-    if isinstance(norm, str):
-        if norm in ("spectral", "inf"):
-            return math.inf if norm == "inf" else norm
-        raise ValueError(f"norm must be a real p >= 1, inf or 'spectral', got {norm!r}")
-    if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not norm >= 1:
-        raise ValueError(f"norm must be a real p >= 1, inf or 'spectral', got {norm!r}")
-    return float(norm)
-
-
-def matrix_norm(W, norm, batch_ndim=None):
-    r"""The norm of parameters, per trial: the one definition of the library's matrix norms
-    (:func:`attnsvm.svm.matrix_norm`, :func:`dual_norm`, the regularization path's constraint).
-
-    Parameters
-    ----------
-    W : ndarray or torch.Tensor (..., d1, d2), or any shape with ``batch_ndim``; the result is
-        of the same kind (numpy arrays are computed with ``numpy.linalg``, tensors with
-        ``torch.linalg``)
-    norm : a real ``p >= 1``, ``inf`` / ``"inf"`` or ``"fro"`` (``p = 2``): the entrywise
-        :math:`\ell_p` norm over the axes after the batch axes; ``"spectral"`` (largest
-        singular value) or ``"nuc"`` (sum of the singular values): matrices only
-    batch_ndim : int, optional
-        Leading axes that index trials (default: all but the last two).
-
-    Returns
-    -------
-    ndarray or torch.Tensor, shape ``W.shape[:batch_ndim]``
-    """
-    is_tensor = torch.is_tensor(W)
-    if not is_tensor:
-        W = as_float_array("W", W, min_ndim=2 if batch_ndim is None else 0)
-    batch_ndim = W.ndim - 2 if batch_ndim is None else batch_ndim
-    if isinstance(norm, str) and norm in ("spectral", "nuc"):
-        if W.ndim - batch_ndim != 2:
-            raise ValueError(f"norm={norm!r} needs matrices, got W of shape {tuple(W.shape)} "
-                             f"with batch_ndim={batch_ndim}")
-        order = 2 if norm == "spectral" else "nuc"
-        return (torch.linalg.matrix_norm(W, ord=order) if is_tensor
-                else np.linalg.norm(W, ord=order, axis=(-2, -1)))
-    p = 2.0 if isinstance(norm, str) and norm == "fro" else parse_norm(norm)
-    if is_tensor:
-        return torch.linalg.vector_norm(W, ord=p, dim=_dims(W, batch_ndim))
-    return np.linalg.norm(W.reshape(W.shape[:batch_ndim] + (-1,)), ord=p, axis=-1)
-
-
-def dual_norm(g, norm, batch_ndim=1):
-    r"""Dual norm :math:`\|g\|_* = \max_{\|d\|\le1}\langle g,d\rangle` per trial (torch):
-    :func:`matrix_norm` in the dual exponent :math:`q = p/(p-1)`, nuclear for spectral."""
-    norm = parse_norm(norm)
-    if norm == "spectral":
-        return matrix_norm(g, "nuc", batch_ndim)
-    q = math.inf if norm == 1 else (1.0 if norm == math.inf else norm / (norm - 1))
-    return matrix_norm(g, q, batch_ndim)
-
-
 def steepest_direction(g, norm, batch_ndim=1):
     r"""The unit steepest direction :math:`d = \arg\max_{\|d\|\le 1}\langle g, d\rangle`.
 
@@ -203,7 +146,7 @@ def steepest_direction(g, norm, batch_ndim=1):
     largest :math:`|g_k|` (first on ties); real ``p``: :math:`\mathrm{sign}(g)|g|^{q-1}/
     \|g\|_q^{q-1}` with :math:`q = p/(p-1)`; ``"spectral"``: :math:`UV^\top` (thin SVD of
     :math:`g`, matrices only). Zero gradients give zero directions. Then
-    :math:`\langle g, d\rangle = \|g\|_*` (:func:`dual_norm`) and :math:`\|d\| = 1`.
+    :math:`\langle g, d\rangle = \|g\|_*` (:func:`attnsvm.norms.dual_norm`) and :math:`\|d\| = 1`.
     """
     norm = parse_norm(norm)
     dims = _dims(g, batch_ndim)

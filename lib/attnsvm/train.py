@@ -27,10 +27,11 @@ snapshots of any named parameter), one finite-value guard (:class:`NonFiniteErro
 the trial and the step) and one loop. :func:`fit` builds the configuration and :func:`run`
 runs it.
 
-Part III's runs, each on the record grid of :func:`fit` (no second training loop):
-:func:`fit_settings` (one call per optimizer, log-spaced snapshots) and
-:func:`trajectory_metrics` (exact metrics of its snapshots); :func:`every_step` (one call recorded
-at every step) and :func:`global_run` (it, checked against the global theorem).
+Part III's runs on top of :func:`fit` (one call per optimizer, every step recorded, the global
+theorem checked) live in :mod:`attnsvm.runs`; the engine imports neither the bounds nor the metrics.
+The records (:class:`~attnsvm.history.History`, :func:`~attnsvm.history.record_grid`,
+:class:`~attnsvm.history.NonFiniteError`) live in :mod:`attnsvm.history`; ``attnsvm.train`` re-exports
+them, the types its :func:`fit` returns and raises.
 """
 from __future__ import annotations
 
@@ -40,23 +41,21 @@ import numbers
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
-from . import bounds, metrics
 from ._checks import as_float_array, check_choice, check_int, check_positive
 from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
-from .losses import excess_loss, get_loss, log_excess_loss, log_mean_loss
+from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
 from .optim import Context, Descent, make_rule
 from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
+from .history import History, NonFiniteError, record_grid
 
 __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
-           "fit_settings", "trajectory_metrics", "every_step", "global_run", "global_runs",
-           "tile_trials", "untile_trials",
            "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
@@ -84,135 +83,6 @@ OPTIMIZERS = {
     "sngd": ("ngd", True, 0.1),
     "sps": ("polyak", True, 1.0),
 }
-
-
-class NonFiniteError(FloatingPointError):
-    """A trial's iterate became NaN or inf. Attributes ``trial`` and ``step``."""
-
-    def __init__(self, msg, trial, step):
-        super().__init__(msg)
-        self.trial = trial
-        self.step = step
-
-
-def record_grid(steps, record_every="log", n_records=100, *, extra=(), initial=True):
-    """Sorted unique record steps in ``[0, steps]`` (always containing ``steps``, and 0 unless
-    ``initial=False``).
-
-    ``record_every="log"``: 0 and ``n_records - 1`` log-spaced steps in ``[1, steps]``
-    (rounded, duplicates removed); an int ``k``: ``0, k, 2k, ...`` and ``steps``; a sequence of
-    ints: those steps (strictly increasing, in ``[0, steps]``) with 0 and ``steps`` added.
-    ``extra``: further steps in ``[0, steps]`` merged into the grid (phase boundaries, horizons).
-    ``initial=False`` leaves the step 0 out (the records a chapter compares, of a run that
-    :func:`fit` records from 0 anyway; ``"log"`` then has ``n_records`` log-spaced steps).
-    """
-    extra = np.asarray(extra, dtype=np.int64).ravel()
-    if extra.size and (extra.min() < 0 or extra.max() > steps):
-        raise ValueError(f"extra steps must lie in [0, steps={steps}], got {extra.min()}..{extra.max()}")
-    start = [0] if initial else []
-    if not isinstance(record_every, (str, numbers.Integral)):
-        try:
-            g = np.asarray(record_every)
-        except (TypeError, ValueError):
-            g = None
-        if (g is None or g.ndim != 1 or g.size == 0 or not np.issubdtype(g.dtype, np.integer)
-                or np.any(np.diff(g) <= 0) or g[0] < 0 or g[-1] > steps):
-            raise ValueError(f"record_every must be 'log', a positive int or strictly increasing "
-                             f"ints in [0, steps={steps}], got {record_every!r}")
-        if not initial:
-            g = g[g > 0]
-        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
-    if isinstance(record_every, str):
-        check_choice("record_every", record_every, ("log",))
-        n_records = check_int("n_records", n_records, minimum=2 if initial else 1)
-        g = np.round(np.geomspace(1, steps, n_records - len(start))).astype(np.int64)
-        return np.unique(np.concatenate([start, g, [steps], extra])).astype(np.int64)
-    k = check_int("record_every", record_every, minimum=1)
-    g = np.arange(0 if initial else k, steps + 1, k)
-    return np.unique(np.concatenate([g, [steps], extra])).astype(np.int64)
-
-
-@dataclass
-class History:
-    """Recorded trajectory of a batched :func:`fit` (numpy arrays; ``K`` records, ``B`` trials).
-
-    Attributes
-    ----------
-    steps : (K,) int
-        Record steps (number of updates applied; 0 = initialization).
-    loss, log_loss : (K, B)
-        Full-data loss :math:`L` and :math:`\\log L` (``log_loss`` is NaN for the correlation
-        loss). ``log_loss`` stays accurate when ``loss`` underflows to 0.
-    norm : (K, B)
-        :math:`\\|W\\|_F` (``K Q^T`` for "KQ"), :math:`\\|p\\|` or :math:`\\|w\\|`.
-    corr : dict name -> (K, B)
-        Correlation of that matrix with each reference in ``refs`` (NaN while it is 0).
-    opt_mass : (K, B) or None
-        Mean over sequences of the softmax mass on the optimal token.
-    selected : (K, B, n) int or None
-        :math:`\\arg\\max_t` of the attention scores of each sequence.
-    margin : (K, B) or None
-        Linear model: normalized margin :math:`\\min_i y_i w^\\top x_i / \\|w\\|`.
-    excess : (K, B) or None
-        A model object with ``L_star``: the excess loss :math:`L - L^\\star`.
-    opt : (B, n) int or None
-        The optimal tokens used for ``opt_mass`` at initialization.
-    params : dict name -> ndarray
-        Final parameters with the trials axis (``W`` always present for "W"/"KQ").
-    snapshots : (K, B, ...) or None
-        The main matrix at each record step (``snapshots=True``, or its name in ``snapshots``).
-    trajectory : dict name -> (K, B, ...)
-        Every parameter named in ``snapshots`` at each record step (e.g. ``"W"`` and ``"v"``).
-    config : dict
-        The resolved arguments of the run.
-    """
-
-    steps: np.ndarray
-    loss: np.ndarray
-    log_loss: np.ndarray
-    norm: np.ndarray
-    corr: dict = field(default_factory=dict)
-    opt_mass: np.ndarray | None = None
-    selected: np.ndarray | None = None
-    margin: np.ndarray | None = None
-    excess: np.ndarray | None = None
-    opt: np.ndarray | None = None
-    params: dict = field(default_factory=dict)
-    snapshots: np.ndarray | None = None
-    trajectory: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-
-    @property
-    def trials(self):
-        return self.loss.shape[1] if self.loss is not None else int(self.config["trials"])
-
-    def _p(self, name):
-        if name not in self.params:
-            raise AttributeError(f"this run has no parameter {name!r}; it has {sorted(self.params)}")
-        return self.params[name]
-
-    W = property(lambda self: self._p("W"), doc="Final W (B,d,d) (K Q^T for 'KQ').")
-    K = property(lambda self: self._p("K"), doc="Final K (B,d,m).")
-    Q = property(lambda self: self._p("Q"), doc="Final Q (B,d,m).")
-    p = property(lambda self: self._p("p"), doc="Final prompt p (B,d).")
-    v = property(lambda self: self._p("v"), doc="Final head v (B,d).")
-    w = property(lambda self: self._p("w"), doc="Final linear classifier w (B,d).")
-
-    def series(self, name):
-        """The recorded (K, B) series ``name``: a metric field or a key of :attr:`corr`."""
-        if name in self.corr:
-            return self.corr[name]
-        if name in ("loss", "log_loss", "norm", "opt_mass", "margin", "selected", "excess"):
-            val = getattr(self, name)
-            if val is None:
-                raise ValueError(f"{name!r} was not recorded for this model")
-            return val
-        raise ValueError(f"name must be a metric ('loss', 'log_loss', 'norm', 'opt_mass', "
-                         f"'margin', 'selected', 'excess') or a corr key {sorted(self.corr)}, got {name!r}")
-
-    def final(self, name):
-        """The last record of ``name`` (one value per trial)."""
-        return self.series(name)[-1]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -1374,243 +1244,3 @@ class _Recorder:
             excess=stack("excess"), opt=self.terms.opt(), params=self.terms.final_params(params),
             snapshots=traj.get(self.terms.main), trajectory=traj,
             config=self.cfg.as_dict(self.terms.trials))
-
-
-# ----------------------------------------------------------------------------- Part III's runs
-def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
-                 device="auto", drop_nonfinite=()):
-    r"""Train every optimizer of ``settings`` (name -> :func:`fit` keyword arguments, with an
-    optional ``optimizer`` when the name is not the rule's) on all trials at once, the attention
-    model ``"W"`` with the reference ``W_mm``: one :func:`fit` call per optimizer, snapshots of
-    ``W`` on the log-spaced record grid of ``n_records`` records.
-
-    For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
-    (:class:`NonFiniteError`) is dropped and the others are trained again; the dropped trials are
-    NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
-    them). Any other optimizer raises.
-
-    Returns dict name -> :class:`History`.
-    """
-    out = {}
-    B = W_mm.shape[0]
-    for name, kw in settings.items():
-        kw = dict(kw)
-        opt_name = kw.pop("optimizer", name)
-        keep = np.arange(B)
-        while True:
-            sub = keep.size < B
-            try:
-                h = fit(data.take(keep) if sub else data, model="W", optimizer=opt_name,
-                        steps=steps, init=(init[keep] if sub and init is not None else init),
-                        refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
-                        n_records=n_records, seed=seed, device=device, **kw)
-                break
-            except NonFiniteError as err:
-                if name not in drop_nonfinite or keep.size == 1:
-                    raise
-                keep = np.delete(keep, err.trial)
-        out[name] = _pad_trials(h, keep, B) if keep.size < B else h
-    return out
-
-
-def _pad_trials(h, keep, B):
-    """History ``h`` of the trials ``keep`` as one of ``B`` trials: NaN (float) or 0 elsewhere.
-    ``params`` and ``opt`` have the trial axis first, every recorded array second."""
-    def pad(x, axis):
-        if x is None:
-            return None
-        x = np.asarray(x)
-        shape = list(x.shape)
-        shape[axis] = B
-        out = np.full(shape, np.nan) if x.dtype.kind == "f" else np.zeros(shape, x.dtype)
-        out[(slice(None),) * axis + (keep,)] = x
-        return out
-
-    fields_ = {f: pad(getattr(h, f), 1) for f in ("loss", "log_loss", "norm", "opt_mass", "selected",
-                                                   "margin", "excess", "snapshots")}
-    return replace(
-        h, **fields_, opt=pad(h.opt, 0), corr={k: pad(v, 1) for k, v in h.corr.items()},
-        params={k: pad(v, 0) for k, v in h.params.items()},
-        trajectory={k: pad(v, 1) for k, v in h.trajectory.items()},
-        config={**h.config, "dropped_trials": sorted(set(range(B)) - set(keep.tolist()))})
-
-
-def trajectory_metrics(data, opt, W_mm, hist):
-    r"""Exact metrics along a run recorded with snapshots (:func:`fit_settings`): dict of (K, B)
-    arrays, plus ``t`` (K,).
-
-    ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
-    ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
-    non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
-    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`fit_settings`) are NaN.
-    """
-    dropped = hist.config.get("dropped_trials", [])
-    if dropped:
-        B = W_mm.shape[0]
-        live = np.setdiff1d(np.arange(B), dropped)
-        part = replace(hist, snapshots=hist.snapshots[:, live], norm=hist.norm[:, live],
-                       loss=hist.loss[:, live],
-                       config={k: v for k, v in hist.config.items() if k != "dropped_trials"})
-        sub = trajectory_metrics(data.take(live), opt[live], W_mm[live], part)
-        out = {"t": sub.pop("t")}
-        for k, v in sub.items():
-            full = np.full((v.shape[0], B) + v.shape[2:], np.nan)
-            full[:, live] = v
-            out[k] = full
-        return out
-    S = hist.snapshots                                              # (K, B, d, d)
-    lm = metrics.nonopt_mass(data, opt, S, log=True)                # (K, B, n)
-    mx = lm.max(-1, keepdims=True)
-    log_mass = mx[..., 0] + np.log(np.exp(lm - mx).mean(-1))
-    return dict(t=hist.steps, one_minus_corr=metrics.one_minus_corr(S, W_mm[None]),
-                dir_err=metrics.direction_error(S, W_mm[None]), norm=hist.norm,
-                excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
-                mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
-                min_margin=metrics.min_margin(data, opt, S), loss=hist.loss)
-
-
-#: records evaluated at a time by :func:`every_step` (bounds its temporaries, not the run)
-_EVAL_BLOCK = 500
-
-
-def tile_trials(data, V):
-    r"""The trials of ``data`` repeated ``V`` times, to run ``V`` settings of one experiment as
-    one :func:`fit` (copy ``j``, trial ``b``) = trial ``j B + b``.
-
-    Returns
-    -------
-    (data, idx) : the tiled instances (:meth:`~attnsvm.data.Instances.take`) and ``idx`` (V B,)
-        the original trial of each tiled one (index per-trial inputs with it: ``init[idx]``,
-        ``opt[idx]``, the seeds ``(seed, idx[i])``).
-    """
-    V = check_int("V", V, minimum=1)
-    idx = np.tile(np.arange(data.trials), V)
-    return data.take(idx), idx
-
-
-def untile_trials(x, V, axis=0):
-    """Split the trials axis ``axis`` (length ``V B``) of ``x`` into ``(V, B)`` and move the
-    ``V`` axis first: ``out[j]`` is copy ``j`` of :func:`tile_trials`, its other axes as in ``x``."""
-    x = np.asarray(x)
-    axis = axis % x.ndim
-    if x.shape[axis] % V:
-        raise ValueError(f"axis {axis} of x has {x.shape[axis]} trials, not a multiple of V = {V}")
-    x = x.reshape(x.shape[:axis] + (V, x.shape[axis] // V) + x.shape[axis + 1:])
-    return np.moveaxis(x, axis, 0)
-
-
-def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
-    r"""One :func:`fit` call of ``"gd"`` or ``"ngd"`` for ``steps`` steps on all trials of the
-    attention model ``"W"``, recorded at every step (``record_every=1``, snapshots of ``W``):
-    :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at every step,
-    and the final ``W`` (B, d, d). The snapshots take :math:`8(\mathrm{steps}+1)Bd^2` bytes."""
-    if optimizer not in ("gd", "ngd"):
-        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
-    steps = check_int("steps", steps, minimum=1)
-    h = fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=init, snapshots=True,
-            records="snapshots", record_every=1, device=device)
-    S = h.snapshots
-    blocks = range(0, S.shape[0], _EVAL_BLOCK)
-    lq = np.concatenate([metrics.log_q(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
-    ex = np.concatenate([excess_loss(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
-    return lq, ex, h.W
-
-
-def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, device="auto"):
-    r"""One GD or NGD run from ``W0`` on all trials (:func:`every_step`), checked against the
-    global theorem (book: ``lem-no-attention-loss``, ``thm-global-region``,
-    ``cor-sparsity-global``) at every step.
-
-    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
-    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`attnsvm.bounds.global_constants`), valid
-    for every trial; a number runs that step, and the bounds are then evaluated only where it is
-    within the theorem's step of the trial.
-
-    Returns
-    -------
-    dict with ``eta`` (float), ``consts`` (:func:`attnsvm.bounds.global_constants`), ``proved``
-    (B,) bool (the step is within the theorem's), ``noloss`` (B,) bool (the step is within
-    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
-    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
-    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time
-    at ``eta`` (NaN where not ``proved``), ``first`` (B,) the observed first step from which
-    :math:`E(W_t)\le\varepsilon_0` (:func:`attnsvm.metrics.first_step`; NaN where the run ends
-    outside the region), ``mono``, ``mono_checked``, ``mono_worst``
-    (:func:`attnsvm.bounds.q_monotone`), ``excess_holds`` and ``mass_holds`` (steps + 1, B)
-    bool: :math:`E(W_t)` below the theorem's bound and :math:`\max_i(1-s_i(W_t))` below the
-    corollary's (False where not ``proved``).
-    """
-    return global_runs(data, opt, W_mm, {"run": W0}, optimizer=optimizer, lr=lr, steps=steps,
-                       device=device)["run"]
-
-
-def global_runs(data, opt, W_mm, starts, *, optimizer, lr="theorem", steps, device="auto"):
-    r""":func:`global_run` from each start of ``starts`` (dict name -> ``W0`` (B, d, d)) as one
-    :func:`every_step` call over the stacked trials (start ``j``, trial ``b``) = trial
-    ``j B + b``: each start keeps its own step ``eta`` (``lr="theorem"``: the smallest over
-    *its* trials of the theorem's step, :func:`attnsvm.bounds.global_constants` depends on
-    ``W0``), run as the per-trial step size of :func:`fit`. A trial does not depend on the
-    others, so the result equals ``{name: global_run(data, opt, W_mm, W0, ...)}`` up to the last
-    bit (a trial's position in the batch can move its CPU kernels between the vector and the
-    scalar path of ``exp``/``log``).
-
-    Returns
-    -------
-    dict name -> dict of :func:`global_run`
-    """
-    if optimizer not in ("gd", "ngd"):
-        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
-    names = list(starts)
-    if not names:
-        raise ValueError("starts must name at least one initialization")
-    gs = {k: bounds.global_constants(data, opt, W_mm, starts[k]) for k in names}
-    etas = {k: _global_step(gs[k], optimizer, lr) for k in names}
-    if len(names) == 1:
-        runs = [every_step(data, opt, optimizer=optimizer, lr=etas[names[0]], steps=steps,
-                           init=starts[names[0]], device=device)]
-    else:
-        V = len(names)
-        tiled, idx = tile_trials(data, V)
-        opt_all = np.asarray(opt)[idx] if np.ndim(opt) == 2 else opt
-        lq, ex, W = every_step(tiled, opt_all, optimizer=optimizer,
-                               lr=np.repeat([etas[k] for k in names], data.trials), steps=steps,
-                               init=np.concatenate([np.asarray(starts[k], dtype=float) for k in names]),
-                               device=device)
-        lq, ex, W = untile_trials(lq, V, 1), untile_trials(ex, V, 1), untile_trials(W, V)
-        runs = [tuple(np.ascontiguousarray(a[j]) for a in (lq, ex, W)) for j in range(V)]
-    return {k: _global_checks(gs[k], etas[k], optimizer, *r) for k, r in zip(names, runs)}
-
-
-def _global_step(g, optimizer, lr):
-    """The step of a global run: ``"theorem"`` (the smallest over the trials of the theorem's
-    step in the constants ``g``) or a positive number."""
-    if isinstance(lr, str):
-        if lr != "theorem":
-            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
-        return float(g[f"eta_{optimizer}_global"].min())
-    eta = float(lr)
-    if not eta > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    return eta
-
-
-def _global_checks(g, eta, optimizer, lq, ex, W):
-    """The checks of :func:`global_run` on one run at step ``eta`` (its dict)."""
-    thm = g[f"eta_{optimizer}_global"]
-    proved = eta <= thm * (1 + 1e-12)
-    noloss = eta <= g[f"eta_{optimizer}_noloss"]
-    t = np.arange(ex.shape[0])
-    mono, checked, worst = bounds.q_monotone(lq, ex)
-    n = lq.shape[-1]
-    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
-    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
-    with np.errstate(divide="ignore"):
-        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
-        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
-                      + 1e-9)
-    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
-                excess_bound=bound,
-                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
-                                                        optimizer=optimizer), np.nan),
-                first=metrics.first_step(t, ex <= g["eps0"]), mono=mono, mono_checked=checked,
-                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)

@@ -29,8 +29,10 @@ from .. import train as _train
 from .._checks import check_int
 from ..bounds import check_sd_bound, sd_margin_radius
 from ..devices import resolve_device
+from ..history import record_grid
 from ..losses import linear_log_grad_norm
 from ..models import AttentionClassifier, LinearClassifier, MarginObjective
+from ..norms import vector_norm
 
 __all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry"]
 
@@ -42,7 +44,7 @@ def _fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponenti
     :class:`attnsvm.models.MarginObjective` with ``loss``, from ``init``), recorded at
     ``record_steps`` (default 60 log-spaced steps): dict ``steps`` (K,), ``iterates`` (K, B, ...)
     and ``log_loss`` (K, B). ``kw``: the rule's keyword arguments of ``fit``."""
-    rec = (_train.record_grid(steps, n_records=60, initial=False) if record_steps is None
+    rec = (record_grid(steps, n_records=60, initial=False) if record_steps is None
            else np.unique(np.asarray(record_steps, dtype=int)))
     name = model.trainable[0]
     h = _train.fit(batch, model=MarginObjective(model, loss), init=init, steps=steps,
@@ -74,7 +76,7 @@ def _prgd(lr, period, growth):
 
 def _rate_grid(steps, period):
     """0, 40 log-spaced record steps and every phase boundary ``k * period``."""
-    return _train.record_grid(steps, n_records=41, extra=np.arange(period, steps + 1, period))
+    return record_grid(steps, n_records=41, extra=np.arange(period, steps + 1, period))
 
 
 #: chapter 13, Adam's stability constant: the records at which :math:`\epsilon` is at most this
@@ -320,7 +322,7 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
     w0 = model.init_params(d, None, [None] * trials, device=dev)      # w_0 = 0
     norms = {"1": 1.0, "1_5": p_md_small, "2": 2.0, "3": 3.0, "inf": np.inf}
     w_p = {k: svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
-    gam = {k: 1.0 / svm.vector_norm(w_p[k], q) for k, q in norms.items()}
+    gam = {k: 1.0 / vector_norm(w_p[k], q) for k, q in norms.items()}
     methods = {"cd": _sd(1, lr_sd, decay), "ngd": _sd(2, lr_sd, decay),
                "md_small": _md(p_md_small, lr_md, decay), "md": _md(p_md, lr_md, decay),
                "sign": _sd("inf", lr_sd, decay),
@@ -591,7 +593,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                    else sorted({check_int("md_horizons", t, minimum=1) for t in md_horizons}))
     if md_horizons[-1] > steps:
         raise ValueError(f"md_horizons must not exceed steps = {steps}, got {md_horizons}")
-    rec = _train.record_grid(steps, n_records=60, initial=False, extra=md_horizons)
+    rec = record_grid(steps, n_records=60, initial=False, extra=md_horizons)
     runs = {k: _fit_margin(model, W0, batch, steps=steps, loss="logistic",
                            record_steps=rec if k.startswith("md") else None, **kw)
             for k, kw in rules.items()}

@@ -3,8 +3,8 @@ r"""Global convergence of GD and NGD on attention (chapter 8, book: ``ch-global`
 The chapter works in the *equal-score* data model (the book's {prf:ref}`def-equal-scores`,
 :func:`attnsvm.data.score_instances`): in every sequence the optimal token has score
 :math:`\gamma^\star_i` and every other token the same lower score :math:`\gamma^\circ_i`. The
-proved constants and bounds live in :mod:`attnsvm.bounds`, the runs in :mod:`attnsvm.train`
-(:func:`attnsvm.train.global_run`: one run recorded at every step and checked against the global
+proved constants and bounds live in :mod:`attnsvm.bounds`, the runs in :mod:`attnsvm.runs`
+(:func:`attnsvm.runs.global_run`: one run recorded at every step and checked against the global
 theorem). This module holds the chapter's experiments and their result objects
 (``.summary()``, ``.claims()``): :func:`global_experiment` (GD and NGD from random and
 adversarial starts, on equal-score instances and on traps with a locally optimal choice other
@@ -25,6 +25,7 @@ from .._checks import check_int
 from ..data import AttnData, prescribed_scores, random_inits, score_instances, stream_seed
 from ..losses import risk_grad
 from ..metrics import log_q
+from ..runs import global_run, global_runs
 
 __all__ = ["GLOBAL_GROUPS", "GlobalExperiment", "global_experiment", "GlobalCxRun",
            "global_cx_experiment"]
@@ -342,7 +343,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
 def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd, lr_ngd,
                          short_steps=None, seed=0, device="auto"):
     r"""The global theorem on orthogonal-query equal-score instances (the cross-sequence
-    condition (Cx) holds), every run checked at every step (:func:`attnsvm.train.global_run`).
+    condition (Cx) holds), every run checked at every step (:func:`attnsvm.runs.global_run`).
 
     Starts: ``"random"`` (norm ``radius``, :func:`attnsvm.data.random_inits`) and ``"adversarial"``
     (:math:`R_{\mathrm{adv}}W^\alpha_{mm}/\|W^\alpha_{mm}\|_F`, ``alpha`` swapping sequence 0's
@@ -353,7 +354,7 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     :math:`\eta_{\mathrm{NGD}}` (``"noloss"``, the smallest over the trials). The theorem runs
     take ``steps`` steps, the others ``short_steps`` (default ``steps // 10``).
     The random and adversarial starts of one optimizer and step kind run as one batched call
-    (:func:`attnsvm.train.global_runs`, each start at its own step).
+    (:func:`attnsvm.runs.global_runs`, each start at its own step).
 
     Returns
     -------
@@ -372,14 +373,14 @@ def global_cx_experiment(n, T, d, *, trials, steps, radius, R_adv, R_big, lr_gd,
     runs = {}
     for name, lr in (("ngd", lr_ngd), ("gd", lr_gd)):
         for kind, step, k in (("theorem", "theorem", steps), ("default", lr, short)):
-            # both starts in one run, each at its own step (train.global_runs)
-            for sname, r in train.global_runs(data, opt, W_mm, starts, optimizer=name, lr=step,
+            # both starts in one run, each at its own step (runs.global_runs)
+            for sname, r in global_runs(data, opt, W_mm, starts, optimizer=name, lr=step,
                                               steps=k, device=device).items():
                 runs[sname, name, kind] = r
     runs = {key: runs[key] for key in ((s, o, k) for s in starts for o in ("ngd", "gd")
                                        for k in ("theorem", "default"))}     # the old order
     for name, step in (("ngd", float(eta_ngd0.min())), ("gd", min(lr_gd, float(eta_gd0.min())))):
-        runs["large", name, "noloss"] = train.global_run(data, opt, W_mm, R_big * Wa,
+        runs["large", name, "noloss"] = global_run(data, opt, W_mm, R_big * Wa,
                                                          optimizer=name, lr=step, steps=short,
                                                          device=device)
     return GlobalCxRun(runs, bounds.cross_gram_min(data, opt),
@@ -454,7 +455,7 @@ class GlobalCxRun:
 
     Attributes
     ----------
-    runs : dict (start, optimizer, kind) -> dict of :func:`attnsvm.train.global_run`
+    runs : dict (start, optimizer, kind) -> dict of :func:`attnsvm.runs.global_run`
     cross_min : (trials,) :func:`attnsvm.bounds.cross_gram_min`, :math:`\ge 0` where (Cx) holds
     """
 

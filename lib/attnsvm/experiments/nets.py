@@ -27,7 +27,8 @@ from torch import nn
 from ..datasets import load_image_dataset, load_text_dataset
 from ..models.nets import TextClassifier, ViT, attention_stats, encode_frozen, load_minilm
 from ..optim import STOCHASTIC, make_optimizer
-from ..train import record_grid, resolve_device
+from ..devices import resolve_device
+from ..history import record_grid
 
 __all__ = ["TorchHistory", "train_torch", "compare_optimizers", "OptimizerComparison", "STOCHASTIC"]
 

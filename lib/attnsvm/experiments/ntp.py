@@ -25,6 +25,7 @@ from .. import losses as _losses
 from .. import metrics
 from .. import svm as _svm
 from .. import train as _train
+from ..history import record_grid
 from ..models import NTPUFM, NTPLinear
 
 __all__ = ["NTPLinearRun", "ZenRun", "UFMRun",
@@ -70,7 +71,7 @@ def _linear_limits(data, *, rules, W_star=None, W_mm=None, device="cpu"):
         kw = dict(kw)
         steps, rule = kw.pop("steps"), kw.pop("optimizer")
         rec = kw.pop("record_steps", None)
-        rec = (_train.record_grid(steps, n_records=50, initial=False) if rec is None
+        rec = (record_grid(steps, n_records=50, initial=False) if rec is None
                else np.unique(np.asarray(rec, dtype=np.int64)))
         extra = dict(betas=(0.9, 0.999), eps=1e-8) if rule == "adam" else {}
         h, idx = _fit_at(data, rec, device, model=NTPLinear(), optimizer=rule, steps=steps,
@@ -193,7 +194,7 @@ def _race_claims(gd_fast, ngd, adam, rise, prefix=""):
 
 def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
     return {"gd": dict(optimizer="gd", steps=steps, lr=1.0 / (2.0 * _losses.ce_smoothness(data)),
-                       record_steps=_train.record_grid(steps, n_records=n_records, initial=False,
+                       record_steps=record_grid(steps, n_records=n_records, initial=False,
                                                        extra=(steps_fast, *extra))),
             "ngd": dict(optimizer="ngd", steps=steps_fast, lr=lr_ngd),
             "adam": dict(optimizer="adam", steps=steps_fast, lr=lr_adam)}
@@ -499,7 +500,7 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     P, pi, groups = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                           seed=seed)
     kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale, device=device)
-    rec = _train.record_grid(steps, n_records=40, initial=False)
+    rec = record_grid(steps, n_records=40, initial=False)
     run = _train_ufm(P, pi, seed=seed, rec=rec, **kw)
     geo = _ufm_geometry(P, pi, groups, run)
     sharp = NTPUFM(d).sharpness(run["W"], run["H"], {"P": P, "pi": pi}, iters=200)

@@ -31,7 +31,7 @@ from .. import train as _train
 from ..devices import cpu_threads
 from ..models import SelfAttentionNTP
 from ..bounds import smoothness_bound
-from ..train import record_grid
+from ..history import record_grid
 
 __all__ = ["NTPAttentionRun", "ntp_attention_experiment"]
 

@@ -14,8 +14,8 @@ through the margins :math:`m_{it} = \langle A_{it}, W\rangle` of the lifted feat
     s_i = \frac{1}{1 + q_i},\qquad q_i = \sum_{t \ne \mathrm{opt}_i} e^{-m_{it}} .
 
 The proved constants and theory curves live in :mod:`attnsvm.bounds`; the runs are
-:func:`attnsvm.train.fit_settings` (one batched ``fit`` call per optimizer, snapshots on) and
-their exact metrics :func:`attnsvm.train.trajectory_metrics`; the rates of a series
+:func:`attnsvm.runs.fit_settings` (one batched ``fit`` call per optimizer, snapshots on) and
+their exact metrics :func:`attnsvm.runs.trajectory_metrics`; the rates of a series
 :func:`attnsvm.metrics.slopes`, :func:`attnsvm.metrics.exp_rate`, and the theorems' first steps
 :func:`attnsvm.metrics.first_step`. This module holds the chapter's experiment
 :func:`rates_experiment` and its result :class:`RatesRun` (``.summary()``, ``.claims()``).
@@ -28,37 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import bounds, metrics, svm, train
+from .. import bounds, metrics, svm
 from ..data import random_inits, score_instances
-from ..losses import excess_loss
-from ..metrics import one_minus_corr
+from ..runs import fit_settings, sensitivity_sweep, trajectory_metrics
 
 __all__ = ["RatesRun", "rates_experiment"]
-
-
-def _sensitivity(data, opt, W_mm, *, optimizer, values, key="lr", base=None, steps=5000,
-                 init=None, seed=0, device="auto"):
-    r"""Final ``1 - corr`` and ``norm`` for a sweep of one hyper-parameter (``lr`` or
-    ``eta_max``): one batched ``fit`` over the ``V B`` trials (value ``v``, trial ``b``) =
-    trial ``v B + b``, the data, ``init`` and the trial keys ``(seed, b)`` tiled along the trials
-    axis and ``key`` the per-trial array (:func:`attnsvm.train.fit` takes ``lr`` and ``eta_max``
-    per trial; a trial does not depend on the others, so this equals one ``fit`` per value up to
-    the last bit: tests/test_batched_runs.py).
-    Returns dict with ``values`` (V,), ``one_minus_corr`` (V, B), ``norm`` (V, B),
-    ``log_excess`` (V, B)."""
-    values = np.asarray(values, dtype=float)
-    V = values.size
-    tiled, idx = train.tile_trials(data, V)
-    kw = dict(base or {})
-    kw[key] = np.repeat(values, data.trials)
-    if isinstance(init, np.ndarray) and init.ndim == 3:              # (B, d, d): one per trial
-        init = init[idx]
-    h = train.fit(tiled, model="W", optimizer=optimizer, steps=steps, init=init,
-                  n_records=2, seed=[(seed, int(b)) for b in idx], device=device, **kw)
-    Ws = train.untile_trials(h.W, V)
-    return dict(values=values, one_minus_corr=np.array([one_minus_corr(W, W_mm) for W in Ws]),
-                norm=train.untile_trials(h.norm[-1], V),
-                log_excess=np.array([excess_loss(data, opt, W, log=True) for W in Ws]))
 
 
 @dataclass
@@ -70,13 +44,13 @@ class RatesRun:
     data, opt, W_mm, W0 : the instances, optimal tokens, Att-SVMs and initializations
     consts : dict of (B,) constants (:func:`attnsvm.bounds.constants`)
     runs : dict name -> History of the default runs; ``metrics`` : dict name ->
-        :func:`attnsvm.train.trajectory_metrics`; ``t`` : (K,) record steps
+        :func:`attnsvm.runs.trajectory_metrics`; ``t`` : (K,) record steps
     floor : (K, B) NGD's invariance floor (:func:`attnsvm.bounds.orth_floor`)
     norm_lo, norm_hi : (K, B) NGD's proved norm bounds (:func:`attnsvm.bounds.ngd_norm_bounds`)
     star_lo : (K, B) the (L - L*) Polyak step's proved projection bound
     cap_threshold : (B,) excess below which the Polyak step is capped
     thm : History-derived metrics of NGD at the linear-rate theorem's step ``eta_thm``
-    sweeps : dict name -> :func:`_sensitivity` (step-size sweeps; factors in ``config``)
+    sweeps : dict name -> :func:`attnsvm.runs.sensitivity_sweep` (step-size sweeps; factors in ``config``)
     """
 
     data: object
@@ -338,10 +312,10 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
                      cap_factor=10.0, seed=0, device="auto"):
     r"""Chapter 9's experiment on equal-score instances (:func:`attnsvm.data.score_instances`) from random starts
     of norm ``radius``: GD, NGD, the capped Polyak step, Adam and the exact (L - L*) Polyak step
-    (:func:`attnsvm.train.fit_settings`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
+    (:func:`attnsvm.runs.fit_settings`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
     trials of ``eta_ngd``, ``thm_steps`` steps); and step-size sweeps of ``sweep_steps`` steps
     (GD and NGD steps times 1/``lr_factor``, 1, ``lr_factor``; the Polyak cap times
-    1/``cap_factor``, 1, ``cap_factor``; :func:`_sensitivity`).
+    1/``cap_factor``, 1, ``cap_factor``; :func:`attnsvm.runs.sensitivity_sweep`).
 
     Returns
     -------
@@ -356,27 +330,27 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
                 "polyak_star": dict(lr=1.0)}              # eta_t = (L - L*)/||grad||^2, exact L - L*
     # the (L - L*) Polyak step has no upper bound on its step outside the region: a random start
     # can diverge there (see the chapter); such a trial is dropped from that rule's statistics
-    runs = train.fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed,
+    runs = fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed,
                               device=device, drop_nonfinite=("polyak_star",))
-    M = {name: train.trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
     t = M["gd"]["t"]
     W0_proj = np.einsum("bij,bij->b", W0, W_mm) * c["gamma_A"]        # <W_0, W_mm/||W_mm||>
     lo, hi = bounds.ngd_norm_bounds(t, eta=lr_ngd, kappa=c["kappa"], W0_norm=radius, W0_proj=W0_proj)
     eta_thm = float(np.min(c["eta_ngd"]))
-    h_thm = train.fit_settings(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps,
+    h_thm = fit_settings(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps,
                                init=W0, n_records=60, seed=seed, device=device)["ngd"]
     sweep = dict(init=W0, steps=sweep_steps, seed=seed, device=device)
-    sweeps = {"gd": _sensitivity(data, opt, W_mm, optimizer="gd",
+    sweeps = {"gd": sensitivity_sweep(data, opt, W_mm, optimizer="gd",
                                  values=[lr_gd / lr_factor, lr_gd, lr_factor * lr_gd], **sweep),
-              "ngd": _sensitivity(data, opt, W_mm, optimizer="ngd",
+              "ngd": sensitivity_sweep(data, opt, W_mm, optimizer="ngd",
                                   values=[lr_ngd / lr_factor, lr_ngd, lr_factor * lr_ngd], **sweep),
-              "polyak": _sensitivity(data, opt, W_mm, optimizer="polyak", key="eta_max",
+              "polyak": sensitivity_sweep(data, opt, W_mm, optimizer="polyak", key="eta_max",
                                      values=[eta_max / cap_factor, eta_max, cap_factor * eta_max],
                                      base=dict(lr=1.0), **sweep)}
     return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=bounds.orth_floor(data, opt, W0, M["ngd"]["norm"]),
                     norm_lo=lo, norm_hi=hi, star_lo=bounds.polyak_star_progress_bound(t, c, W0_proj),
                     cap_threshold=bounds.polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
-                    thm=train.trajectory_metrics(data, opt, W_mm, h_thm), sweeps=sweeps,
+                    thm=trajectory_metrics(data, opt, W_mm, h_thm), sweeps=sweeps,
                     config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,
                                 lr_gd=lr_gd, lr_ngd=lr_ngd, eta_max=eta_max, lr_adam=lr_adam,
                                 sweep_steps=sweep_steps, thm_steps=thm_steps,

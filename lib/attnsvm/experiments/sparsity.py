@@ -3,8 +3,8 @@ r"""Sparsification of attention along GD, NGD, the Polyak step and Adam (chapter
 
 On equal-score instances (:func:`attnsvm.data.score_instances`) the non-optimal softmax mass
 :math:`1 - s_i` of every sequence is computed exactly, in log space, from the recorded iterates
-(:func:`attnsvm.train.trajectory_metrics`); under the cross-sequence condition (Cx) the global
-theorem's runs (:func:`attnsvm.train.global_run`) bound it from the first step. This module holds
+(:func:`attnsvm.runs.trajectory_metrics`); under the cross-sequence condition (Cx) the global
+theorem's runs (:func:`attnsvm.runs.global_run`) bound it from the first step. This module holds
 the chapter's experiment :func:`sparsity_experiment` and its result :class:`SparsityRun`
 (``.summary()``, ``.claims()``).
 """
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import bounds, metrics, svm, train
+from .. import bounds, metrics, svm
 from ..optim import AdamRule
 from ..data import random_inits, score_instances
+from ..runs import fit_settings, global_run, trajectory_metrics
 
 __all__ = ["SparsityRun", "sparsity_experiment"]
 
@@ -28,8 +29,8 @@ class SparsityRun:
     Attributes
     ----------
     consts : dict of (B,) constants (:func:`attnsvm.bounds.constants`)
-    runs, metrics : dict name -> History and -> :func:`attnsvm.train.trajectory_metrics`; ``t`` (K,)
-    cx : dict ``"ngd"``/``"gd"`` -> :func:`attnsvm.train.global_run` on orthogonal-query instances (the
+    runs, metrics : dict name -> History and -> :func:`attnsvm.runs.trajectory_metrics`; ``t`` (K,)
+    cx : dict ``"ngd"``/``"gd"`` -> :func:`attnsvm.runs.global_run` on orthogonal-query instances (the
         cross-sequence condition holds) from the same starts
     cx_n : sequences per instance (for the mass bound)
     config : the parameters
@@ -195,10 +196,10 @@ class SparsityRun:
 def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.1,
                         eta_max=100.0, lr_adam=0.01, cx_steps=3000, seed=0, device="auto"):
     r"""Chapter 10's experiment: GD, NGD, the capped Polyak step and Adam on equal-score
-    instances (:func:`attnsvm.data.score_instances`, :func:`attnsvm.train.fit_settings`) from
+    instances (:func:`attnsvm.data.score_instances`, :func:`attnsvm.runs.fit_settings`) from
     random starts of norm ``radius``, and GD and NGD at the global theorem's steps on
     orthogonal-query instances from the same starts
-    (:func:`attnsvm.train.global_run`, ``cx_steps`` steps, checked at every step).
+    (:func:`attnsvm.runs.global_run`, ``cx_steps`` steps, checked at every step).
 
     Returns
     -------
@@ -211,12 +212,12 @@ def sparsity_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd
                 "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam)}
     # the (L - L*) Polyak step has no upper bound on its step outside the region: a random start
     # can diverge there (see the chapter); such a trial is dropped from that rule's statistics
-    runs = train.fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed,
+    runs = fit_settings(data, W_mm, settings=settings, steps=steps, init=W0, seed=seed,
                               device=device, drop_nonfinite=("polyak_star",))
-    M = {name: train.trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
+    M = {name: trajectory_metrics(data, opt, W_mm, h) for name, h in runs.items()}
     cx_data, cx_opt = score_instances(n, T, d, trials=trials, queries="orthogonal", seed=seed)
     cx_Wmm = svm.att_svm_batch(cx_data.X, cx_data.Z, cx_opt, strict=True)[0]
-    cx = {name: train.global_run(cx_data, cx_opt, cx_Wmm, W0, optimizer=name, steps=cx_steps,
+    cx = {name: global_run(cx_data, cx_opt, cx_Wmm, W0, optimizer=name, steps=cx_steps,
                                  device=device) for name in ("ngd", "gd")}
     return SparsityRun(bounds.constants(data, opt, W_mm), runs, M, M["gd"]["t"], cx,
                        config=dict(n=n, T=T, d=d, trials=trials, steps=steps, radius=radius,

@@ -77,8 +77,7 @@ from ._ipm import choose_formulation
 from .attsvm import att_svm, att_svm_batch, head_support, head_svm, joint_references, linear_svm, p_svm
 from .finite import graph_finite, graph_subspace, logit_finite, logit_project_F, ntp_finite, projector_F
 from .geometry import (AttSVMComparison, att_margin_gap, att_margin_in_norm, att_svm_spectral, compare_att_svms,
-                       linear_svm_p, margin_gaps, margin_in_norm, margin_ratios, matrix_norm, norm_key,
-                       vector_norm)
+                       linear_svm_p, margin_gaps, margin_in_norm, margin_ratios, norm_key)
 from .graph import graph_svm
 from .local import find_choices, in_cone, is_locally_optimal, ray_alignment, ray_alignment_limit, rank, support_tokens
 from .ntp import logit_margin, logit_svm, ntp_svm
@@ -107,8 +106,6 @@ __all__ = [
     "graph_subspace",
     "linear_svm_p",
     "margin_in_norm",
-    "vector_norm",
-    "matrix_norm",
     "att_svm_spectral",
     "att_margin_in_norm",
     "norm_key",

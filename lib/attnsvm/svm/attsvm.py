@@ -2,11 +2,11 @@
 ``linear_svm``, ``head_svm``."""
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice, renamed
+from .._checks import as_float_array, renamed
+from ..norms import parse_norm
 from ._common import (InfeasibleError, SolverError, per_trial, _check_alpha, _check_X, _check_Z, _constraints,
                       _lam_array, _parse_selection, _Problem)
 from ._cvx import _cvx_solve, _post_check
@@ -16,19 +16,6 @@ __all__ = ["att_svm", "att_svm_batch", "p_svm", "head_support", "linear_svm", "h
 
 
 # ----------------------------------------------------------------------------- driver
-
-def _parse_norm(norm):
-    if isinstance(norm, str):
-        if norm == "inf":
-            return np.inf
-        return check_choice("norm", norm, {"fro", "nuc", "spectral"})
-    if isinstance(norm, bool) or not isinstance(norm, numbers.Real):
-        raise ValueError(f"norm must be 'fro', 'nuc', 'spectral' or a real p >= 1, got {norm!r}")
-    p = float(norm)
-    if np.isnan(p) or p < 1:
-        raise ValueError(f"norm must be 'fro', 'nuc', 'spectral' or a real p >= 1, got {norm!r}")
-    return "fro" if p == 2 else p
-
 
 def _parse_solver(solver, norm):
     """-> (engine, form): engine "ipm" or a cvxpy solver name; form "auto"/"primal"/"dual"."""
@@ -148,7 +135,8 @@ def att_svm(X, Z, alpha, *, norm="fro", solver=None, return_dual=False, return_s
     X = _check_X(X)
     n, T, d = X.shape
     Z = _check_Z(Z, n, d)
-    norm = _parse_norm(norm)
+    norm = parse_norm(norm, matrix=("fro", "nuc", "spectral"))
+    norm = "fro" if norm == 2 else norm
     alpha, sets = _parse_selection(alpha, n, T, "alpha")
     c = _constraints(X, alpha, sets)
     prob = _Problem("att", c.U, Z[c.seq], c.eq, "Att-SVM", f"n={n}, T={T}, d={d}")

@@ -9,7 +9,7 @@ the spectral-norm Att-SVM.
   value) as objective, ``attnsvm.svm.att_svm(..., norm="spectral")``. (The entrywise
   :math:`\ell_p` Att-SVM is ``attnsvm.svm.att_svm(..., norm=p)``; both batched, with each
   trial's solver status, in ``attnsvm.svm.att_svm_batch(..., return_status=True)``.)
-* :func:`matrix_norm` (one definition, in :mod:`attnsvm.optim`) and :func:`att_margin_in_norm`:
+* :func:`matrix_norm` and :func:`vector_norm` (defined in :mod:`attnsvm.norms`) and :func:`att_margin_in_norm`:
   the norms of these Att-SVMs and the normalized selection margin
   :math:`\min_{i, t \ne \alpha_i} (x_{i\alpha_i} - x_{it})^\top W z_i / \|W\|` of an iterate,
   batched (the attention analogue of :func:`margin_in_norm`).
@@ -25,37 +25,22 @@ All problems are solved with cvxpy + Clarabel at tight tolerances; infeasibility
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._checks import as_float_array, renamed
 from ..metrics import corr, nanmedian
-from ..optim import matrix_norm
+from ..norms import matrix_norm, parse_norm, vector_norm
 from ..tokens import selected_tokens, selection_margins
 from ._common import InfeasibleError, SolverError, per_trial, solve_quietly
 from .attsvm import att_svm, att_svm_batch
 
-__all__ = ["linear_svm_p", "margin_in_norm", "vector_norm", "matrix_norm", "att_svm_spectral",
+__all__ = ["linear_svm_p", "margin_in_norm", "att_svm_spectral",
            "att_margin_in_norm", "norm_key", "margin_ratios", "margin_gaps", "att_margin_gap",
            "AttSVMComparison", "compare_att_svms"]
 
 _CLARABEL = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=400)
-
-
-def _parse_p(p, name="p"):
-    if isinstance(p, str) and p == "inf":
-        return np.inf
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (float(p) >= 1):
-        raise ValueError(f"{name} must be a real number >= 1 or inf, got {p!r}")
-    return float(p)
-
-
-def vector_norm(w, p, *, axis=-1):
-    r"""Entrywise :math:`\ell_p` norm over ``axis`` (``p`` in :math:`[1, \infty]`)."""
-    p = _parse_p(p)
-    return np.linalg.norm(np.asarray(w, dtype=float), ord=p, axis=axis)
 
 
 def margin_in_norm(w, X, y, p):
@@ -122,7 +107,7 @@ def linear_svm_p(X, y, p):
     """
     import cvxpy as cp  # deferred: cvxpy is heavy to import
 
-    p = _parse_p(p)
+    p = parse_norm(p, matrix=(), name="p")
     X = as_float_array("X", X, min_ndim=2, max_ndim=3)
     if X.ndim == 3:
         y = as_float_array("y", y, shape=X.shape[:2])

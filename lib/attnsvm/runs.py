@@ -1,0 +1,292 @@
+r"""Part III's runs, shared by its chapters, each on the record grid of :func:`attnsvm.train.fit`
+(no second training loop).
+
+* :func:`fit_settings` (one ``fit`` call per optimizer, log-spaced snapshots) and
+  :func:`trajectory_metrics` (exact metrics of its snapshots);
+* :func:`tile_trials` / :func:`untile_trials`: ``V`` settings of one experiment as one ``fit`` over
+  ``V B`` trials, and the split back; :func:`sensitivity_sweep` (a step-size sweep run that way);
+* :func:`every_step` (one ``fit`` call recorded at every step) and :func:`global_run` /
+  :func:`global_runs` (it, checked against the global theorem of :mod:`attnsvm.bounds`).
+
+The engine (:mod:`attnsvm.train`) knows nothing of these: it imports neither :mod:`attnsvm.bounds`
+nor :mod:`attnsvm.metrics`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from . import bounds, metrics, train
+from ._checks import check_int
+from .history import NonFiniteError
+from .losses import excess_loss
+
+__all__ = ["fit_settings", "trajectory_metrics", "tile_trials", "untile_trials", "sensitivity_sweep",
+           "every_step", "global_run", "global_runs"]
+
+
+def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
+                 device="auto", drop_nonfinite=()):
+    r"""Train every optimizer of ``settings`` (name -> :func:`~attnsvm.train.fit` keyword arguments, with an
+    optional ``optimizer`` when the name is not the rule's) on all trials at once, the attention
+    model ``"W"`` with the reference ``W_mm``: one :func:`~attnsvm.train.fit` call per optimizer, snapshots of
+    ``W`` on the log-spaced record grid of ``n_records`` records.
+
+    For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
+    (:class:`~attnsvm.history.NonFiniteError`) is dropped and the others are trained again; the dropped trials are
+    NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
+    them). Any other optimizer raises.
+
+    Returns dict name -> :class:`History`.
+    """
+    out = {}
+    B = W_mm.shape[0]
+    for name, kw in settings.items():
+        kw = dict(kw)
+        opt_name = kw.pop("optimizer", name)
+        keep = np.arange(B)
+        while True:
+            sub = keep.size < B
+            try:
+                h = train.fit(data.take(keep) if sub else data, model="W", optimizer=opt_name,
+                        steps=steps, init=(init[keep] if sub and init is not None else init),
+                        refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
+                        n_records=n_records, seed=seed, device=device, **kw)
+                break
+            except NonFiniteError as err:
+                if name not in drop_nonfinite or keep.size == 1:
+                    raise
+                keep = np.delete(keep, err.trial)
+        out[name] = _pad_trials(h, keep, B) if keep.size < B else h
+    return out
+
+
+def _pad_trials(h, keep, B):
+    """History ``h`` of the trials ``keep`` as one of ``B`` trials: NaN (float) or 0 elsewhere.
+    ``params`` and ``opt`` have the trial axis first, every recorded array second."""
+    def pad(x, axis):
+        if x is None:
+            return None
+        x = np.asarray(x)
+        shape = list(x.shape)
+        shape[axis] = B
+        out = np.full(shape, np.nan) if x.dtype.kind == "f" else np.zeros(shape, x.dtype)
+        out[(slice(None),) * axis + (keep,)] = x
+        return out
+
+    fields_ = {f: pad(getattr(h, f), 1) for f in ("loss", "log_loss", "norm", "opt_mass", "selected",
+                                                   "margin", "excess", "snapshots")}
+    return replace(
+        h, **fields_, opt=pad(h.opt, 0), corr={k: pad(v, 1) for k, v in h.corr.items()},
+        params={k: pad(v, 0) for k, v in h.params.items()},
+        trajectory={k: pad(v, 1) for k, v in h.trajectory.items()},
+        config={**h.config, "dropped_trials": sorted(set(range(B)) - set(keep.tolist()))})
+
+
+def trajectory_metrics(data, opt, W_mm, hist):
+    r"""Exact metrics along a run recorded with snapshots (:func:`fit_settings`): dict of (K, B)
+    arrays, plus ``t`` (K,).
+
+    ``one_minus_corr``, ``dir_err`` (:math:`\|\hat W_t - \hat W_{mm}\|_F`), ``norm``,
+    ``excess`` (:math:`E(W_t)`), ``log_excess``, ``mass`` (mean over sequences of the
+    non-optimal softmax mass), ``max_mass``, ``log_mass`` (log of ``mass``), ``min_margin``,
+    ``loss``. The trials of ``hist.config["dropped_trials"]`` (see :func:`fit_settings`) are NaN.
+    """
+    dropped = hist.config.get("dropped_trials", [])
+    if dropped:
+        B = W_mm.shape[0]
+        live = np.setdiff1d(np.arange(B), dropped)
+        part = replace(hist, snapshots=hist.snapshots[:, live], norm=hist.norm[:, live],
+                       loss=hist.loss[:, live],
+                       config={k: v for k, v in hist.config.items() if k != "dropped_trials"})
+        sub = trajectory_metrics(data.take(live), opt[live], W_mm[live], part)
+        out = {"t": sub.pop("t")}
+        for k, v in sub.items():
+            full = np.full((v.shape[0], B) + v.shape[2:], np.nan)
+            full[:, live] = v
+            out[k] = full
+        return out
+    S = hist.snapshots                                              # (K, B, d, d)
+    lm = metrics.nonopt_mass(data, opt, S, log=True)                # (K, B, n)
+    mx = lm.max(-1, keepdims=True)
+    log_mass = mx[..., 0] + np.log(np.exp(lm - mx).mean(-1))
+    return dict(t=hist.steps, one_minus_corr=metrics.one_minus_corr(S, W_mm[None]),
+                dir_err=metrics.direction_error(S, W_mm[None]), norm=hist.norm,
+                excess=excess_loss(data, opt, S), log_excess=excess_loss(data, opt, S, log=True),
+                mass=np.exp(log_mass), log_mass=log_mass, max_mass=np.exp(mx[..., 0]),
+                min_margin=metrics.min_margin(data, opt, S), loss=hist.loss)
+
+
+#: records evaluated at a time by :func:`every_step` (bounds its temporaries, not the run)
+_EVAL_BLOCK = 500
+
+
+def tile_trials(data, V):
+    r"""The trials of ``data`` repeated ``V`` times, to run ``V`` settings of one experiment as
+    one :func:`~attnsvm.train.fit` (copy ``j``, trial ``b``) = trial ``j B + b``.
+
+    Returns
+    -------
+    (data, idx) : the tiled instances (:meth:`~attnsvm.data.Instances.take`) and ``idx`` (V B,)
+        the original trial of each tiled one (index per-trial inputs with it: ``init[idx]``,
+        ``opt[idx]``, the seeds ``(seed, idx[i])``).
+    """
+    V = check_int("V", V, minimum=1)
+    idx = np.tile(np.arange(data.trials), V)
+    return data.take(idx), idx
+
+
+def untile_trials(x, V, axis=0):
+    """Split the trials axis ``axis`` (length ``V B``) of ``x`` into ``(V, B)`` and move the
+    ``V`` axis first: ``out[j]`` is copy ``j`` of :func:`tile_trials`, its other axes as in ``x``."""
+    x = np.asarray(x)
+    axis = axis % x.ndim
+    if x.shape[axis] % V:
+        raise ValueError(f"axis {axis} of x has {x.shape[axis]} trials, not a multiple of V = {V}")
+    x = x.reshape(x.shape[:axis] + (V, x.shape[axis] // V) + x.shape[axis + 1:])
+    return np.moveaxis(x, axis, 0)
+
+
+def sensitivity_sweep(data, opt, W_mm, *, optimizer, values, key="lr", base=None, steps=5000,
+                      init=None, seed=0, device="auto"):
+    r"""Final ``1 - corr`` and ``norm`` for a sweep of one hyper-parameter (``lr`` or
+    ``eta_max``): one batched :func:`~attnsvm.train.fit` over the ``V B`` trials (value ``v``,
+    trial ``b``) = trial ``v B + b`` (:func:`tile_trials`), the data, ``init`` and the trial
+    keys ``(seed, b)`` tiled along the trials axis and ``key`` the per-trial array
+    (:func:`~attnsvm.train.fit` takes ``lr`` and ``eta_max`` per trial; a trial does not depend
+    on the others, so this equals one ``fit`` per value up to the last bit:
+    tests/test_batched_runs.py).
+
+    Returns dict with ``values`` (V,), ``one_minus_corr`` (V, B), ``norm`` (V, B),
+    ``log_excess`` (V, B)."""
+    values = np.asarray(values, dtype=float)
+    V = values.size
+    tiled, idx = tile_trials(data, V)
+    kw = dict(base or {})
+    kw[key] = np.repeat(values, data.trials)
+    if isinstance(init, np.ndarray) and init.ndim == 3:              # (B, d, d): one per trial
+        init = init[idx]
+    h = train.fit(tiled, model="W", optimizer=optimizer, steps=steps, init=init,
+                  n_records=2, seed=[(seed, int(b)) for b in idx], device=device, **kw)
+    Ws = untile_trials(h.W, V)
+    return dict(values=values, one_minus_corr=np.array([metrics.one_minus_corr(W, W_mm) for W in Ws]),
+                norm=untile_trials(h.norm[-1], V),
+                log_excess=np.array([excess_loss(data, opt, W, log=True) for W in Ws]))
+
+
+def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):
+    r"""One :func:`~attnsvm.train.fit` call of ``"gd"`` or ``"ngd"`` for ``steps`` steps on all trials of the
+    attention model ``"W"``, recorded at every step (``record_every=1``, snapshots of ``W``):
+    :math:`\log q_i(W_t)` (steps + 1, B, n) and :math:`E(W_t)` (steps + 1, B) at every step,
+    and the final ``W`` (B, d, d). The snapshots take :math:`8(\mathrm{steps}+1)Bd^2` bytes."""
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    steps = check_int("steps", steps, minimum=1)
+    h = train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=init, snapshots=True,
+            records="snapshots", record_every=1, device=device)
+    S = h.snapshots
+    blocks = range(0, S.shape[0], _EVAL_BLOCK)
+    lq = np.concatenate([metrics.log_q(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
+    ex = np.concatenate([excess_loss(data, opt, S[k:k + _EVAL_BLOCK]) for k in blocks])
+    return lq, ex, h.W
+
+
+def global_run(data, opt, W_mm, W0, *, optimizer, lr="theorem", steps, device="auto"):
+    r"""One GD or NGD run from ``W0`` on all trials (:func:`every_step`), checked against the
+    global theorem (book: ``lem-no-attention-loss``, ``thm-global-region``,
+    ``cor-sparsity-global``) at every step.
+
+    ``lr="theorem"`` uses the smallest over the trials of the theorem's step
+    (``eta_ngd_global`` or ``eta_gd_global`` of :func:`attnsvm.bounds.global_constants`), valid
+    for every trial; a number runs that step, and the bounds are then evaluated only where it is
+    within the theorem's step of the trial.
+
+    Returns
+    -------
+    dict with ``eta`` (float), ``consts`` (:func:`attnsvm.bounds.global_constants`), ``proved``
+    (B,) bool (the step is within the theorem's), ``noloss`` (B,) bool (the step is within
+    :func:`attnsvm.bounds.noloss_steps`), ``excess`` (steps + 1, B), ``log_q`` (steps + 1, B, n),
+    ``W`` (B, d, d) final, ``excess_bound`` (steps + 1, B) the theorem's bound on :math:`E(W_t)`
+    (:func:`attnsvm.bounds.global_excess_bound`), ``t_reach`` (B,) the theorem's reaching time
+    at ``eta`` (NaN where not ``proved``), ``first`` (B,) the observed first step from which
+    :math:`E(W_t)\le\varepsilon_0` (:func:`attnsvm.metrics.first_step`; NaN where the run ends
+    outside the region), ``mono``, ``mono_checked``, ``mono_worst``
+    (:func:`attnsvm.bounds.q_monotone`), ``excess_holds`` and ``mass_holds`` (steps + 1, B)
+    bool: :math:`E(W_t)` below the theorem's bound and :math:`\max_i(1-s_i(W_t))` below the
+    corollary's (False where not ``proved``).
+    """
+    return global_runs(data, opt, W_mm, {"run": W0}, optimizer=optimizer, lr=lr, steps=steps,
+                       device=device)["run"]
+
+
+def global_runs(data, opt, W_mm, starts, *, optimizer, lr="theorem", steps, device="auto"):
+    r""":func:`global_run` from each start of ``starts`` (dict name -> ``W0`` (B, d, d)) as one
+    :func:`every_step` call over the stacked trials (start ``j``, trial ``b``) = trial
+    ``j B + b``: each start keeps its own step ``eta`` (``lr="theorem"``: the smallest over
+    *its* trials of the theorem's step, :func:`attnsvm.bounds.global_constants` depends on
+    ``W0``), run as the per-trial step size of :func:`~attnsvm.train.fit`. A trial does not depend on the
+    others, so the result equals ``{name: global_run(data, opt, W_mm, W0, ...)}`` up to the last
+    bit (a trial's position in the batch can move its CPU kernels between the vector and the
+    scalar path of ``exp``/``log``).
+
+    Returns
+    -------
+    dict name -> dict of :func:`global_run`
+    """
+    if optimizer not in ("gd", "ngd"):
+        raise ValueError(f"optimizer must be 'gd' or 'ngd', got {optimizer!r}")
+    names = list(starts)
+    if not names:
+        raise ValueError("starts must name at least one initialization")
+    gs = {k: bounds.global_constants(data, opt, W_mm, starts[k]) for k in names}
+    etas = {k: _global_step(gs[k], optimizer, lr) for k in names}
+    if len(names) == 1:
+        runs = [every_step(data, opt, optimizer=optimizer, lr=etas[names[0]], steps=steps,
+                           init=starts[names[0]], device=device)]
+    else:
+        V = len(names)
+        tiled, idx = tile_trials(data, V)
+        opt_all = np.asarray(opt)[idx] if np.ndim(opt) == 2 else opt
+        lq, ex, W = every_step(tiled, opt_all, optimizer=optimizer,
+                               lr=np.repeat([etas[k] for k in names], data.trials), steps=steps,
+                               init=np.concatenate([np.asarray(starts[k], dtype=float) for k in names]),
+                               device=device)
+        lq, ex, W = untile_trials(lq, V, 1), untile_trials(ex, V, 1), untile_trials(W, V)
+        runs = [tuple(np.ascontiguousarray(a[j]) for a in (lq, ex, W)) for j in range(V)]
+    return {k: _global_checks(gs[k], etas[k], optimizer, *r) for k, r in zip(names, runs)}
+
+
+def _global_step(g, optimizer, lr):
+    """The step of a global run: ``"theorem"`` (the smallest over the trials of the theorem's
+    step in the constants ``g``) or a positive number."""
+    if isinstance(lr, str):
+        if lr != "theorem":
+            raise ValueError(f"lr must be a positive number or 'theorem', got {lr!r}")
+        return float(g[f"eta_{optimizer}_global"].min())
+    eta = float(lr)
+    if not eta > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    return eta
+
+
+def _global_checks(g, eta, optimizer, lq, ex, W):
+    """The checks of :func:`global_run` on one run at step ``eta`` (its dict)."""
+    thm = g[f"eta_{optimizer}_global"]
+    proved = eta <= thm * (1 + 1e-12)
+    noloss = eta <= g[f"eta_{optimizer}_noloss"]
+    t = np.arange(ex.shape[0])
+    mono, checked, worst = bounds.q_monotone(lq, ex)
+    n = lq.shape[-1]
+    bound = bounds.global_excess_bound(t, g["E0"], eta, g["mu0"], optimizer=optimizer)
+    mass = np.exp(-np.logaddexp(0.0, -lq)).max(-1)                 # max_i q_i/(1+q_i)
+    with np.errstate(divide="ignore"):
+        excess_holds = np.log(ex) <= np.log(bound) + 1e-9
+        mass_holds = (np.log(mass) <= np.log(bounds.mass_from_excess(bound, n, g["bD_minus"]))
+                      + 1e-9)
+    return dict(eta=eta, consts=g, proved=proved, noloss=noloss, excess=ex, log_q=lq, W=W,
+                excess_bound=bound,
+                t_reach=np.where(proved, bounds.t_reach(g["E0"], g["eps0"], eta, g["mu0"],
+                                                        optimizer=optimizer), np.nan),
+                first=metrics.first_step(t, ex <= g["eps0"]), mono=mono, mono_checked=checked,
+                mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
