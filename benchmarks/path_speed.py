@@ -24,8 +24,10 @@ tensor's value (``bool``, ``int``, ``.item()``), ``nonzero``, a boolean-mask ind
 *bytes allocated per iteration* (the sum of the sizes of the tensors the operations return) and
 the *largest tensor* allocated. The last three come from a separate run of the first
 ``--count-steps`` iterations under a counting dispatch mode (the counting slows the run, so it
-is not timed). The two solvers' results are compared (largest difference of the kept
-``log E``, and of the correlations) before the times are printed.
+is not timed). The two solvers' results are compared: the fraction of runs whose final
+``log E`` agree to 1e-6 (relative; a random start of a non-convex problem may end at another
+stationary point when the rounding changes, or stop unconverged at ``max_steps``) and the
+largest relative difference of the kept value per (radius, instance).
 
 Projection to the full ``paper`` size: the solver's work per iteration is proportional to the
 number of active runs, so ``trials / reduce`` instances take about ``1 / reduce`` of the time;
@@ -186,8 +188,11 @@ def solve(which, norm, W0, Rs, tensors, max_steps, tol=1e-10):
     build = reference_problem if which == "ref" else path._batched_problem
     spg = reference_spg if which == "ref" else path._spg
     args = (W0, Rs, *tensors, "logistic", norm) + (() if which == "ref" else ("cpu",))
-    objective, W, Rm = build(*args)[:3]
-    return spg(objective, W, Rm, norm, max_steps, tol)
+    objective, W, Rm, *order = build(*args)
+    W, f, g, steps = spg(objective, W, Rm, norm, max_steps, tol)
+    if order:                                      # the new batch is ordered by instance
+        W, f, g = W[order[0]], f[order[0]], g[order[0]]
+    return W, f, g, steps
 
 
 def main():
@@ -224,7 +229,7 @@ def main():
             W, f, g, steps = solve(which, norm, W0, Rs, tensors, max_steps)
             cpu = time.process_time() - t
             total[which] += cpu
-            out[norm, which] = f.numpy()
+            out[norm, which] = f.numpy().reshape(W0.shape[:3])
             rows.append((norm, which, M, steps, cpu, c.syncs / a.count_steps,
                          c.bytes / a.count_steps / 2**20, c.largest / 2**20))
     print(f"{'path':5s} {'solver':6s} {'runs':>6s} {'iters':>6s} {'CPU s':>8s} "
@@ -235,8 +240,12 @@ def main():
     if len(whiches) == 2:
         for norm in probs:
             fr, fn = out[norm, "ref"], out[norm, "new"]
-            print(f"{norm}: largest |log E new - ref| over runs {np.max(np.abs(fn - fr)):.2e} "
-                  f"(relative {np.max(np.abs(fn - fr) / np.abs(fr)):.2e})")
+            rel = np.abs(fn - fr) / np.abs(fr)
+            kr, kn = fr.min(-1), fn.min(-1)                 # the kept start per (radius, instance)
+            print(f"{norm}: log E of the {rel.size} runs: {np.mean(rel <= 1e-6):.4f} agree to 1e-6 "
+                  f"relative (largest relative difference {np.max(rel):.2e}); the kept value per "
+                  f"(radius, instance): largest relative difference "
+                  f"{np.max(np.abs(kn - kr) / np.abs(kr)):.2e}")
         for norm in probs:
             t = [r[4] for r in rows if r[0] == norm]
             print(f"{norm}: CPU ref / new = {t[0] / t[1]:.2f}")
