@@ -45,6 +45,9 @@ stamp "1b. the compiled step on CUDA (reported only: the profile runs engine=aut
 timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_compiled.py -k cuda \
     2>&1 | tee "$OUTDIR/compiled_tests.txt" | tail -8
 
+stamp "1c. compute ops per step of each rule (benchmarks/op_count.py: torch.profiler, the count of benchmarks/step_speed.py)"
+timeout 120 python3 benchmarks/op_count.py --device cuda 2>&1 | tee "$OUTDIR/op_count.txt" | grep -v "^USDT"
+
 stamp "2. graph_speed"
 timeout 150 python3 benchmarks/graph_speed.py --steps 400 --repeats 2 2>&1 | tee "$OUTDIR/graph_speed.txt"
 

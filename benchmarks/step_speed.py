@@ -1,32 +1,31 @@
-"""One engine step, today's against the reference (the step as it was before the rewrite).
+"""One engine step, today's against a frozen copy of the step before the lean rewrite (issue 36).
 
 Problem: the margin model of ``benchmarks/train_speed.py`` (n=6 sequences, T=8 tokens, d=10,
 random unit tokens, self-attention, fixed linear head), logistic loss, float64, one CPU
-thread, ``B`` trials at once. Timed: one full update of every trial (scores, softmax
-Jacobian, log-scaled gradient, step rule, parameter update), for the parameterizations "W"
-and "KQ" and the rules "ngd" and "gd", at ``B = 100`` and ``B = 1000``.
+thread, ``B`` trials at once, and the ch09 paper shape (n=20, T=8, d=32, B=100). Timed: one
+full update of every trial (scores, softmax Jacobian, log-scaled gradient, step rule,
+parameter update) for ``W``/NGD, ``W``/GD, ``(K,Q)``/NGD and the (L-L*) Polyak step
+(``polyak_star``, capped at 1), at ``B = 100`` and ``B = 1000``, from a state with score gaps of
+a few units (``W`` entries ~N(0, 25/d)), and ``W``/NGD also at saturation (entries ~N(0,
+300^2/d): most masses underflow, the regime of a long run).
 
-* The reference (:func:`reference_step`) is a verbatim copy of the step before the rewrite:
-  scores as ``(X * Wz).sum(-1)``, a log-softmax and boolean masks over the whole (B,n,T)
-  block, ``X^T q`` as ``(X * q).sum(-2)``, the rule of :mod:`attnsvm.optim` of that day.
+* The reference is a frozen copy of the step at attnsvm 74e9e46
+  (``benchmarks/step_74e9e46.py``, verbatim; bitwise equal to that commit's engine).
 * The new step is the engine's own (:class:`attnsvm.train._Step` on
   :class:`attnsvm.train._MarginTerms`, built from the options of :func:`attnsvm.train.fit`):
-  the eager torch path (on the CPU it is the only one; the CUDA-graph path of :func:`fit`
-  replays this same step on CUDA).
+  the eager torch path that the CUDA-graph and compiled paths capture.
+* :func:`reference_step` / :func:`reference_grad` are the older reference (the step of
+  0da19a8, before the first rewrite), kept for ``tests/test_models.py``.
 
 Both start from the same parameters and data; the benchmark checks they agree (relative
-difference of the updated parameters) before timing them. Times are process CPU times, best
-of ``--repeats`` blocks of ``--steps`` steps (robust to other load on a shared machine).
+difference of the updated parameters after one step) before timing them. Ops: compute ops per
+step (``benchmarks/op_count.py``, torch.profiler: each at least one GPU kernel) and host
+synchronizations. Times are process CPU times per step, best of ``--repeats`` interleaved
+blocks of ``--steps`` steps (robust to other load on a shared machine, which still slows
+both; the ratio is what is compared).
 
-Memory model (bytes moved per step, float64), see :func:`bytes_per_step`: the step reads the
-tokens twice (``X`` for the scores, ``Xt`` for :math:`X^\top q`), makes ~14 passes over the
-(B,n,T) block, ~30 over (B,n) vectors and ~10 over the (B,d,d) blocks (W, the gradient, the
-rule, the update).
-The achieved bandwidth is that model over the measured step time; the machine's copy
-bandwidth is a large ``numpy`` copy (read + write) timed in the same process.
-
-The last line printed is ``step_speedup=<ratio> bandwidth_ratio=<achieved/copy bandwidth>``
-for "W", "ngd", ``B = 1000``.
+The issue's targets: compute ops ``W``/NGD <= 25 and ``(K,Q)``/NGD <= 40; time >= 2x at
+``B = 100``, >= 1.4x at ``B = 1000`` and at the ch09 shape. The last line names the ratios.
 
 Usage: ``python benchmarks/step_speed.py [--steps 100] [--repeats 5] [--quick]``
 """
@@ -168,56 +167,111 @@ def _time_pair(ref, new, steps, repeats):
     return best
 
 
-def compare(B, param, rule, steps, repeats, lr=0.1):
-    """(reference s/step, new s/step, max relative difference after one step)."""
-    data = random_unit(N, T, D, trials=B, seed=0)
-    step, full, params0 = engine_step(data, param, rule, lr)
+#: the rows: (label, model, optimizer, extra fit options, (n, T, d), B, W scale)
+CASES = [(f"{m}/{r}" if lab is None else lab, m, r, extra, shape, B, scale)
+         for B in (100, 1000)
+         for lab, m, r, extra, shape, scale in (
+             (None, "W", "ngd", {}, (N, T, D), 5.0), (None, "W", "gd", {}, (N, T, D), 5.0),
+             (None, "KQ", "ngd", {}, (N, T, D), 5.0),
+             ("W/(L-L*)polyak", "W", "polyak_star", {"eta_max": 1.0}, (N, T, D), 5.0))] + [
+    ("W/ngd saturated", "W", "ngd", {}, (N, T, D), 1000, 300.0),
+    ("ch09 W/ngd", "W", "ngd", {}, (20, 8, 32), 100, 5.0),
+    ("ch09 W/gd", "W", "gd", {}, (20, 8, 32), 100, 5.0)]
+
+
+def _start(params, model, scale, seed=0):
+    """The timed state: the main parameters with entries ~N(0, scale^2/d) (``W``; for
+    ``(K,Q)`` factors of that size), so that the score gaps are ~``scale``."""
+    g = torch.Generator().manual_seed(seed)
+    out = dict(params)
+    for k in ("W", "K", "Q"):
+        if k in out:
+            d = out[k].shape[-1]
+            f = scale if k == "W" else math.sqrt(scale)
+            out[k] = torch.randn(out[k].shape, generator=g, dtype=out[k].dtype) * (f / math.sqrt(d))
+    return out
+
+
+def compare(case, steps, repeats):
+    """One row: ops and seconds per step of the frozen and the new step, and their relative
+    difference after one step."""
+    import step_74e9e46 as frozen
+    from op_count import count_ops, engine_step as build
+    label, model, rule, extra, (n, t, d), B, scale = case
+    data = random_unit(n, t, d, trials=B, seed=0)
+    step, full, params0 = build(data, model, rule, **extra)
+    params0 = _start(params0, model, scale)
+    cfg_lr, eta_max = step.ctx.lr, step.ctx.eta_max
+    net = frozen.FrozenNet(step.net)
     loss = get_loss("logistic")
-    ref_params, _ = reference_step(param, rule, lr, params0, full, loss)
-    new_params = dict(params0)
-    step(new_params, 0)
-    rel = max(float(((new_params[k] - ref_params[k]).flatten(1).abs().amax(1)
-                     / ref_params[k].flatten(1).abs().amax(1)).max()) for k in ref_params if k != "v")
-    p_ref = dict(params0)
-    p_new = dict(params0)
+    ref_p, _ = frozen.frozen_step(net, rule, cfg_lr, params0, full, loss, {"k": 0}, eta_max)
+    new_p = dict(params0)
+    step(new_p, 0)
+    rel = max(float(((new_p[k] - ref_p[k]).flatten(1).abs().amax(1)
+                     / ref_p[k].flatten(1).abs().amax(1)).max()) for k in step.trainable)
+    p_ref, p_new, st = dict(params0), dict(params0), {"k": 0}
 
     def ref():
         nonlocal p_ref
-        p_ref, _ = reference_step(param, rule, lr, p_ref, full, loss)
+        p_ref, _ = frozen.frozen_step(net, rule, cfg_lr, p_ref, full, loss, st, eta_max)
 
-    t_ref, t_new = _time_pair(ref, lambda: step(p_new, 1), steps, repeats)
-    return t_ref, t_new, rel
+    def new():
+        step(p_new, 1)
+
+    ops = [count_ops(ref), count_ops(new)]
+    t_ref, t_new = _time_pair(ref, new, steps, repeats)
+    return dict(label=label, B=B, shape=(n, t, d), t_ref=t_ref, t_new=t_new, rel=rel,
+                ops_ref=ops[0]["compute"], ops_new=ops[1]["compute"],
+                sync_ref=ops[0]["syncs"], sync_new=ops[1]["syncs"])
 
 
 def main():
+    import os
+    import platform
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="only W/ngd at B=1000")
+    ap.add_argument("--quick", action="store_true", help="only W/ngd at B=100 and 1000")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print("new step: the eager torch path")
-    bw = copy_bandwidth()
-    print(f"problem: n={N} T={T} d={D}, logistic loss, fixed linear head, float64, 1 CPU thread; "
-          f"process CPU time per step, best of {args.repeats} x {args.steps} steps")
-    bw_cache = copy_bandwidth(2 ** 23, repeats=20)
-    print(f"measured copy bandwidth (numpy, 256 MiB, read + write): {bw / 1e9:.1f} GB/s; "
-          f"of an 8 MiB copy (cache-resident): {bw_cache / 1e9:.1f} GB/s. At B = 1000 the step's "
-          "working set (X and Xt 7.7 MB, temporaries) fits in a large last-level cache, so the "
-          "ratio to the 256 MiB copy can exceed 1")
-    cases = [(1000, "W", "ngd")] if args.quick else [
-        (B, p, r) for B in (100, 1000) for p in ("W", "KQ") for r in ("ngd", "gd")]
-    last = None
-    for B, param, rule in cases:
-        t_ref, t_new, rel = compare(B, param, rule, args.steps, args.repeats)
-        nb = bytes_per_step(B, param)
-        ach = nb / t_new
-        print(f"B={B:5d} {param:2s} {rule:3s}: reference {t_ref * 1e3:7.3f} ms  new {t_new * 1e3:7.3f} ms"
-              f"  speedup {t_ref / t_new:5.2f}  bytes/step {nb / 1e6:6.2f} MB  achieved "
-              f"{ach / 1e9:5.1f} GB/s ({ach / bw:.2f} of copy)  rel. diff {rel:.1e}")
-        if (B, param, rule) == (1000, "W", "ngd"):
-            last = (t_ref / t_new, ach / bw)
-    print(f"step_speedup={last[0]:.2f} bandwidth_ratio={last[1]:.3f}")
+    cases = [c for c in CASES if not args.quick or c[0] == "W/ngd"]
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
+          f"average {os.getloadavg()[0]:.2f} at start (shared: other processes slow both steps "
+          f"alike; the ratio is compared); torch {torch.__version__}, 1 CPU thread, float64")
+    print(f"frozen = the step of attnsvm 74e9e46; new = the engine's step. Process CPU time per "
+          f"step, best of {args.repeats} interleaved blocks of {args.steps} steps; ops = compute "
+          f"ops per step (torch.profiler), syncs = host synchronizations per step")
+    print(f"{'case':18s} {'n,T,d':9s} {'B':>5s} {'ops frozen':>10s} {'ops new':>8s} "
+          f"{'syncs':>7s} {'frozen ms':>10s} {'new ms':>8s} {'speedup':>8s} {'rel. diff':>9s}")
+    rows = []
+    for case in cases:
+        r = compare(case, args.steps, args.repeats)
+        rows.append(r)
+        print(f"{r['label']:18s} {','.join(map(str, r['shape'])):9s} {r['B']:5d} "
+              f"{r['ops_ref']:10.0f} {r['ops_new']:8.0f} {r['sync_ref']:3.0f}->{r['sync_new']:<3.0f}"
+              f" {r['t_ref'] * 1e3:10.3f} {r['t_new'] * 1e3:8.3f} {r['t_ref'] / r['t_new']:8.2f} "
+              f"{r['rel']:9.1e}")
+
+    def get(label, B):
+        return next((r for r in rows if r["label"] == label and r["B"] == B), None)
+    parts = []
+    for label, B, name in (("W/ngd", 100, "W_ngd_B100"), ("W/ngd", 1000, "W_ngd_B1000"),
+                           ("W/gd", 100, "W_gd_B100"), ("W/gd", 1000, "W_gd_B1000"),
+                           ("KQ/ngd", 100, "KQ_ngd_B100"), ("KQ/ngd", 1000, "KQ_ngd_B1000"),
+                           ("W/(L-L*)polyak", 100, "polyak_star_B100"),
+                           ("W/(L-L*)polyak", 1000, "polyak_star_B1000"),
+                           ("W/ngd saturated", 1000, "W_ngd_saturated_B1000"),
+                           ("ch09 W/ngd", 100, "ch09_W_ngd"), ("ch09 W/gd", 100, "ch09_W_gd")):
+        r = get(label, B)
+        if r is not None:
+            parts.append(f"{name}={r['t_ref'] / r['t_new']:.2f}x")
+    ops = [f"ops_{lab.replace('/', '_')}={get(lab, 100)['ops_ref']:.0f}->{get(lab, 100)['ops_new']:.0f}"
+           for lab in ("W/ngd", "W/gd", "KQ/ngd", "W/(L-L*)polyak") if get(lab, 100)]
+    print("ratios (frozen/new CPU time): " + " ".join(parts) + "; " + " ".join(ops)
+          + " (targets: >=2x at B=100, >=1.4x at B=1000 and ch09; ops W/ngd <= 25, KQ/ngd <= 40)")
 
 
 if __name__ == "__main__":

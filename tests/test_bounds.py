@@ -9,23 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import attnsvm as A
 from attnsvm import bounds
+from instances import SCORES, score_instance
 
 PKG = Path(bounds.__file__).parent
 #: the longest a module of the bounds package may be (issue 39)
 MAX_LINES = 700
 
-#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
-SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
-                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
-
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
-    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
-    return data, opt, W_mm
+    return score_instance(request.param)
 
 
 def _brute(data, opt, W_mm):

@@ -198,7 +198,7 @@ def test_driver_claims_hold_and_can_fail():
     norms exchanged)."""
     from attnsvm.experiments import separable
     settings = {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="ngd", lr=0.1),
-                "polyak": dict(optimizer="polyak"),
+                "polyak": dict(optimizer="polyak", eta_max=None),
                 "polyak_capped": dict(optimizer="polyak", eta_max=100.0),
                 "adam": dict(optimizer="adam", lr=0.01)}              # the notebook's
     res = separable.separable_rates(40, 10, margin=0.1, trials=8, steps=20000, seed=0,

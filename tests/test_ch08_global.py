@@ -4,17 +4,12 @@ import pytest
 
 import attnsvm as A
 from attnsvm.experiments import globalconv
-
-
-#: equal scores in every sequence, and heterogeneous per-sequence scores (gamma*_i, gamma°_i)
-SCORES = {"equal": {}, "heterogeneous": dict(gamma_opt=[1.0, 2.0, 0.5, 1.5],
-                                             gamma_other=[0.0, -0.5, 0.0, 1.0])}
+from instances import SCORES, score_instance
 
 
 @pytest.fixture(scope="module", params=list(SCORES))
 def inst(request):
-    data, opt = A.data.score_instances(4, 4, 6, trials=3, seed=1, **SCORES[request.param])
-    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
+    data, opt, W_mm = score_instance(request.param)
     return data, opt, W_mm, A.bounds.constants(data, opt, W_mm)
 
 
@@ -142,7 +137,7 @@ def test_observed_global_vs_trap(inst):
     h = A.train.fit(data, model="W", optimizer="ngd", lr=0.1, steps=3000, init=W0, refs={"W_mm": W_mm},
                     n_records=5, device="cpu")
     assert np.all(h.corr["W_mm"][-1] > 0.99)
-    traps, o, a, _ = globalconv._find_traps(3, 3, 4, trials=1, seed=0)
+    traps, o, a, _ = A.svm.find_traps(3, 3, 4, trials=1, seed=0)
     one, o, a = traps.trial(0), o[0], a[0]
     Wm = A.svm.att_svm(one.X, one.Z, o)
     Wt = A.svm.att_svm(one.X, one.Z, a)

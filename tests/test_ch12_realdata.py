@@ -401,15 +401,24 @@ def test_bad_arguments(digits):
 # ----------------------------------------------------------------------------- entry points
 def _quoted_keys(stem):
     """The glue keys of notebook ``stem`` that the chapter page and the notebook's captions
-    quote (figures and claims aside: those are glued by the figure cells and by ``check``)."""
+    quote (figures and claims aside: those are glued by the figure cells and by ``check``; the
+    claims' marks, ``{claim}`...::name```, are :func:`_marked_claims`)."""
     import re
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     page = (root / "book" / "ch12_realdata.md").read_text()
     nb = (root / "notebooks" / f"{stem}.ipynb").read_text()
-    keys = set(re.findall(stem + r"\.ipynb::([A-Za-z0-9_]+)", page))
+    keys = set(re.findall(r"\{glue(?::[a-z]+)?\}`[^`]*" + stem + r"\.ipynb::([A-Za-z0-9_]+)", page))
     keys |= set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)", nb))
     return {k for k in keys if not k.startswith(("claim_", "fig_"))}
+
+
+def _marked_claims(stem):
+    """The claims of notebook ``stem`` that the chapter marks (``{claim}`...stem.ipynb::name```)."""
+    import re
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / "book" / "ch12_realdata.md").read_text()
+    return set(re.findall(r"\{claim\}`[^`]*" + stem + r"\.ipynb::([A-Za-z0-9_]+)`", page))
 
 
 @pytest.mark.parametrize("stem", ["ch12a_vit", "ch12b_text"])
@@ -445,3 +454,5 @@ def test_entry_points_publish_every_quoted_key(stem):
     missing = quoted - set(values)
     assert not missing, f"{stem}: quoted but not published: {sorted(missing)}"
     assert set(res.claims()) == claims
+    marked = _marked_claims(stem)
+    assert marked and marked <= claims, f"{stem}: marked claims not checked: {sorted(marked - claims)}"

@@ -135,7 +135,7 @@ def test_thm_sd_margin_terms_needed(setup):
     data, batch, model, w0, gam = setup
     logn = np.log(N)
     for q in (np.inf, 1.0):
-        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=1.0, steps=600,
+        r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=1.0, steps=600,
                    record_steps=list(range(50, 601, 10)))
         S = r["steps"][:, None].astype(float)
         gap = gam[q] - A.svm.margin_in_norm(r["iterates"], data.X, data.y, q)
@@ -147,7 +147,7 @@ def test_thm_sd_margin_terms_needed(setup):
     gamma = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(X, y, 2.0), 2.0)[0]
     Bq = np.linalg.norm(X[0], axis=-1).max()
     lr, steps = 0.04, 1200
-    r = G._fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
+    r = A.runs.fit_margin(model, model.init_params(2, None, [None]), b2, optimizer="sd", norm=2, lr=lr,
                steps=steps, record_steps=list(range(steps // 2, steps + 1)))
     t = r["steps"].astype(float)
     S, Q = lr * t, lr ** 2 * np.exp(lr * Bq) * t
@@ -179,7 +179,7 @@ def test_spectral_direction():
 def test_thm_sd_margin_bound(setup, q, lr, decay):
     data, batch, model, w0, gam = setup
     steps = 20000
-    r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
+    r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
     s = lr * (np.arange(steps) + 1.0) ** (-decay)
     Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
     checked = 0
@@ -210,8 +210,8 @@ def test_mirror_map_inverse():
 
 def test_md_p2_is_ngd(setup):
     data, batch, model, w0, _ = setup
-    a = G._fit_margin(model, w0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=200)
-    b = G._fit_margin(model, w0, batch, optimizer="sd", norm=2, lr=0.1, steps=200)
+    a = A.runs.fit_margin(model, w0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=200)
+    b = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=2, lr=0.1, steps=200)
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
@@ -220,7 +220,7 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
     """The normalized mirror step g/||g||_{p/(p-1)} has dual norm 1 before eta is applied."""
     data, batch, model, w0, _ = setup
     eta, q = 0.05, p / (p - 1)
-    out = G._fit_margin(model, w0, batch, optimizer="md", p=p, lr=eta, normalize=True, steps=3,
+    out = A.runs.fit_margin(model, w0, batch, optimizer="md", p=p, lr=eta, normalize=True, steps=3,
                  record_steps=[0, 1, 2, 3])
     th = A.optim.mirror_map(torch.as_tensor(out["iterates"]), p).numpy()
     steps = (th[:-1] - th[1:]) / eta                      # (3, B, D)
@@ -236,7 +236,7 @@ def test_md_normalized_step_has_unit_dual_norm(setup, p):
 def test_adam_matches_direct_implementation(setup, eps, decay):
     """The log-scaled moments give the same iterates as plain float64 Adam on the true gradient."""
     data, batch, model, w0, _ = setup
-    r = G._fit_margin(model, w0, batch, optimizer="adam", lr=0.05, decay=decay, eps=eps, steps=300,
+    r = A.runs.fit_margin(model, w0, batch, optimizer="adam", lr=0.05, decay=decay, eps=eps, steps=300,
                betas=(0.9, 0.99), record_steps=[300])
     b1, b2 = 0.9, 0.99
     for b in range(B):
@@ -287,9 +287,9 @@ def test_adam_eps_split_at_t_eps():
     norms = {"1": 1.0, "2": 2.0, "inf": np.inf}
     w_p = {k: A.svm.linear_svm_p(data.X, data.y, q) for k, q in norms.items()}
     gam = {k: 1.0 / A.norms.vector_norm(w_p[k], q) for k, q in norms.items()}
-    runs = [G._fit_margin(model, w0, batch, steps=14000, **G._adam(0.01, 0.999, eps=eps))
-            for eps in (0.0, 1e-4)]
-    split = G._adam_eps_split(*runs, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
+    runs = [A.runs.fit_margin(model, w0, batch, steps=14000, optimizer="adam", lr=0.01, decay=0.0, eps=eps,
+                              betas=(0.9, 0.999)) for eps in (0.0, 1e-4)]
+    split = A.bounds.adam_eps_split(*runs, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
     assert np.all(split["measured"]) and np.all(split["past"]), split["t_eps"]
     assert np.all(np.abs(split["rate_ratio"] - 1) < 0.1), split["rate_ratio"]
     assert np.median(split["gain"]) > 0, split["gain"]
@@ -298,10 +298,10 @@ def test_adam_eps_split_at_t_eps():
         A.svm.margin_ratios(runs[0]["iterates"][-1], data.X, data.y, norms, gam).values()))
     assert final > 0.005, final
     half = [{k: r[k][r["steps"] <= 7000] for k in ("steps", "iterates")} for r in runs]
-    early = G._adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
+    early = A.bounds.adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999)
     assert not np.any(early["measured"])
     np.testing.assert_allclose(early["t_eps"], split["t_eps"], rtol=0.03)
-    wrong = G._adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999 ** 2)
+    wrong = A.bounds.adam_eps_split(*half, data.X, data.y, norms, gam, w_p["2"], eps=1e-4, beta2=0.999 ** 2)
     assert np.all(np.abs(wrong["t_eps"] / split["t_eps"] - 1) > 0.1)
 
 
@@ -312,7 +312,7 @@ def test_rates_order(setup):
     gaps = {}
     for k, kw in {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="sd", norm=2, lr=0.1),
                   "prgd": dict(optimizer="prgd", lr=0.1, period=100, growth=1.5)}.items():
-        r = G._fit_margin(model, w0, batch, steps=3000, record_steps=[3000], **kw)
+        r = A.runs.fit_margin(model, w0, batch, steps=3000, record_steps=[3000], **kw)
         gaps[k] = np.median(gam[2.0] - A.svm.margin_in_norm(r["iterates"][-1], data.X, data.y, 2.0))
     assert gaps["prgd"] < gaps["ngd"] < gaps["gd"]
 
@@ -329,11 +329,11 @@ def test_errors():
     w0 = model.init_params(2, None, [None])
     batch = {"X": torch.as_tensor(X[None]), "y": torch.ones(1, 2, dtype=torch.float64)}
     with pytest.raises(ValueError, match="optimizer"):
-        G._fit_margin(model, w0, batch, optimizer="bogus", steps=1, lr=0.1)
+        A.runs.fit_margin(model, w0, batch, optimizer="bogus", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="p must"):
-        G._fit_margin(model, w0, batch, optimizer="md", steps=1, lr=0.1)
+        A.runs.fit_margin(model, w0, batch, optimizer="md", steps=1, lr=0.1)
     with pytest.raises(ValueError, match="lr"):
-        G._fit_margin(model, w0, batch, optimizer="gd", steps=1, lr=-1.0)
+        A.runs.fit_margin(model, w0, batch, optimizer="gd", steps=1, lr=-1.0)
 
 
 # ----------------------------------------------------------------------------- the driver, batched
@@ -370,7 +370,7 @@ def test_check_sd_bound_equals_inline(setup):
     data, batch, model, w0, gam = setup
     lr, decay, steps = 0.2, 0.5, 20000
     for q in (1.0, 2.0, np.inf):
-        r = G._fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
+        r = A.runs.fit_margin(model, w0, batch, optimizer="sd", norm=q, lr=lr, decay=decay, steps=steps)
         s = lr * (np.arange(steps) + 1.0) ** (-decay)
         Bq = np.linalg.norm(data.X, ord=NORMS[q], axis=-1).max(-1)
         rt = A.bounds.sd_margin_radius(r["steps"], data.X, q, lr=lr, decay=decay)
@@ -441,7 +441,7 @@ def test_observed_rates_in_each_geometry():
     for k, p, kw in [("ngd", 2.0, dict(optimizer="sd", norm=2, lr=1.0)),
                      ("md15", 1.5, dict(optimizer="md", p=1.5, lr=3.0, normalize=True)),
                      ("md3", 3.0, dict(optimizer="md", p=3.0, lr=3.0, normalize=True))]:
-        r = G._fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
+        r = A.runs.fit_margin(model, w0, batch, steps=20000, decay=0.5, **kw)
         gam = 1.0 / A.norms.vector_norm(A.svm.linear_svm_p(data.X, data.y, p), p)
         slope[k] = np.median(A.metrics.slopes(r["steps"], A.svm.margin_gaps(r["iterates"], data.X, data.y, p, gam)))
     assert -0.6 <= slope["ngd"] <= -0.4

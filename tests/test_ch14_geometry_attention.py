@@ -41,8 +41,8 @@ def test_md_p2_is_ngd_on_attention(inst):
     model = A.models.AttentionClassifier("W")
     batch = {k: torch.as_tensor(getattr(inst, k)) for k in ("X", "y", "Z")}
     W0 = model.init_params(6, torch.as_tensor(inst.v), [np.random.default_rng(b) for b in range(4)])
-    a = G._fit_margin(model, W0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=50, loss="logistic")
-    b = G._fit_margin(model, W0, batch, optimizer="sd", norm=2, lr=0.1, steps=50, loss="logistic")
+    a = A.runs.fit_margin(model, W0, batch, optimizer="md", p=2.0, lr=0.1, normalize=True, steps=50, loss="logistic")
+    b = A.runs.fit_margin(model, W0, batch, optimizer="sd", norm=2, lr=0.1, steps=50, loss="logistic")
     np.testing.assert_allclose(a["iterates"], b["iterates"], atol=1e-10)
 
 
@@ -52,7 +52,7 @@ def test_md_l3_selects_l3_att_svm():
     model = A.models.AttentionClassifier("W")
     batch = {k: torch.as_tensor(getattr(data, k)) for k in ("X", "y", "Z")}
     W0 = model.init_params(8, torch.as_tensor(data.v), [np.random.default_rng(b) for b in range(4)])
-    r = G._fit_margin(model, W0, batch, optimizer="md", p=3.0, lr=0.1, normalize=True, steps=1500,
+    r = A.runs.fit_margin(model, W0, batch, optimizer="md", p=3.0, lr=0.1, normalize=True, steps=1500,
                loss="logistic", record_steps=[1500])
     W = r["iterates"][-1]
     sel = A.metrics.attention(data.X, W, data.Z).argmax(-1)
@@ -122,13 +122,13 @@ def test_adam_without_moments_is_sign_descent(inst, decay):
     W0 = model.init_params(6, torch.as_tensor(inst.v), [np.random.default_rng(b) for b in range(4)])
     rec = np.arange(1, 101)
     kw = dict(steps=100, lr=0.05, decay=decay, loss="logistic", record_steps=rec)
-    sign = G._fit_margin(model, W0, batch, optimizer="sd", norm="inf", **kw)["iterates"]
-    adam = G._fit_margin(model, W0, batch, optimizer="adam", betas=(0.0, 0.0), eps=0.0, **kw)
+    sign = A.runs.fit_margin(model, W0, batch, optimizer="sd", norm="inf", **kw)["iterates"]
+    adam = A.runs.fit_margin(model, W0, batch, optimizer="adam", betas=(0.0, 0.0), eps=0.0, **kw)
     # equal up to the rounding of (eta g)/|g| against eta sign(g): one ulp per step
     np.testing.assert_allclose(adam["iterates"], sign, rtol=0, atol=1e-13)
     np.testing.assert_allclose(
-        G._fit_margin(model, W0, batch, optimizer="sign", **kw)["iterates"], sign, rtol=0, atol=1e-13)
-    other = G._fit_margin(model, W0, batch, optimizer="adam", betas=(0.0, 0.5), eps=0.0, **kw)
+        A.runs.fit_margin(model, W0, batch, optimizer="sign", **kw)["iterates"], sign, rtol=0, atol=1e-13)
+    other = A.runs.fit_margin(model, W0, batch, optimizer="adam", betas=(0.0, 0.5), eps=0.0, **kw)
     assert np.abs(other["iterates"][1] - sign[1]).max() > 1e-3
 
 
@@ -249,7 +249,7 @@ def test_prgd_attention_rate_observed():
     rec = np.arange(0, 4001, 100)
     ratio = {}
     for k, kw in {"ngd": dict(optimizer="sd", norm=2), "prgd": dict(optimizer="prgd", period=100, growth=1.5)}.items():
-        r = G._fit_margin(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
+        r = A.runs.fit_margin(model, W0, batch, steps=4000, lr=0.3, loss="logistic", record_steps=rec, **kw)
         sel = A.tokens.selected_tokens(data.X, r["iterates"][-1], data.Z)     # the Att-SVM of the selected tokens
         W_sel = A.svm.att_svm_batch(data.X, data.Z, sel, strict=True)[0]
         gap = A.svm.att_margin_gap(r["iterates"], data.X, data.Z, sel, W_sel)

@@ -150,13 +150,10 @@ def test_bad_input():
         A.data.ntp_synthetic(3, 4, 5, support=4)
     with pytest.raises(ValueError, match="P must"):
         A.svm.ntp_svm(np.ones((2, 2)), np.ones((2, 3)))
-    d = A.data.ntp_synthetic(2, 4, 3, trials=1)
-    with pytest.raises(ValueError, match="data must be batched"):
-        X._linear_limits(A.data.ntp_synthetic(2, 4, 3), rules={})
-    with pytest.raises(ValueError, match="optimizer"):
-        X._linear_limits(d, rules={"gd": dict(optimizer="sgd", steps=1, lr=0.1)})
-    with pytest.raises(ValueError, match="lr"):
-        X._linear_limits(d, rules={"gd": dict(optimizer="gd", steps=1, lr=-1.0)})
+    with pytest.raises(ValueError, match="lr"):                     # through the entry point
+        X.ntp_linear_experiment(2, 4, 3, trials=1, steps=2, steps_fast=2, lr_ngd=-1.0, device="cpu")
+    with pytest.raises(ValueError, match="trials"):
+        X.ntp_linear_experiment(2, 4, 3, trials=0, steps=2, steps_fast=2, device="cpu")
 
 
 @pytest.mark.slow
@@ -400,7 +397,7 @@ def test_ufm_training_reaches_the_finite_part():
                     record_every=[100, 2000, 20000], snapshots=("W", "H"), device="cpu")
     run = {"steps": h.steps[1:], "W": h.trajectory["W"][1:], "H": h.trajectory["H"][1:],
            "loss": h.loss[1:]}                            # the three records (fit adds step 0)
-    geo = X._ufm_geometry(P, pi, g, run)
+    geo = A.bounds.ufm_geometry(P, pi, g, run)
     assert np.all(np.diff(geo["gap"], axis=0) < 0)
     assert np.all(geo["bound_ok"]) and np.all(geo["bound_ratio"] <= 1 + 1e-9)
     # the orthogonal part rescaled to margin 1 is feasible for the nuclear-norm SVM: its nuclear

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,55 @@ def test_every_notebook_ends_in_one_publish_call():
     planted["cells"].append({"cell_type": "code", "metadata": {}, "source": "fig = 1\n",
                              "outputs": [], "execution_count": None})
     assert not last_call_is_publish(planted)
+
+
+def test_format_value_reads_as_a_reader_expects():
+    """Four significant digits, no ``nan`` and no ``-0``: the raw dumps of issue 38 (16 digits,
+    ``nan`` on ch04b and ch08, ``-0`` in ch08) are what this replaces."""
+    f = claims.format_value
+    assert f(0.123456789) == "0.1235" and f(-1.97512) == "-1.975" and f(123456.7) == "1.235e+05"
+    assert f(float("nan")) == f(None) == claims.UNDEFINED and f(np.float64("nan")) != "nan"
+    assert f(-0.0) == "0" and f(-1e-20 * 0) == "0" and f(np.float64(-0.0)) == "0"
+    assert f(1200) == "1,200" and f(np.int64(7)) == "7" and f(True) == "yes" and f(np.bool_(0)) == "no"
+    assert f(float("inf")) == "\u221e" and f([1.0, 2.5, float("nan")]) == "[1, 2.5, \u2014]"
+    assert f(np.arange(20.0)) == "20 values, 0 to 19"
+    assert f(claims.Word("holds")) == "holds"
+
+
+def test_results_table_html_and_text():
+    t = claims.ResultsTable({"slope_ngd": -1.97512, "runs": {"gd": {"loss": 0.5}}, "gap": float("nan")},
+                            claims={"ngd_fast": (np.bool_(True), "slope -1.975"),
+                                    "bad": (False, "x < 1")}, title="Results")
+    h = t._repr_html_()
+    assert "<code>slope_ngd</code></td><td>-1.975</td>" in h and "runs / gd / loss" in h
+    assert 'id="claim-ngd_fast"' in h and "1 of 2 hold" in h and "<strong>fails</strong>" in h
+    assert "nan" not in h.lower() and "not defined" in h
+    text = repr(t)
+    assert re.search(r"^slope_ngd +-1.975$", text, re.M) and "bad: FAILS (x < 1)" in text
+    assert "not defined" not in repr(claims.results_table({"a": 1.0}))
+    with pytest.raises(TypeError, match="dict"):
+        claims.results_table([1, 2])
+
+
+def test_publish_shows_one_table_in_a_notebook(monkeypatch):
+    """Under IPython ``publish`` displays one ResultsTable (summary and claims), also when a
+    strict claim fails; outside IPython it shows nothing."""
+    import IPython
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(claims, "_glue", lambda k, v: None)
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    r = _Result({"n": 4}, {"corr": 0.99, "gap": float("nan")}, {"fast": (True, "x")})
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    claims.publish(r)
+    assert shown == []                                   # not under IPython
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    claims.publish(r)
+    (table,) = shown
+    assert isinstance(table, claims.ResultsTable)
+    assert ("corr", "0.99") in table.rows and ("n", "4") not in table.rows   # the summary only
+    assert table.claims == [("fast", True, "x")]
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    with pytest.raises(claims.ClaimError):
+        claims.publish(_Result({}, {"g": 1.0}, {"bad": (False, "y")}))
+    assert len(shown) == 2 and shown[1].claims == [("bad", False, "y")]

@@ -264,7 +264,7 @@ def _generator_calls(path):
 def test_every_draw_goes_through_the_seeding_module(tmp_path):
     """One seeding scheme: no module of lib/attnsvm but the seeding module attnsvm.data.seeding
     makes a numpy generator or seeds the global numpy state; every stream is in STREAMS or
-    KEYED_STREAMS, and the README's table lists them all."""
+    KEYED_STREAMS, and the table of the book's page on the library lists them all."""
     from pathlib import Path
     import attnsvm
     from attnsvm import data
@@ -277,9 +277,9 @@ def test_every_draw_goes_through_the_seeding_module(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text("import numpy as np\nrng = np.random.default_rng(3)\n# default_rng( in a comment\n")
     assert _generator_calls(planted) == [2]
-    readme = (lib.parents[1] / "README.md").read_text()
-    missing = [n for n in list(data.STREAMS) + list(data.KEYED_STREAMS) if f"`{n}`" not in readme]
-    assert not missing, f"streams missing from the README's table: {missing}"
+    page = (lib.parents[1] / "book" / "using_library.md").read_text()     # the seeding contract
+    missing = [n for n in list(data.STREAMS) + list(data.KEYED_STREAMS) if f"`{n}`" not in page]
+    assert not missing, f"streams missing from the table of book/using_library.md: {missing}"
     with pytest.raises(ValueError, match="keyed streams"):
         data.keyed_stream("no-such-stream", 1)
     np.testing.assert_array_equal(data.keyed_stream("fit-init", 3, 1, 0).standard_normal(4),

@@ -253,7 +253,7 @@ LAYERS = (
     ("data", "metrics", "optim"),
     ("losses", "graphs", "datasets"),
     ("models", "svm", "path"),
-    ("bounds", "train"),
+    ("bounds", "train", "reduced"),
     ("runs",),
     ("experiments",),
 )
@@ -502,8 +502,6 @@ def test_one_definition_test_can_fail(tmp_path):
 #: shape pairs of ``duplicates`` inside lib/attnsvm reviewed as not one concept written twice,
 #: by the files and the names of the definitions both sides lie in (line numbers move)
 REVIEWED_PAIRS = {
-    # the table of step rules: one row per optimizer, alike by construction
-    ("train.py", "OPTIMIZERS", "train.py", "OPTIMIZERS"),
     # input checks of different things (shape, a real number, an integer): alike raise lines
     ("_checks.py", "check_positive", "_checks.py", "check_int"),
     ("_checks.py", "as_float_array", "_checks.py", "check_positive"),
@@ -559,3 +557,56 @@ def test_no_code_written_twice_in_the_library():
     that it does not mark as boilerplate, other than the REVIEWED_PAIRS."""
     bad = [p for p in duplicate_pairs(SRC / PKG) if p not in REVIEWED_PAIRS]
     assert not bad, f"code written twice (make one definition serve both): {bad}"
+
+
+# ----------------------------------------------------------------------------- tests use drivers' public names
+TESTS = Path(__file__).resolve().parent
+
+
+def private_driver_names(path, pkg=PKG):
+    """``driver._name`` uses of a test file: a private name imported from a driver module
+    (``from attnsvm.experiments.X import _f``) or read off one (``X._f``, ``A.experiments.X._f``,
+    where ``X`` is bound to a driver by an import)."""
+    tree = ast.parse(Path(path).read_text())
+    drivers = pkg + ".experiments"
+    alias, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                if node.module.startswith(drivers + ".") and a.name.startswith("_"):
+                    out.append(f"{node.module}.{a.name}")
+                elif node.module == drivers:
+                    alias[a.asname or a.name] = f"{drivers}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(drivers + ".") and a.asname:
+                    alias[a.asname] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = ast.unparse(node.value)
+            if base in alias:
+                out.append(f"{alias[base]}.{node.attr}")
+            elif re.search(r"(^|\.)experiments\.\w+$", base):
+                out.append(f"{base}.{node.attr}")
+    return sorted(set(out))
+
+
+def test_no_test_imports_a_drivers_private_name():
+    """Drivers keep mathematics out (issue 39): what a test needs of a driver is its entry points
+    and result classes; a private helper a test needs belongs to a core module."""
+    bad = {p.name: names for p in sorted(TESTS.glob("test_*.py")) if (names := private_driver_names(p))}
+    assert not bad, f"tests using drivers' private names (move them to a core module): {bad}"
+
+
+def test_private_driver_names_are_found(tmp_path):
+    """The three ways a test reaches a driver's private name are caught; public names, dunder
+    names and private names of core modules are not."""
+    p = tmp_path / "test_x.py"
+    p.write_text("import attnsvm as A\nimport attnsvm.experiments.rates as R\n"
+                 "from attnsvm.experiments import geometry as G, ntp\n"
+                 "from attnsvm.experiments.globalconv import _find_traps, global_experiment\n"
+                 "G._split(1)\nntp._limits\nR.rates_experiment\nR.__doc__\nA.experiments.joint._med(2)\n"
+                 "A.train._loop\nA.bounds._arrays\n")
+    assert private_driver_names(p) == ["A.experiments.joint._med", "attnsvm.experiments.geometry._split",
+                                       "attnsvm.experiments.globalconv._find_traps",
+                                       "attnsvm.experiments.ntp._limits"]

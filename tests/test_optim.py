@@ -236,3 +236,41 @@ def test_settings_config_names_the_step_sizes_as_the_parameters_cells():
     assert settings_config(s) == {"lr_gd": 1.0, "lr_ngd": 0.1, "lr_adam": 0.01, "eta_max": 10.0}
     # two different caps: no single eta_max to name
     assert "eta_max" not in settings_config({"a": dict(eta_max=1.0), "b": dict(eta_max=2.0)})
+
+
+# ---------------------------------------------------------------- the one table of optimizer names
+@pytest.mark.parametrize("name", sorted(__import__("attnsvm.optim", fromlist=["OPTIMIZERS"]).OPTIMIZERS))
+def test_fit_takes_each_optimizer_with_the_tables_rule_and_default(name):
+    """``optim.OPTIMIZERS`` is the one table of ``fit``'s optimizer names: each names a rule of
+    ``RULES``; ``fit`` without ``lr`` runs at the table's default and records whether the run is
+    stochastic (a stochastic name without ``batch_size`` is refused, naming it). Can fail: a
+    default changed in ``fit`` but not in the table (or the reverse) differs here."""
+    from attnsvm.data import score_instances
+    from attnsvm.optim import OPTIMIZERS
+    spec = OPTIMIZERS[name]
+    assert spec.rule in RULES
+    data, _ = score_instances(3, 3, 4, trials=2, seed=0)
+    kw = {"p": 3.0} if spec.rule == "md" else {}
+    if spec.stochastic:
+        with pytest.raises(ValueError, match="batch_size"):
+            fit(data, model="W", optimizer=name, steps=1, device="cpu", **kw)
+        kw["batch_size"] = 2
+    h = fit(data, model="W", optimizer=name, steps=2, device="cpu", **kw)
+    assert h.config["lr"] == spec.lr and h.config["optimizer"] == name
+    assert (h.config["batch_size"] is not None) == spec.stochastic
+
+def test_adam_keeps_its_moments_through_a_zero_gradient_at_scale_finfo_min():
+    """A trial whose every token is tied (``jacobian_products``) has a zero gradient with the
+    log-scale ``finfo.min``; Adam then keeps the old scale for its moments. Without that guard
+    the rescaling factor ``exp(s_old - finfo.min)`` is inf and the moments become inf/NaN (the
+    rule of 74e9e46 fails this test: its engine reported the scale 0 there instead)."""
+    g = _rand(2, 3, 3, seed=11)
+    st = init_state("adam", [g])
+    update("adam", [g], st, lr=0.1, log_scale=[torch.tensor([-5.0, -3.0], dtype=torch.float64)],
+           batch_ndim=1)
+    z = g.clone()
+    z[0] = 0.0
+    tied = torch.tensor([torch.finfo(torch.float64).min, -3.0], dtype=torch.float64)
+    out = update("adam", [z], st, lr=0.1, log_scale=[tied], batch_ndim=1)
+    assert torch.isfinite(out[0]).all() and torch.isfinite(st["m"][0]).all()
+    assert torch.isfinite(st["v"][0]).all()

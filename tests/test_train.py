@@ -188,7 +188,7 @@ def test_stable_at_huge_norm_and_tiny_loss():
     stays finite and log_loss keeps tracking it while loss underflows to 0."""
     data = unit_data(2, n=4, T=4, d=6, seed=3)
     h = fit(data, model="W", train_v=True, loss="exponential", optimizer="polyak", lr=1.0,
-            steps=1000, progress=False, init="random", init_scale=1.0, n_records=20)
+            eta_max=None, steps=1000, progress=False, init="random", init_scale=1.0, n_records=20)
     assert np.all(np.isfinite(h.log_loss)) and np.all(np.isfinite(h.W))
     assert np.min(h.final("log_loss")) < np.log(1e-300)
     h2 = fit(data, model="W", optimizer="ngd", lr=5e4, steps=30, progress=False)
@@ -232,7 +232,7 @@ def test_known_outcome_W_to_Wmm_and_KQ_to_Wmm_star():
 
 def test_cpu_threads_sets_and_restores_the_thread_count():
     import torch
-    from attnsvm.train import cpu_threads
+    from attnsvm.devices import cpu_threads
     old = torch.get_num_threads()
     with cpu_threads("cpu", 1):
         assert torch.get_num_threads() == 1

@@ -19,6 +19,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``plot``     the book's figure style
 ``devices``  CPU/CUDA resolution and thread control
 ``bounds``   proved bounds of the book, as functions (a package, one module per group of chapters)
+``reduced``  the reduced dynamics: GD, NGD and the Polyak step run exactly in margin space
 ``claims``   checked claims: a chapter's interpretive sentences, computed and checked
 ``graphs``   token-priority graphs of next-token prediction (SCCs, top components)
 ``path``     the regularization path: norm-constrained risk minimization (spectral projected gradient)
@@ -28,12 +29,14 @@ The book's build is the sibling package ``attnsvm_book`` (``python -m attnsvm_bo
 ``book`` extra); nothing here imports it.
 
 ``experiments`` holds the chapter drivers (sweeps, trial batches, classification of outcomes), one
-module per group of chapters: ``feasibility``, ``regpath``, ``trajectories``, ``convergence``,
-``selection``, ``beyond``, ``globalconv``, ``rates``, ``sparsity``, ``joint``, ``nets``, ``geometry``,
-``ntp``, ``ntpattn``.
+module per group of chapters: ``separable``, ``feasibility``, ``regpath``, ``trajectories``,
+``convergence``, ``selection``, ``beyond``, ``globalconv``, ``rates``, ``sparsity``, ``joint``,
+``nets``, ``geometry``, ``ntp``, ``ntpattn``.
 
-Public names of the submodules are re-exported here (``attnsvm.att_svm`` is
-``attnsvm.svm.att_svm``). They are imported on first use, so ``import attnsvm`` stays cheap.
+Each module's public names are its ``__all__``, documented one by one in the book's API pages
+(generated from the docstrings); this overview is checked against the modules
+(``tests/test_api_lists.py``). The names of ``_EXPORTS`` are re-exported here (``attnsvm.att_svm``
+is ``attnsvm.svm.att_svm``), imported on first use, so ``import attnsvm`` stays cheap.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("tokens", "losses", "data", "svm", "models", "norms", "optim", "history", "train", "runs", "metrics",
-               "plot", "devices", "bounds", "claims", "experiments", "path", "graphs", "datasets")
+               "plot", "devices", "bounds", "reduced", "claims", "experiments", "path", "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {

@@ -24,8 +24,11 @@ A chapter's notebook publishes its results with one call, its last:
 >>> publish(result)                                                  # doctest: +SKIP
 
 which glues every number of ``{**result.config, **result.summary()}`` under its key (the
-prose quotes them with ``{glue:text}``) and checks ``result.claims()``; it shows nothing in the
-notebook (figures glue themselves, :func:`attnsvm.plot.save_or_glue`).
+prose quotes them with ``{glue:text}``) and checks ``result.claims()``; in a notebook it shows
+one :class:`ResultsTable`: the summary's numbers to four significant digits and every checked
+claim with its outcome and numbers, each claim's row anchored ``claim-<name>`` so that the
+chapter's marks link to it (figures glue themselves, :func:`attnsvm.plot.save_or_glue`). A cell
+that shows some numbers on the way calls :func:`results_table` rather than leaving a dict.
 
 The notebook's name (in the messages of false claims) comes from the build, which sets the
 environment variable ``ATTNSVM_NOTEBOOK`` for each notebook it runs; :func:`set_notebook` or
@@ -33,13 +36,16 @@ environment variable ``ATTNSVM_NOTEBOOK`` for each notebook it runs; :func:`set_
 """
 from __future__ import annotations
 
+import html
+import math
+import numbers
 import os
 import warnings
 
 import numpy as np
 
 __all__ = ["ClaimError", "ClaimWarning", "Word", "claim", "check", "publish", "set_notebook", "strict",
-           "STRICT_ENV", "NOTEBOOK_ENV"]
+           "STRICT_ENV", "NOTEBOOK_ENV", "ResultsTable", "results_table", "format_value"]
 
 #: environment variable that turns false claims into errors
 STRICT_ENV = "ATTNSVM_STRICT_CLAIMS"
@@ -214,11 +220,130 @@ def _same(a, b) -> bool:
         return a == b
 
 
+# ----------------------------------------------------------------------------- results tables
+#: what a value that is not defined (NaN: the set it is taken over is empty) shows
+UNDEFINED = "\u2014"
+
+
+def format_value(value, digits: int = 4) -> str:
+    """A value of a result for a reader: floats to ``digits`` significant digits (``-0`` as
+    ``0``), NaN and None as an em dash, integers with thousands separators, booleans as
+    ``yes``/``no``, short sequences as a bracketed list, longer ones by their size and range."""
+    if value is None:
+        return UNDEFINED
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if math.isnan(v):
+            return UNDEFINED
+        if math.isinf(v):
+            return "\u221e" if v > 0 else "\u2212\u221e"
+        text = f"{v:.{digits}g}"
+        return "0" if float(text) == 0 else text
+    if isinstance(value, (str, Word)):
+        return str(value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        a = np.asarray(value, dtype=object).ravel()
+        if a.size <= 8:
+            return "[" + ", ".join(format_value(x, digits) for x in a) + "]"
+        try:
+            f = np.asarray(value, dtype=float)
+            return (f"{f.size} values, {format_value(np.nanmin(f), digits)} to "
+                    f"{format_value(np.nanmax(f), digits)}")
+        except (TypeError, ValueError):
+            return f"{a.size} values"
+    return str(value)
+
+
+def _flat(values, prefix=""):
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key} / ")
+        else:
+            yield f"{prefix}{key}", value
+
+
+class ResultsTable:
+    """A notebook's numbers as a table (HTML in a notebook, aligned text elsewhere).
+
+    ``values``: name -> value (nested dicts are flattened as ``outer / inner``), formatted by
+    :func:`format_value`; ``claims``: name -> (holds, detail), shown in a second table whose rows
+    are anchored ``claim-<name>``; ``title``: a caption."""
+
+    def __init__(self, values: dict | None = None, *, claims: dict | None = None,
+                 title: str | None = None, digits: int = 4):
+        if values is not None and not isinstance(values, dict):
+            raise TypeError(f"values must be a dict name -> value, got {type(values).__name__}")
+        self.rows = [(str(k), format_value(v, digits)) for k, v in _flat(values or {})]
+        self.claims = [(str(k), bool(h), str(d)) for k, (h, d) in (claims or {}).items()]
+        self.title = title
+
+    @property
+    def note(self) -> str:
+        return (f"{UNDEFINED}: not defined (the set it is taken over is empty)"
+                if any(v == UNDEFINED for _, v in self.rows) else "")
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        out = []
+        if self.rows:
+            cap = f"<caption>{e(self.title)}</caption>" if self.title else ""
+            body = "".join(f"<tr><td><code>{e(k)}</code></td><td>{e(v)}</td></tr>"
+                           for k, v in self.rows)
+            out.append(f'<table class="attnsvm-results">{cap}<thead><tr><th>name</th>'
+                       f'<th>value</th></tr></thead><tbody>{body}</tbody></table>')
+            if self.note:
+                out.append(f'<p class="attnsvm-results-note">{e(self.note)}</p>')
+        if self.claims:
+            n_hold = sum(h for _, h, _ in self.claims)
+            body = "".join(f'<tr id="claim-{e(k)}"><td><code>{e(k)}</code></td>'
+                           f'<td>{"holds" if h else "<strong>fails</strong>"}</td>'
+                           f"<td>{e(d)}</td></tr>" for k, h, d in self.claims)
+            out.append(f'<table class="attnsvm-claims"><caption>Checked claims: {n_hold} of '
+                       f"{len(self.claims)} hold</caption><thead><tr><th>claim</th>"
+                       f"<th>outcome</th><th>the numbers</th></tr></thead><tbody>{body}"
+                       f"</tbody></table>")
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        lines = [self.title] if self.title else []
+        if self.rows:
+            w = max(len(k) for k, _ in self.rows)
+            lines += [f"{k:<{w}}  {v}" for k, v in self.rows]
+            if self.note:
+                lines.append(self.note)
+        if self.claims:
+            lines.append(f"checked claims: {sum(h for _, h, _ in self.claims)} of "
+                         f"{len(self.claims)} hold")
+            lines += [f"  {k}: {'holds' if h else 'FAILS'} ({d})" for k, h, d in self.claims]
+        return "\n".join(lines)
+
+
+def results_table(values: dict, *, title: str | None = None, digits: int = 4) -> ResultsTable:
+    """Some of a result's numbers, to show in a notebook cell as a formatted table (not a dict)."""
+    return ResultsTable(values, title=title, digits=digits)
+
+
+def _show(obj) -> None:
+    """Display ``obj`` under IPython (a notebook); do nothing elsewhere."""
+    try:
+        from IPython import get_ipython  # deferred: IPython is optional (notebooks only)
+        from IPython.display import display  # deferred: IPython is optional (notebooks only)
+    except ImportError:  # pragma: no cover - IPython comes with the book's requirements
+        return
+    if get_ipython() is not None:
+        display(obj)
+
+
 def publish(*results, notebook: str | None = None) -> None:
     """Publish a chapter's results, the last call of its notebook: glue every value of
     :func:`published_values` (``{**result.config, **result.summary()}``) under its key, then
-    check all the results' claims (:func:`check`). Nothing is displayed and nothing is
-    returned, so the notebook shows no dump of the numbers.
+    check all the results' claims (:func:`check`). In a notebook it shows one
+    :class:`ResultsTable` of the summaries' numbers and the claims (no dump of a dict); nothing
+    is returned.
 
     Raises
     ------
@@ -238,4 +363,10 @@ def publish(*results, notebook: str | None = None) -> None:
             claims[name] = value
     for key, value in values.items():
         _glue(key, value)
-    check(claims, notebook=notebook)
+    summary = {}
+    for r in results:
+        summary.update(r.summary())
+    try:
+        check(claims, notebook=notebook)
+    finally:
+        _show(ResultsTable(summary, claims=claims, title="Results"))

@@ -113,7 +113,35 @@ class History:
 
     @property
     def trials(self):
-        return self.loss.shape[1] if self.loss is not None else int(self.config["trials"])
+        """Number of trials ``B`` (1 for the History of one trial, :meth:`trial`)."""
+        if self.loss is not None:
+            return self.loss.shape[1] if self.loss.ndim == 2 else 1
+        return int(self.config["trials"])
+
+    def trial(self, b):
+        """The History of trial ``b`` alone, without the trials axis: ``loss`` (K,),
+        ``selected`` (K, n), ``W`` (d, d), ``snapshots`` (K, d, d), ... :func:`attnsvm.train.fit`
+        always returns the batched History (``B = 1`` for data without a trials axis);
+        ``.trial(0)`` gives arrays shaped like such data, e.g.
+        ``att_svm(data.X, data.Z, h.trial(0).selected[-1])``.
+        """
+        B = self.trials
+        if self.loss is not None and self.loss.ndim != 2:
+            raise ValueError("trial(b) needs a batched History (this one holds one trial)")
+        b = check_int("b", b, minimum=-B)
+        if b >= B:
+            raise ValueError(f"b must be < {B} (the number of trials), got {b}")
+
+        def at(a, axis=1):
+            return None if a is None else a[(slice(None),) * axis + (b,)]
+        return History(steps=self.steps, loss=at(self.loss), log_loss=at(self.log_loss),
+                       norm=at(self.norm), corr={k: at(v) for k, v in self.corr.items()},
+                       opt_mass=at(self.opt_mass), selected=at(self.selected),
+                       margin=at(self.margin), excess=at(self.excess), opt=at(self.opt, 0),
+                       params={k: at(v, 0) for k, v in self.params.items()},
+                       snapshots=at(self.snapshots),
+                       trajectory={k: at(v) for k, v in self.trajectory.items()},
+                       config=dict(self.config, trials=1, trial=b % B))
 
     def _p(self, name):
         if name not in self.params:

@@ -49,7 +49,7 @@ def parse_norm(norm, *, matrix=("spectral",), name="norm"):
 
 def matrix_norm(W, norm, batch_ndim=None):
     r"""The norm of parameters, per trial: the one definition of the library's matrix norms
-    (:func:`attnsvm.svm.matrix_norm`, :func:`dual_norm`, the regularization path's constraint).
+    (:func:`dual_norm`, the Att-SVMs' norms of :mod:`attnsvm.svm`, the regularization path's constraint).
 
     Parameters
     ----------

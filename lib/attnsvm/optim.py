@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -72,9 +73,10 @@ from ._checks import check_choice, check_int, check_positive
 from .norms import dual_norm, parse_norm
 
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
-           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm",
+           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm", "unit_scaled",
            "steepest_direction", "mirror_map",
-           "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer"]
+           "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer",
+           "Optimizer", "OPTIMIZERS"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -137,6 +139,58 @@ def log_norm(grads, batch_ndim=0):
     sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
     rescaled = torch.log(mx) + 0.5 * torch.log(sq)
     return rescaled if plain is None else torch.where(safe, plain, rescaled)
+
+
+def unit_scaled(grads, batch_ndim=0):
+    r"""The gradients divided by their largest entry, and the norm of the result, per trial:
+    ``(gs, mx, n2)`` with :math:`M = \max_j \|g_j\|_\infty` (raised to the smallest positive
+    float, so a zero gradient gives ``gs = 0``), ``gs[j]`` :math:`= g_j/M` and
+    :math:`n_2 = \|(g_j/M)_j\|` (global Frobenius norm), so :math:`\|g\| = M n_2` and
+    :math:`g/\|g\| = \mathrm{gs}/n_2` at any scale, from subnormal gradients to the largest
+    double, with no host synchronization (every step of the normalized and Polyak rules of a
+    run with one log-scale). :math:`n_2 \ge 1` unless the gradient is 0 (its largest entry of
+    ``gs`` is exactly :math:`\pm 1`)."""
+    mx = None
+    for g in grads:
+        dims = _dims(g, batch_ndim)
+        a = g.abs().amax(dim=dims) if dims else g.abs()
+        mx = a if mx is None else torch.maximum(mx, a)
+    fi = torch.finfo(mx.dtype)
+    mx = mx.clamp(min=fi.tiny * fi.eps)               # the smallest positive (subnormal) float
+    gs = [g / _bc(mx, g) for g in grads]
+    n2 = None
+    for g in gs:
+        dims = _dims(g, batch_ndim)
+        nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+        n2 = nj if n2 is None else torch.hypot(n2, nj)
+    return gs, mx, n2
+
+
+#: the plain float64 norm is exact where it lies in [e^-300, e^300] (see :data:`_LOG_NORM_SAFE`)
+_PLAIN_LO, _PLAIN_HI = math.exp(-_LOG_NORM_SAFE), math.exp(_LOG_NORM_SAFE)
+
+
+def _plain_norm(grads, batch_ndim):
+    r"""The plain global norm :math:`\|g\|` per trial and where it is exact: ``(n, True)``
+    when it is for every trial, ``(n, ok)`` (a (B,) bool tensor) when not (the caller takes
+    :func:`unit_scaled` for the others, so that a trial's step never depends on the others'),
+    None off float64 on the CPU (other devices take :func:`unit_scaled`, the same values to
+    rounding). One host check on the CPU, free there (no device to wait for); under
+    ``torch.compile`` none: ``(n, ok)`` always, the same values bit for bit. Exact where it
+    lies in :math:`[e^{-300}, e^{300}]` (:data:`_LOG_NORM_SAFE`); a zero or non-finite gradient
+    is not."""
+    g0 = grads[0]
+    if g0.dtype != torch.float64 or g0.device.type != "cpu":
+        return None
+    n = None
+    for g in grads:
+        dims = _dims(g, batch_ndim)
+        nj = torch.linalg.vector_norm(g, dim=dims) if dims else g.abs()
+        n = nj if n is None else torch.hypot(n, nj)
+    c = n.clamp(_PLAIN_LO, _PLAIN_HI)
+    if torch.compiler.is_compiling():      # no host branch: both forms, selected per trial
+        return n, c == n
+    return (n, True) if torch.equal(c, n) else (n, c == n)     # equal: False with a NaN
 
 
 def steepest_direction(g, norm, batch_ndim=1):
@@ -273,12 +327,24 @@ DIRECTIONS = {"gradient": lambda: _dir_gradient, "normalized": lambda: _dir_norm
               "steepest": _dir_steepest}
 
 
+def _one_scale(scales):
+    """Whether every gradient has the same log-scale (the same tensor, or all None)."""
+    return all(sc is scales[0] for sc in scales)
+
+
 def _log_norm_total(grads, ctx):
     r""":math:`\log\|g\|` of the true gradients, :math:`\tfrac12\operatorname{logsumexp}_j
     2(\sigma_j + \log\|\tilde g_j\|)`, per trial."""
     scales = ctx.log_scale
-    if all(sc is None for sc in scales) or len(grads) == 1:
-        lg = log_norm(grads, ctx.batch_ndim)
+    if _one_scale(scales):
+        plain = _plain_norm(grads, ctx.batch_ndim)
+        if plain is not None and plain[1] is True:
+            lg = torch.log(plain[0])
+        else:
+            _, mx, n2 = unit_scaled(grads, ctx.batch_ndim)
+            lg = torch.log(mx) + torch.log(n2)
+            if plain is not None:                  # the trials where the plain norm is exact
+                lg = torch.where(plain[1], torch.log(plain[0]), lg)
         return lg if scales[0] is None else lg + scales[0]
     terms = [log_norm([g], ctx.batch_ndim) + (0.0 if sc is None else sc)
              for g, sc in zip(grads, scales)]
@@ -308,13 +374,14 @@ class _PolyakStep:
         if ctx.log_loss is None:
             raise ValueError("the Polyak step needs log_loss")
         lg = _log_norm_total(grads, ctx)
-        zero = ~torch.isfinite(lg)                      # zero gradient: no step
-        log_eta = _log(ctx.lr) + ctx.log_loss - 2 * lg
+        log_eta = torch.add(ctx.log_loss, lg, alpha=-2.0) + _log(ctx.lr)
+        # a zero gradient (lg = -inf: +inf here) or a NaN: no step (-inf), before the cap
+        log_eta = torch.nan_to_num(log_eta, nan=-math.inf, posinf=-math.inf)
         if torch.is_tensor(ctx.eta_max):              # one cap per trial: the clamp per trial
             log_eta = torch.minimum(log_eta, torch.log(ctx.eta_max))
         elif ctx.eta_max is not None:
             log_eta = torch.clamp(log_eta, max=math.log(ctx.eta_max))
-        return "log", torch.where(zero, -math.inf, log_eta)
+        return "log", log_eta
 
 
 STEP_SIZES = {"schedule": _Schedule, "polyak": _PolyakStep}
@@ -335,30 +402,81 @@ class Rule:
     def update(self, grads, state, ctx):
         raise NotImplementedError
 
+    def apply(self, params, grads, state, ctx):
+        """The new parameters ``params + update(...)`` (a rule may fuse the two)."""
+        return [p + dl for p, dl in zip(params, self.update(grads, state, ctx))]
+
 
 class Descent(Rule):
-    r""":math:`\Delta_j = -\eta_t\, d_j`: a direction unit times a step-size unit."""
+    r""":math:`\Delta_j = -\eta_t\, d_j`: a direction unit times a step-size unit.
+
+    :meth:`apply` adds the increments with one fused op per parameter (``addcmul``,
+    ``addcdiv``). Where every gradient has the same log-scale (a model's parameters share it),
+    the normalized direction needs none of it: :math:`g/\|g\|` with the plain norm where it
+    is exact (:func:`_plain_norm`, float64 on the CPU), else :math:`\mathrm{gs}/\max(n_2, 1)`
+    of :func:`unit_scaled` (exact at any scale, no host synchronization: the CUDA and compiled
+    paths); the Polyak step takes its norm from there too."""
 
     def __init__(self, name, direction, step):
         self.name, self.direction, self.step = name, direction, step
         self.needs_log_loss = isinstance(step, _PolyakStep)
 
-    def update(self, grads, state, ctx):
+    def _plan(self, grads, state, ctx):
+        """Per parameter ``(d, c, v, op)``: the increment is ``v * d * c`` (``op`` "mul") or
+        ``v * d / c`` ("div"), ``c`` a per-trial tensor or None (``v * d``), ``v`` a float."""
+        scales = ctx.log_scale
+        if self.direction is _dir_normalized and isinstance(self.step, _Schedule) \
+                and _one_scale(scales):
+            _, eta = self.step(grads, state, ctx)
+            state["k"] += 1
+            plain = _plain_norm(grads, ctx.batch_ndim)
+            if plain is not None and plain[1] is True:
+                div = plain[0]
+            else:
+                gs, _, n2 = unit_scaled(grads, ctx.batch_ndim)
+                div = n2.clamp(min=1.0)                # n2 >= 1 but for a zero gradient
+                if plain is not None:                  # the trials where the plain norm is exact
+                    ok = plain[1]
+                    gs = [torch.where(_bc(ok, g), g, d) for g, d in zip(grads, gs)]
+                    div = torch.where(ok, plain[0], div)
+                grads = gs
+            if torch.is_tensor(eta):
+                div, eta = div / eta, 1.0
+            return [(d, div, -eta, "div") for d in grads]
         d, lm = self.direction(grads, ctx)
         kind, eta = self.step(grads, state, ctx)
         state["k"] += 1
-        out = []
+        out, seen = [], {}                # parameters sharing a log-scale share its factor
         for dj, mj in zip(d, lm):
-            if kind == "log":
-                coef = -torch.exp(eta if mj is None else eta + mj)
-            elif mj is None:
-                if not torch.is_tensor(eta):
-                    out.append(-eta * dj)
-                    continue
-                coef = -eta
+            if id(mj) not in seen:
+                if kind == "log":
+                    c, v = torch.exp(eta if mj is None else eta + mj), -1.0
+                elif torch.is_tensor(eta):
+                    c, v = (eta if mj is None else eta * torch.exp(mj)), -1.0
+                else:
+                    c, v = (None if mj is None else torch.exp(mj)), -eta
+                seen[id(mj)] = (c, v)
+            out.append((dj,) + seen[id(mj)] + ("mul",))
+        return out
+
+    def update(self, grads, state, ctx):
+        out = []
+        for d, c, v, op in self._plan(grads, state, ctx):
+            if c is None:
+                out.append(v * d)
             else:
-                coef = -eta * torch.exp(mj)
-            out.append(dj * _bc(coef, dj))
+                out.append(v * d * _bc(c, d) if op == "mul" else v * d / _bc(c, d))
+        return out
+
+    def apply(self, params, grads, state, ctx):
+        out = []
+        for p, (d, c, v, op) in zip(params, self._plan(grads, state, ctx)):
+            if c is None:
+                out.append(p.add(d, alpha=v))
+            elif op == "mul":
+                out.append(torch.addcmul(p, d, _bc(c, d), value=v))
+            else:
+                out.append(torch.addcdiv(p, d, _bc(c, d), value=v))
         return out
 
 
@@ -454,6 +572,9 @@ class AdamRule(Rule):
         for j, (g, sc) in enumerate(zip(grads, ctx.log_scale)):
             m, v = state["m"][j], state["v"][j]
             if sc is not None and s_old[j] is not None:   # old moments to the new scale e^sc
+                # a zero gradient may come with the scale finfo.min (no token outside a tie
+                # group, attnsvm.models.attention.jacobian_products): keep the old scale there
+                sc = torch.where(sc > torch.finfo(sc.dtype).min, sc, s_old[j])
                 r = _bc(torch.exp(s_old[j] - sc), g)             # log-scales are finite
                 m = b1 * m * r + (1 - b1) * g
                 v = b2 * v * r * r + (1 - b2) * g * g
@@ -498,6 +619,28 @@ _FACTORIES = {
 
 #: the registered rules and the options each takes
 RULES = {name: opts for name, (_, opts) in _FACTORIES.items()}
+
+
+class Optimizer(NamedTuple):
+    """What a name of ``fit(optimizer=...)`` means: its step ``rule`` (a key of :data:`RULES`),
+    whether it is ``stochastic`` (the rule on a fresh mini-batch at every step, ``batch_size``)
+    and its default step size ``lr``."""
+
+    rule: str
+    stochastic: bool
+    lr: float
+
+
+#: the one table of optimizer names and defaults (:func:`attnsvm.train.fit`): a rule of
+#: :data:`RULES` under its own name, full batch, and the stochastic rules of Part III
+OPTIMIZERS = {
+    **{name: Optimizer(name, False, lr) for name, lr in (
+        ("gd", 0.1), ("ngd", 0.1), ("ngd_param", 0.1), ("polyak", 1.0), ("polyak_star", 1.0),
+        ("adam", 0.01), ("sign", 0.01), ("sd", 0.1), ("md", 0.1), ("prgd", 0.1))},
+    "sgd": Optimizer("gd", True, 0.1),
+    "sngd": Optimizer("ngd", True, 0.1),
+    "sps": Optimizer("polyak", True, 1.0),
+}
 
 
 def make_rule(rule, **options):
@@ -682,8 +825,9 @@ def settings_config(settings):
     return out
 
 
-#: the stochastic optimizers of Part III (:func:`make_optimizer`)
-STOCHASTIC = ("sgd", "sngd", "sps", "adam")
+#: the optimizers of Part III's stochastic training of networks (:func:`make_optimizer`): the
+#: stochastic ones of :data:`OPTIMIZERS`, and Adam
+STOCHASTIC = tuple(name for name, o in OPTIMIZERS.items() if o.stochastic) + ("adam",)
 
 
 def make_optimizer(name, params, *, lr, eta_max=None):

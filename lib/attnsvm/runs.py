@@ -1,4 +1,4 @@
-r"""Part III's runs, shared by its chapters, each on the record grid of :func:`attnsvm.train.fit`
+r"""The chapters' shared runs, each one or more calls of :func:`attnsvm.train.fit` on its record grid
 (no second training loop).
 
 * :func:`fit_settings` (one ``fit`` call per optimizer, log-spaced snapshots) and
@@ -6,7 +6,8 @@ r"""Part III's runs, shared by its chapters, each on the record grid of :func:`a
 * :func:`tile_trials` / :func:`untile_trials`: ``V`` settings of one experiment as one ``fit`` over
   ``V B`` trials, and the split back; :func:`sensitivity_sweep` (a step-size sweep run that way);
 * :func:`every_step` (one ``fit`` call recorded at every step) and :func:`global_run` /
-  :func:`global_runs` (it, checked against the global theorem of :mod:`attnsvm.bounds`).
+  :func:`global_runs` (it, checked against the global theorem of :mod:`attnsvm.bounds`);
+* :func:`fit_margin` (Part IV: one parameter of a model under a margin loss, its iterates kept).
 
 The engine (:mod:`attnsvm.train`) knows nothing of these: it imports neither :mod:`attnsvm.bounds`
 nor :mod:`attnsvm.metrics`.
@@ -19,11 +20,12 @@ import numpy as np
 
 from . import bounds, metrics, train
 from ._checks import check_int
-from .history import NonFiniteError
+from .history import NonFiniteError, record_grid
 from .losses import excess_loss
+from .models import MarginObjective
 
 __all__ = ["fit_settings", "trajectory_metrics", "tile_trials", "untile_trials", "sensitivity_sweep",
-           "every_step", "global_run", "global_runs"]
+           "every_step", "global_run", "global_runs", "fit_margin"]
 
 
 def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
@@ -290,3 +292,18 @@ def _global_checks(g, eta, optimizer, lq, ex, W):
                                                         optimizer=optimizer), np.nan),
                 first=metrics.first_step(t, ex <= g["eps0"]), mono=mono, mono_checked=checked,
                 mono_worst=worst, excess_holds=excess_holds & proved, mass_holds=mass_holds & proved)
+
+
+def fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponential", **kw):
+    r"""One :func:`attnsvm.train.fit` of the single trained parameter of ``model`` (wrapped as an
+    :class:`attnsvm.models.MarginObjective` with ``loss``, from ``init``), recorded at
+    ``record_steps`` (default 60 log-spaced steps): dict ``steps`` (K,), ``iterates`` (K, B, ...)
+    and ``log_loss`` (K, B). ``kw``: the rule's keyword arguments of ``fit``
+    (Part IV's runs, chapters 13 and 14)."""
+    rec = (record_grid(steps, n_records=60, initial=False) if record_steps is None
+           else np.unique(np.asarray(record_steps, dtype=int)))
+    name = model.trainable[0]
+    h = train.fit(batch, model=MarginObjective(model, loss), init=init, steps=steps,
+                   record_every=rec, snapshots=(name,), device=init[name].device, **kw)
+    idx = np.searchsorted(h.steps, rec)
+    return {"steps": rec, "iterates": h.trajectory[name][idx], "log_loss": h.log_loss[idx]}

@@ -51,12 +51,12 @@ from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import Context, Descent, make_rule
-from .devices import cpu_threads, resolve_device  # noqa: F401  (used by fit)
+from .optim import OPTIMIZERS, Context, Descent, make_rule
+from .devices import resolve_device
 from .history import History, NonFiniteError, record_grid
 
-__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid", "OPTIMIZERS",
-           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV"]
+__all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid",
+           "OPTIONS", "ENGINES", "ENGINE_LOG_ENV", "GRAPH_ENV", "POLYAK_CAP"]
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
 ENGINES = ("auto", "eager", "graph", "compiled")
@@ -67,22 +67,11 @@ GRAPH_BLOCK = 32
 #: compilations of the step (``engine="compiled"``: shapes and constants) allowed per process
 COMPILE_LIMIT = 64
 
-#: optimizer name -> (step rule, stochastic, default lr)
-OPTIMIZERS = {
-    "gd": ("gd", False, 0.1),
-    "ngd": ("ngd", False, 0.1),
-    "ngd_param": ("ngd_param", False, 0.1),
-    "polyak": ("polyak", False, 1.0),
-    "polyak_star": ("polyak_star", False, 1.0),
-    "adam": ("adam", False, 0.01),
-    "sign": ("sign", False, 0.01),
-    "sd": ("sd", False, 0.1),
-    "md": ("md", False, 0.1),
-    "prgd": ("prgd", False, 0.1),
-    "sgd": ("gd", True, 0.1),
-    "sngd": ("ngd", True, 0.1),
-    "sps": ("polyak", True, 1.0),
-}
+#: the default cap ``eta_max`` of the L-based Polyak step (``optimizer="polyak"`` or ``"sps"``
+#: with ``eta_max="auto"``): the book's cap (chapters 1, 9-11). Uncapped, the step
+#: :math:`\eta L/\|g\|^2` grows like :math:`1/L` as the loss falls and overflows within tens of
+#: steps on a random instance (a smaller ``lr`` only delays it); ``eta_max=None`` asks for that.
+POLYAK_CAP = 100.0
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -153,18 +142,19 @@ def _positive_per_trial(name, value, what):
     return a
 
 
-def _log_excess_logistic(a, G):
-    r""":math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed token scores
-    ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`) at attention scores ``a`` (B,n,T),
-    :math:`\mathcal{L}^\star = \frac1n\sum_i \ell(\gamma^\star_i)`,
-    :math:`\gamma^\star_i = \max_t G_{it}`. Per sequence
-    :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i - G_{it})` is summed in log space and
-    :math:`\ell(\gamma^\star - \delta) - \ell(\gamma^\star) = \log(1 + \sigma(-\gamma^\star)
-    (e^\delta - 1))` (:func:`attnsvm.losses.log_excess_loss`), shape (B,)."""
+def _excess_gaps(G):
+    r"""The data of :math:`\log(\mathcal{L} - \mathcal{L}^\star)` of the logistic risk with fixed
+    token scores ``G`` (B,n,T) (:math:`\gamma_{it} = y_i\psi(x_{it})`), constant along a run:
+    ``(log_gap, gamma_star)`` with :math:`\gamma^\star_i = \max_t G_{it}` (B,n) and
+    :math:`\log(\gamma^\star_i - G_{it})` (B,n,T) (``-inf`` where the gap is 0). At attention
+    :math:`s`, :math:`\mathcal{L} - \mathcal{L}^\star = \frac1n\sum_i[\ell(\gamma^\star_i -
+    \delta_i) - \ell(\gamma^\star_i)]` with :math:`\delta_i = \sum_t s_{it}(\gamma^\star_i -
+    G_{it})` summed in log space: :func:`attnsvm.losses.log_excess_loss` (``log_s``,
+    ``log_gap``, ``gamma_star``), :math:`\mathcal{L}^\star = \frac1n\sum_i\ell(\gamma^\star_i)`."""
     gs = G.max(-1, keepdim=True).values
     D = gs - G
     log_gap = torch.where(D > 0, torch.log(torch.where(D > 0, D, 1.0)), -torch.inf)
-    return log_excess_loss(torch.log_softmax(a, -1), log_gap, gs[..., 0])
+    return log_gap, gs[..., 0]
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -190,7 +180,7 @@ class FitConfig:
     loss: str | None = None
     optimizer: str = "gd"
     lr: object = None
-    eta_max: object = None
+    eta_max: object = "auto"
     L_star: float | None = None
     betas: tuple = (0.9, 0.999)
     eps: float = 1e-8
@@ -295,8 +285,15 @@ class FitConfig:
         return lr_default
 
     def _check_polyak_options(self):
-        """``eta_max`` and ``L_star``: only for the Polyak rules."""
+        r"""``eta_max`` and ``L_star``: only for the Polyak rules. ``eta_max="auto"`` is
+        :data:`POLYAK_CAP` for the L-based step (polyak, sps) and no cap for polyak_star (its
+        step :math:`(L - L^\star)/\|g\|^2` stays bounded where its theorem holds)."""
         rule, optimizer = self.rule, self.optimizer
+        if isinstance(self.eta_max, str):
+            if self.eta_max != "auto":
+                raise ValueError(f"eta_max must be a positive float, one per trial, None (no cap) "
+                                 f"or 'auto', got {self.eta_max!r}")
+            self.eta_max = POLYAK_CAP if rule == "polyak" else None
         if self.eta_max is not None:
             if rule not in ("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
@@ -487,9 +484,10 @@ class _FiniteGuard:
 
     CHECK = 256
 
-    def __init__(self, B, kw):
+    def __init__(self, B, kw, hint="try a smaller lr"):
         self.buf = torch.empty((self.CHECK, B), **kw)
         self.first = 0                               # step held by buf[0]
+        self.hint = hint
 
     def write(self, step, u):
         torch.sum(u, -1, out=self.buf[step - self.first])
@@ -515,7 +513,7 @@ class _FiniteGuard:
                 k = int(steps_bad[b])
                 more = f" ({len(trials)} trials in all)" if len(trials) > 1 else ""
                 raise NonFiniteError(f"trial {b} became non-finite (NaN or inf) at step {k}{more}; "
-                                     f"try a smaller lr", trial=b, step=k)
+                                     f"{self.hint}", trial=b, step=k)
         self.first = upto
 
     def check_final(self, u, steps):
@@ -523,6 +521,29 @@ class _FiniteGuard:
         torch.sum(u, -1, out=self.buf[0])
         self.first = steps
         self.check(steps + 1)
+
+
+def _nonfinite_hint(cfg):
+    """What helps a run of ``cfg`` that became non-finite, naming the knob of its rule: the cap
+    ``eta_max`` for the Polyak steps (a smaller ``lr``, their multiplier, only delays the
+    overflow), ``lr`` otherwise."""
+    if cfg.rule in ("polyak", "polyak_star"):
+        if cfg.eta_max is None:
+            return (f"the uncapped Polyak step grows as the loss falls: cap it with eta_max "
+                    f"(e.g. eta_max={POLYAK_CAP:g}; a smaller lr only delays the overflow)")
+        return (f"try a smaller cap eta_max (now {_describe(cfg.eta_max)}; a smaller lr only "
+                f"delays the overflow)")
+    hint = f"try a smaller lr (now {_describe(cfg.lr)})"
+    if cfg.rule == "adam" and cfg.eps == 0:
+        hint += " or eps > 0"
+    return hint
+
+
+def _describe(value):
+    """A float, or the range of a per-trial array, for a message."""
+    if isinstance(value, np.ndarray):
+        return f"{value.min():g} to {value.max():g} per trial"
+    return f"{value:g}"
 
 
 # ----------------------------------------------------------------------------- setup
@@ -543,6 +564,7 @@ def _tensors(cfg, data):
     params = net.init_params(d, v0, rngs, init=cfg.init, init_scale=cfg.init_scale, **kw)
     if model != "linear" and net.head == "linear" and not cfg.train_v:
         full["G"] = net.head_values(params, full["X"])            # token values X v, fixed
+        full["Gy"] = full["y"].unsqueeze(-1) * full["G"]           # token scores y X v
     if model != "linear":
         # the tokens transposed (B,n,d,T): X^T q is then a contiguous matrix-vector product
         full["Xt"] = full["X"].transpose(-1, -2).contiguous()
@@ -568,7 +590,8 @@ def fit(data, **options):
     Parameters
     ----------
     data : AttnData, LinearData, or what a model object takes
-        With or without a leading trials axis (without it, ``B = 1``).
+        With or without a leading trials axis (without it, ``B = 1``: the History keeps the
+        axis, and ``History.trial(0)`` drops it).
     model : {"W", "KQ", "prompt", "linear"} or a model object
         Attention parameterization (see :class:`attnsvm.models.AttentionClassifier`), or the
         linear classifier :math:`f(x) = w^\top x` (needs :class:`LinearData`), or a model with
@@ -587,14 +610,17 @@ def fit(data, **options):
         Default "logistic" (margin models only).
     optimizer : str
         One of "gd", "ngd", "ngd_param", "polyak", "polyak_star", "adam", "sign", "sd", "md",
-        "prgd", "sgd", "sngd", "sps" (:data:`OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
+        "prgd", "sgd", "sngd", "sps" (:data:`attnsvm.optim.OPTIMIZERS`): a step rule of :mod:`attnsvm.optim`;
         "sgd", "sngd", "sps" are "gd", "ngd", "polyak" on mini-batches and need ``batch_size``;
         every other rule also accepts ``batch_size`` (margin models only).
     lr : float or array (B,), optional
         Step size :math:`\eta` (> 0), or one per trial. Default 0.1 (gd, ngd, ngd_param, sd, md,
         prgd, sgd, sngd), 1.0 (the Polyak multiplier: polyak, sps), 0.01 (adam, sign).
-    eta_max : float or array (B,), optional
-        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial.
+    eta_max : float, array (B,), None or "auto"
+        Cap on the Polyak step size (polyak, polyak_star, sps only), or one per trial; None:
+        no cap. Default "auto": :data:`POLYAK_CAP` (100) for polyak and sps, whose uncapped
+        step grows like :math:`1/L` and overflows within tens of steps on a random instance;
+        no cap for polyak_star. History.config["eta_max"] records the cap used.
     L_star : float, optional
         ``polyak_star`` only: the loss floor :math:`L^\star` of the step
         :math:`\eta_t = \eta\,(L - L^\star)/\|g\|^2`. Default ``None``: the exact infimum
@@ -805,7 +831,7 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
     ``engine`` "cuda-graph" or "graph-eager" runs the steps between records in blocks
     (:func:`_graph_loop`). Returns the engine path that ran."""
     steps, dev = cfg.steps, cfg.dev
-    guard = _FiniteGuard(B, cfg.kw)
+    guard = _FiniteGuard(B, cfg.kw, _nonfinite_hint(cfg))
     is_rec = np.zeros(steps + 1, dtype=bool)
     is_rec[cfg.grid] = True
     pbar = None
@@ -1019,6 +1045,8 @@ class _MarginTerms:
         self.opt_init = None
         Tn = data.T if cfg.model != "linear" else 1
         self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
+        self.gaps = (_excess_gaps(self.full["Gy"]) if cfg.rule == "polyak_star"
+                     and cfg.L_star is None else None)
 
     def step_terms(self, params, k, want_log_loss):
         """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
@@ -1026,7 +1054,11 @@ class _MarginTerms:
         penalty = cfg.penalty
         batch = self.full if cfg.batch_size is None else _gather(
             self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        u, grads, sigma = net.grad(params, batch, lossobj)
+        excess = cfg.rule == "polyak_star" and cfg.L_star is None
+        out = {} if excess else None
+        u, grads, sigma = net.grad(params, batch, lossobj, out) if excess else net.grad(
+            params, batch, lossobj)
+        want_log_loss = want_log_loss and not excess      # the excess replaces the loss
         if penalty:
             log2pen = self.log2pen
             for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
@@ -1038,11 +1070,11 @@ class _MarginTerms:
         if want_log_loss and penalty:
             sq = sum(params[name].flatten(1).pow(2).sum(1) for name in self.pen_names)
             log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
-        if cfg.rule == "polyak_star":
-            log_loss = (_log_excess_logistic(net.scores(params, batch),
-                                             batch["G"] * batch["y"][..., None])
-                        if cfg.L_star is None else
-                        torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0)))
+        if excess:                        # L - L* in log space, from the step's log-attention
+            gaps = self.gaps if batch is self.full else _excess_gaps(batch["Gy"])
+            log_loss = log_excess_loss(out["log_s"], *gaps)
+        elif cfg.rule == "polyak_star":
+            log_loss = torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0))
         return grads, sigma, log_loss, u
 
     def matrix(self, params):
@@ -1182,10 +1214,10 @@ class _Step:
         names, ctx = self.trainable, self.ctx
         ctx.log_scale = [None if sigma is None else sigma[n] for n in names]
         ctx.log_loss, ctx.params = log_loss, [params[n] for n in names]
-        deltas = self.rule.update([grads[n] for n in names],
-                                  self.state if state is None else state, ctx)
-        for n, dl in zip(names, deltas):
-            params[n] = params[n] + dl
+        new = self.rule.apply(ctx.params, [grads[n] for n in names],
+                              self.state if state is None else state, ctx)
+        for n, p in zip(names, new):
+            params[n] = p
         return check
 
 

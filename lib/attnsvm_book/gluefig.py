@@ -20,14 +20,66 @@ The PNG is written into the output's image folder under its SHA-256, the name my
 on the notebook's own page, and keeps the display width the notebook gave it
 (:func:`attnsvm.plot.save_or_glue`). A key or a document that does not exist is a Sphinx warning
 naming both, so the book's strict build fails on it. Without ``::`` the directive is myst-nb's.
+
+A figure shown on both pages carries one number: the notebook page's copy takes the number of
+the chapter's (:func:`_same_numbers`), instead of the next number after the chapter's figures.
 """
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from pathlib import Path
 
-__all__ = ["setup"]
+from docutils import nodes as _nodes
+
+__all__ = ["setup", "claim_mark"]
+
+
+class claim_mark(_nodes.Inline, _nodes.Element):  # noqa: N801 (a docutils node class)
+    """A checked claim's mark, before it is resolved (``nbdoc``, ``claim``)."""
+
+
+def claim_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{claim}`../notebooks/nb.ipynb::name``: a small mark after the sentence that a checked
+    claim backs, linking to the claim's row (``claim-<name>``) in the table that
+    :func:`attnsvm.claims.publish` shows on the notebook's page. The mark is a check mark
+    when the glued word ``claim_<name>`` is ``holds`` and a cross otherwise; a claim that its
+    notebook does not glue is a warning naming both (the strict build fails on it)."""
+    if "::" not in text:
+        msg = inliner.reporter.error(f"{{claim}} needs 'path/to/notebook.ipynb::name', got {text!r}",
+                                     line=lineno)
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    doc, key = (t.strip() for t in text.split("::", 1))
+    env = inliner.document.settings.env
+    nbdoc = posixpath.normpath(posixpath.join(posixpath.dirname(env.docname), doc))
+    node = claim_mark(rawtext, nbdoc=nbdoc.removesuffix(".ipynb"), claim=key)
+    node.source, node.line = inliner.reporter.source, lineno
+    return [node], []
+
+
+def _resolve_claims(app, doctree, docname: str):
+    """Replace each claim mark by a superscript link to its row on the notebook's page."""
+    from myst_nb.ext.glue.crossref import read_glue_cache, ref_warning
+
+    for node in list(doctree.findall(claim_mark)):
+        nbdoc, key = node["nbdoc"], node["claim"]
+        data = read_glue_cache(app.env.mystnb_config.output_folder, nbdoc)
+        word = data.get(f"claim_{key}", {}).get("data", {}).get("text/plain")
+        if word is None:
+            ref_warning(f"checked claim {key!r} is not glued in doc {nbdoc!r}", node)
+            node.replace_self(_nodes.literal(key, key))
+            continue
+        holds = word.strip("'\"") == "holds"
+        anchor = f"claim-{key}"
+        if app.builder.name == "singlehtml":
+            uri = f"#{anchor}"
+        else:
+            uri = app.builder.get_relative_uri(docname, nbdoc) + f"#{anchor}"
+        ref = _nodes.reference("", "\u2713" if holds else "\u2717", refuri=uri, internal=True,
+                               reftitle=f"checked claim {key}: {'holds' if holds else 'fails'} "
+                                        f"(its numbers: the table on the notebook's page)")
+        node.replace_self(_nodes.superscript("", "", ref, classes=["claim-mark"]))
 
 
 def _directive():
@@ -186,6 +238,75 @@ def _fill_figures(app, doctree, docname: str):
         node.replace_self(img)
 
 
+_NAME = re.compile(r"^:name:\s*(\S+)\s*$")
+
+
+def figure_names(text: str) -> list[tuple[str, str]]:
+    """``(argument, name)`` of every ``{glue:figure}`` of a Markdown text that has a ``:name:``."""
+    lines, out = text.splitlines(), []
+    for k, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if not m:
+            continue
+        for rest in lines[k + 1:]:
+            if rest.strip() == m.group(1) or not rest.startswith(":"):
+                break
+            name = _NAME.match(rest.strip())
+            if name:
+                out.append((m.group(2), name.group(1)))
+                break
+    return out
+
+
+def _notebook_markdown(path: Path) -> str:
+    try:
+        cells = json.loads(Path(path).read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    return "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                     for c in cells if c.get("cell_type") == "markdown")
+
+
+def _same_numbers(app, env):
+    """A figure that a notebook page shares with its chapter carries the chapter's number.
+
+    The notebook pages are sections of their chapter in the table of contents, so Sphinx's
+    numfig counts their figures on from the chapter's: the chapter's Figs. 9.1-9.3, shown again
+    on the notebook's page, became Figs. 9.4-9.6 there. After Sphinx numbers the figures, each
+    figure of a notebook page whose glued key a chapter pastes (``{glue:figure}
+    ../notebooks/nb.ipynb::key``, the first such figure) takes that figure's number; figures of
+    the notebook that no chapter shows keep theirs. Returns the notebook pages to write again."""
+    if not env.config.numfig:
+        return []
+    import posixpath
+
+    labels = env.get_domain("std").labels
+    shown = {}                                   # (notebook docname, key) -> chapter's label
+    for doc in sorted(env.found_docs):
+        path = Path(env.doc2path(doc))
+        if path.suffix != ".md":
+            continue
+        for arg, name in figure_names(path.read_text()):
+            if "::" in arg:
+                nb, key = (t.strip() for t in arg.split("::", 1))
+                nbdoc = posixpath.normpath(posixpath.join(posixpath.dirname(doc), nb))
+                shown.setdefault((nbdoc.removesuffix(".ipynb"), key), name.lower())
+    changed = []
+    for nbdoc in sorted({d for d, _ in shown} & set(env.found_docs)):
+        for key, name in figure_names(_notebook_markdown(env.doc2path(nbdoc))):
+            chapter = shown.get((nbdoc, key))
+            if chapter not in labels or name.lower() not in labels:
+                continue
+            cdoc, cid = labels[chapter][:2]
+            ndoc, nid = labels[name.lower()][:2]
+            number = env.toc_fignumbers.get(cdoc, {}).get("figure", {}).get(cid)
+            figures = env.toc_fignumbers.get(ndoc, {}).get("figure", {})
+            if number is not None and nid in figures and figures[nid] != number:
+                figures[nid] = number
+                changed.append(ndoc)
+    return sorted(set(changed))
+
+
 def setup(app):
     from sphinx.transforms.post_transforms import SphinxPostTransform
 
@@ -194,8 +315,12 @@ def setup(app):
 
         def apply(self, **kwargs):
             _fill_figures(self.app, self.document, self.env.docname)
+            _resolve_claims(self.app, self.document, self.env.docname)
 
     app.setup_extension("myst_nb")
     app.add_directive_to_domain("glue", "figure", _directive(), override=True)
     app.add_post_transform(FillGlueFigures)
+    app.add_node(claim_mark)
+    app.add_role("claim", claim_role)
+    app.connect("env-get-updated", _same_numbers, priority=900)  # after Sphinx numbers figures
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -24,14 +24,15 @@ from .rates import (direction_from_margin, ngd_direction_bound, gd_error_constan
                     ngd_norm_bounds, orth_component, orth_floor, polyak_cap_threshold,
                     polyak_star_progress_bound, gd_step_condition, ngd_linear_holds, gd_inverse_excess_holds,
                     direction_bound_from_t0, ngd_floorless_constants, ngd_floorless_bound)
-from .squared import (support_constants, residual_parts, residual_constants, ngd_margin_offset,
+from .squared import (support_constants, strictly_complementary, SC_FACTOR, SC_EXACT,
+                      residual_parts, residual_constants, ngd_margin_offset,
                       gd_margin_offset, squared_direction_bound, nonsupport_mass, sharpness_constant,
                       residual_limit, residual_limit_distance, restart_constants, restart_direction_bound)
 from .geometry import (ngd_margin_step, ngd_margin_gap_bound, prgd_ideal_gap_bound, sd_att_constants,
-                       sd_att_margin_bound, sd_margin_radius, check_sd_bound)
+                       sd_att_margin_bound, sd_margin_radius, check_sd_bound, adam_eps_split)
 from .ntp import (finite_part_bound, ntp_path_constants, ntp_path_bounds, ntp_support_constants,
                   ntp_squared_bounds, ntp_support_potential, ntp_support_radius, smoothness_bound,
-                  ntp_support_minimizer, ntp_sharp_bounds)
+                  ntp_support_minimizer, ntp_sharp_bounds, ufm_geometry)
 
 __all__ = [
     "lifted_factors", "constants", "cross_gram_min",
@@ -43,12 +44,13 @@ __all__ = [
     "ngd_norm_bounds", "orth_component", "orth_floor", "polyak_cap_threshold", "polyak_star_progress_bound",
     "gd_step_condition", "ngd_linear_holds", "gd_inverse_excess_holds", "direction_bound_from_t0",
     "ngd_floorless_constants", "ngd_floorless_bound",
-    "support_constants", "residual_parts", "residual_constants", "ngd_margin_offset", "gd_margin_offset",
+    "support_constants", "strictly_complementary", "SC_FACTOR", "SC_EXACT",
+    "residual_parts", "residual_constants", "ngd_margin_offset", "gd_margin_offset",
     "squared_direction_bound", "nonsupport_mass", "sharpness_constant", "residual_limit",
     "residual_limit_distance", "restart_constants", "restart_direction_bound",
     "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound", "sd_att_constants",
-    "sd_att_margin_bound", "sd_margin_radius", "check_sd_bound",
+    "sd_att_margin_bound", "sd_margin_radius", "check_sd_bound", "adam_eps_split",
     "finite_part_bound", "ntp_path_constants", "ntp_path_bounds", "ntp_support_constants",
     "ntp_squared_bounds", "ntp_support_potential", "ntp_support_radius", "smoothness_bound",
-    "ntp_support_minimizer", "ntp_sharp_bounds",
+    "ntp_support_minimizer", "ntp_sharp_bounds", "ufm_geometry",
 ]

@@ -6,7 +6,9 @@ r"""Bounds of Part IV's geometries, as functions (chapters 13 and 14).
 * the steepest-descent margin bound of ``thm-sd-margin`` (chapter 13): :func:`sd_margin_radius` and
   :func:`check_sd_bound` (where it holds along a run);
 * steepest descent on the equal-score model in its own norm (book: ``thm-sd-att``, chapter 14):
-  :func:`sd_att_constants`, :func:`sd_att_margin_bound`.
+  :func:`sd_att_constants`, :func:`sd_att_margin_bound`;
+* Adam's stability constant (chapter 13): the step :math:`t_\epsilon` predicted from
+  :math:`\beta_2` and what :math:`\epsilon` changes before and after it (:func:`adam_eps_split`).
 """
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ import numpy as np
 import torch
 from scipy.special import lambertw
 
-from .. import svm, tokens
+from .. import metrics, svm, tokens
 from .._checks import as_float_array, check_positive
+from ..losses import linear_log_grad_norm
 from ..norms import dual_exponent, dual_norm, matrix_norm
 from .model import _arrays, constants, lifted_factors
 
 __all__ = ["ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound", "sd_att_constants",
-           "sd_att_margin_bound", "sd_margin_radius", "check_sd_bound"]
+           "sd_att_margin_bound", "sd_margin_radius", "check_sd_bound",
+           "adam_eps_split"]
 
 
 def ngd_margin_step(gamma, R):
@@ -235,3 +239,52 @@ def sd_att_margin_bound(etas, E_t0, norm_t0, *, gamma, eps0, H, B):
     Q = np.concatenate([[0.0], np.cumsum(etas ** 2)])
     c0 = E_t0 / eps0 - np.log(2 * eps0 / E_t0)
     return (gamma * N0 + c0 + 0.5 * H * Q) / (N0 + S)
+
+
+#: chapter 13, Adam's stability constant: the records at which :math:`\epsilon` is at most this
+#: fraction of the largest gradient entry of the :math:`\epsilon = 0` run count as before
+#: :math:`t_\epsilon`
+_EPS_SMALL = 1 / 30
+
+
+def adam_eps_split(run0, run_eps, X, y, norms, gam, w_2, *, eps, beta2):
+    r"""What Adam's stability constant changes, split at :math:`t_\epsilon` (chapter 13).
+
+    ``run0`` and ``run_eps`` are the constant-step Adam runs with :math:`\epsilon = 0` and
+    ``eps`` (same start, same records). :math:`G_t = \|\nabla L(w_t)\|_\infty` of the
+    :math:`\epsilon = 0` run (:func:`attnsvm.losses.linear_log_grad_norm`) decays like
+    :math:`\beta_2^{t/2}` (observed: once the steps are bounded by the second moment's memory,
+    :math:`\sqrt{\hat v_t}` falls by :math:`\beta_2^{1/2}` per step and the gradient with it), so
+    :math:`t_\epsilon`, the step at which :math:`G_t` reaches :math:`\epsilon`, is read off the
+    records where it is reached and predicted where it is not:
+    :math:`t_\epsilon = T + 2\log(G_T/\epsilon)/\log(1/\beta_2)`.
+
+    Returns
+    -------
+    dict with ``t_eps`` (B,), ``measured`` (B,) bool (reached within the run),
+    ``rate_ratio`` (B,) (fitted slope of :math:`\log G_t` over the second half of the run divided
+    by :math:`\tfrac12\log\beta_2`), ``noop_diff`` (largest difference of one trial's margin
+    ratio, any norm, at the records with :math:`\epsilon \le G_t/30`), ``noop_pairs`` (their
+    number of (record, trial) pairs), ``past`` (B,) bool (:math:`t_\epsilon \le T`) and ``gain``
+    (B,) (:math:`\mathrm{corr}(w^\epsilon_T, w_2) - \mathrm{corr}(w^0_T, w_2)`).
+    """
+    t = np.asarray(run0["steps"], dtype=float)
+    lg = linear_log_grad_norm(run0["iterates"], X, y)                  # (K, B), eps = 0 run
+    rate = 0.5 * np.log(beta2)                                         # predicted d log G / dt
+    late = t >= t[-1] / 2
+    fitted = np.polyfit(t[late], lg[late], 1)[0]
+    le = np.log(eps)
+    crossed = lg <= le
+    t_eps = t[-1] + (lg[-1] - le) / -rate                              # predicted beyond the run
+    for b in np.flatnonzero(crossed.any(0)):
+        k = int(np.argmax(crossed[:, b]))
+        t_eps[b] = t[k] if k == 0 else np.interp(le, lg[[k, k - 1], b], t[[k, k - 1]])
+    r0 = svm.margin_ratios(run0["iterates"], X, y, norms, gam)
+    r1 = svm.margin_ratios(run_eps["iterates"], X, y, norms, gam)
+    diff = np.max([np.abs(r1[q] - r0[q]) for q in norms], axis=0)      # (K, B)
+    before = lg >= le - np.log(_EPS_SMALL)
+    gain = (metrics.corr(run_eps["iterates"][-1], w_2, elem_ndim=1)
+            - metrics.corr(run0["iterates"][-1], w_2, elem_ndim=1))
+    return {"t_eps": t_eps, "measured": crossed.any(0), "rate_ratio": fitted / rate,
+            "noop_diff": float(diff[before].max()) if before.any() else float("nan"),
+            "noop_pairs": int(before.sum()), "past": t_eps <= t[-1], "gain": gain}

@@ -1,6 +1,7 @@
 r"""Bounds of next-token prediction, as functions (chapters 15 and 16).
 
-* the finite part of the logits (chapter 15): :func:`finite_part_bound`;
+* the finite part of the logits (chapter 15): :func:`finite_part_bound`, and the logit geometry of
+  a UFM run checked against it (:func:`ufm_geometry`);
 * the smoothness constant of the next-token log-loss (chapter 16): :func:`smoothness_bound`;
 * the regularization path of next-token attention (book: ``thm-ntpattn-path``):
   :func:`ntp_path_constants`, :func:`ntp_path_bounds`; its order :math:`1/R^2` under strict
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import nnls
-from scipy.special import logsumexp
+from scipy.special import log_softmax, logsumexp
 
+from .. import metrics, svm
 from .._checks import as_float_array
-from ..data import support_sets
+from ..data import NTPData, support_sets
+from ..losses import entropy
 from .squared import _sharpness_exact, _sharpness_lower
 
 __all__ = ["finite_part_bound", "ntp_path_constants", "ntp_path_bounds", "ntp_support_constants",
            "ntp_squared_bounds", "ntp_support_potential", "ntp_support_radius", "smoothness_bound",
-           "ntp_support_minimizer", "ntp_sharp_bounds"]
+           "ntp_support_minimizer", "ntp_sharp_bounds",
+           "ufm_geometry"]
 
 
 def finite_part_bound(gap_j, P):
@@ -546,3 +550,76 @@ def ntp_sharp_bounds(R, consts, sc, sm, *, iters=200):
     return dict(rho_p=rho_p, tau=tau, eps_p=eps_p, ell_p=ell_p, xi0=xi0, xi_x=xi_x, kappa=kap,
                 Delta=Delta, H_S=H_Sp, H=H, beta2=beta2, beta2_low=beta2_low, H_inf=float(xn),
                 R2beta_inf=float(xn ** 2 / 2))
+
+
+def ufm_geometry(P, pi, groups, run):
+    r"""The logit geometry of a UFM run (a dict of recorded ``steps``, ``W``, ``H``, ``loss``, as
+    :func:`attnsvm.experiments.ntp.ufm_experiment` trains it), at every recorded step.
+
+    With :math:`L_t = H_tW_t^\top`, :math:`L^* =` :func:`attnsvm.svm.logit_finite` and the logit
+    SVMs :math:`L^{mm}_F, L^{mm}_*` (:func:`attnsvm.svm.logit_svm`, Frobenius and nuclear):
+
+    - ``relerr``: :math:`\|P_{F_L}L_t - L^*\|_F/\|L^*\|_F`;
+    - ``bound_ok``: every entry of :math:`P_{F_L}L_t - L^*` within
+      :func:`finite_part_bound` of the per-context excess loss (bool);
+    - ``corr_nuc``, ``corr_fro``: correlation of :math:`L_t - P_{F_L}L_t` with the two SVMs;
+    - ``tail``: share of :math:`\|L_t - P_{F_L}L_t\|_F^2` outside its top-G singular values
+      (G = number of support patterns);
+    - ``collapse``: :func:`attnsvm.metrics.collapse_ratio` of the context embeddings :math:`H_t`;
+    - ``bound_ratio``: the largest ratio, over contexts where the bound is finite, of the entry
+      error of :math:`P_{F_L}L_t - L^*` to the bound (at most 1 by the lemma);
+    - ``nuc_ratio``: :math:`\|L_t - P_{F_L}L_t\|_*/\gamma_t` over :math:`\|L^{mm}_*\|_*`, with
+      :math:`\gamma_t` the margin of :math:`L_t - P_{F_L}L_t` (:func:`attnsvm.svm.logit_margin`;
+      ``inf`` while :math:`\gamma_t \le 0`). The rescaled orthogonal part is feasible for the
+      nuclear-norm logit SVM, so the ratio is at least 1, and it equals 1 exactly when the rescaled
+      part is one of the SVM's minimizers;
+    - ``gap``: loss minus entropy;
+    - ``pattern_corr`` (final step only): correlations of the normalized orthogonal parts of
+      every pair of trials (same support pattern, different probabilities and initializations).
+
+    Returns
+    -------
+    dict of arrays (K, B) (``pattern_corr``: (B(B-1)/2,)), plus ``L_nuc``, ``L_fro``, ``L_perp``
+    (the final orthogonal part) (B, m, V), ``sv`` (K, B, min(m, V)) (singular values of the
+    orthogonal part over the largest) and
+    ``rank_nuc`` (B,), the numerical rank of :math:`L^{mm}_*`.
+    """
+    L = np.einsum("kbmd,kbvd->kbmv", run["H"], run["W"])
+    Lstar = svm.logit_finite(P)
+    PFL = svm.logit_project_F(L, np.broadcast_to(P, L.shape))
+    Lperp = L - PFL
+    L_fro = svm.logit_svm(P, "fro")
+    L_nuc = svm.logit_svm(P, "nuc")
+    G = int(len(np.unique(groups)))
+    sv = np.linalg.svd(Lperp, compute_uv=False)
+    tail = (sv[..., G:] ** 2).sum(-1) / (sv ** 2).sum(-1)
+    data = NTPData(np.zeros(P.shape[:2] + (1,)), P, pi)
+    ent = entropy(data)
+    # per-context KL(p_j || softmax(L_j)) and the proved bound on the finite part
+    lq = log_softmax(L, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1.0)) - lq), 0.0).sum(-1)
+    bound = finite_part_bound(np.maximum(kl, 0.0), np.broadcast_to(P, L.shape))
+    err = np.abs(PFL - Lstar).max(-1)
+    ok = np.isfinite(bound) & (bound > 0)
+    bound_ratio = np.where(ok, err / np.where(ok, bound, 1.0), 0.0).max(-1)
+    gam = svm.logit_margin(Lperp, np.broadcast_to(P, L.shape))
+    nuc_svm = np.linalg.svd(L_nuc, compute_uv=False).sum(-1) / svm.logit_margin(L_nuc, P)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nuc_ratio = np.where(gam > 0, np.linalg.svd(Lperp, compute_uv=False).sum(-1)
+                             / np.where(gam > 0, gam, 1.0) / nuc_svm, np.inf)
+    B = P.shape[0]
+    iu = np.triu_indices(B, 1)
+    pc = metrics.corr(Lperp[-1][:, None], Lperp[-1][None], elem_ndim=2)[iu]
+    s_nuc = np.linalg.svd(L_nuc, compute_uv=False)
+    return {"steps": run["steps"],
+            "relerr": np.linalg.norm(PFL - Lstar, axis=(-2, -1)) / np.linalg.norm(Lstar, axis=(-2, -1)),
+            "bound_ok": np.all(err <= bound + 1e-9, axis=-1), "bound_ratio": bound_ratio,
+            "nuc_ratio": nuc_ratio,
+            "corr_nuc": metrics.corr(Lperp, L_nuc, elem_ndim=2),
+            "corr_fro": metrics.corr(Lperp, L_fro, elem_ndim=2),
+            "tail": tail, "collapse": metrics.collapse_ratio(run["H"], groups),
+            "gap": run["loss"] - ent, "pattern_corr": pc, "L_nuc": L_nuc, "L_fro": L_fro,
+            "L_perp": Lperp[-1],
+            "rank_nuc": (s_nuc > 1e-6 * s_nuc[..., :1]).sum(-1),
+            "sv": sv / sv[..., :1]}

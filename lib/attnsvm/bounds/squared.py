@@ -14,15 +14,17 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .. import svm, tokens
+from ..losses import lse_argmin
 from .model import _LOGISTIC, constants, lifted_factors
 from .rates import gd_error_constant, ngd_floorless_constants
 
-__all__ = ["support_constants", "residual_parts", "residual_constants", "ngd_margin_offset",
+__all__ = ["support_constants", "strictly_complementary", "SC_FACTOR", "SC_EXACT",
+           "residual_parts", "residual_constants", "ngd_margin_offset",
            "gd_margin_offset", "squared_direction_bound", "nonsupport_mass", "sharpness_constant",
            "residual_limit", "residual_limit_distance", "restart_constants", "restart_direction_bound"]
 
 
-def support_constants(data, opt, *, tol=1e-7):
+def support_constants(data, opt, *, tol=1e-7, solver=None):
     r"""The Att-SVM's support and the constants of the squared directional orders (book:
     ``lem-sharpness``, ``lem-bounded-residual``), per trial.
 
@@ -36,8 +38,15 @@ def support_constants(data, opt, *, tol=1e-7):
     dependent the multipliers are not unique; the lemmas hold for any multipliers positive on
     :math:`S`, and this function uses the solver's choice, which is conservative: a choice whose
     support misses an active constraint reports :math:`\delta = 0`, so the check can reject a
-    strictly complementary instance but never accept one that is not, and the constants are
-    valid for the choice made.
+    strictly complementary instance but never accept one that is not, *provided the multipliers
+    are exact*: the default solver polishes them (exact zeros off the support, support margins 1
+    to rounding); an interior-point solution that is not polished (``solver="CLARABEL"``, or the
+    Clarabel fallback of :func:`attnsvm.svm.att_svm`) can put a multiplier of order
+    :math:`\sqrt\mu` on an active constraint whose multiplier is 0, with a margin slack of the
+    same order, and then report :math:`\delta = \infty` on an instance that is not strictly
+    complementary. :func:`strictly_complementary` therefore also asks the support margins to be
+    exact (``active_err``), which rejects that case. The constants are valid for the choice made.
+    ``solver`` is passed to :func:`attnsvm.svm.att_svm`.
 
     Returns a dict: ``W_mm`` (B, d, d); ``lam`` (B, n, T); ``support`` (B, n, T) bool; ``lam_min``
     :math:`\min_{k\in S}\lambda_k`; ``lam_off`` :math:`\max_{k\notin S}\lambda_k/\sum_l\lambda_l`;
@@ -62,7 +71,7 @@ def support_constants(data, opt, *, tol=1e-7):
     out.update(W_mm=np.empty((B, d, d)), lam=np.empty((B, n, T)), support=np.empty((B, n, T), bool),
                Q_S=[], Q_A=[])
     for b in range(B):
-        W, lam = svm.att_svm(X[b], Z[b], opt[b], return_dual=True)
+        W, lam = svm.att_svm(X[b], Z[b], opt[b], return_dual=True, solver=solver)
         A = np.einsum("ktd,ke->ktde", U[b], Zq[b])                      # (n, T, d, d)
         m = np.einsum("ktde,de->kt", A, W)
         S = mask[b] & (lam > tol * lam[mask[b]].sum())
@@ -87,6 +96,25 @@ def support_constants(data, opt, *, tol=1e-7):
     c = constants(data, opt, out["W_mm"])
     out["kappa_phi"] = 2.25 * c["bD_plus"] / c["bD_minus"]
     return out
+
+
+#: the support margins of exact multipliers are 1 to rounding (measured <= 3e-15 on ch09's
+#: instances); an unpolished interior-point solution leaves slacks of order sqrt(mu) (~1e-6)
+SC_EXACT = 1e-10
+#: delta must exceed this factor times the rounding of the active margins (and machine epsilon)
+SC_FACTOR = 1e4
+
+
+def strictly_complementary(sc, *, factor=SC_FACTOR, exact=SC_EXACT):
+    r"""Per trial, whether :func:`support_constants` certifies strict complementarity (book:
+    ``thm-sc-generic``): the support margins are exact (``active_err`` :math:`\le` ``exact``, so
+    the multipliers are the polished ones and a constraint with a spurious small multiplier is
+    not counted in :math:`S`) and :math:`\delta >` ``factor`` :math:`\cdot\max(`
+    ``active_err``, :math:`\epsilon)`, so that a constraint active in exact arithmetic but left
+    out of :math:`S`, whose :math:`\delta` would be of the order of that rounding, is rejected.
+    Returns a (B,) bool array."""
+    floor = np.maximum(sc["active_err"], np.finfo(float).eps)
+    return (sc["active_err"] <= exact) & (sc["delta"] > factor * floor)
 
 
 def residual_parts(W, sc):
@@ -306,24 +334,7 @@ def residual_limit(data, opt, sc):
         _, _, vt = np.linalg.svd((QS.T @ u)[None, :])
         QV = QS @ vt[1:].T                                                        # basis of V
         G = AS @ QV
-        z = np.zeros(G.shape[1])
-
-        def f(z):
-            return logsumexp(lw[S] - G @ z)
-        for _ in range(200):
-            lg = lw[S] - G @ z
-            p = np.exp(lg - logsumexp(lg))
-            grad = -G.T @ p
-            if np.linalg.norm(grad) < 1e-15:
-                break
-            Hm = G.T @ (p[:, None] * G) - np.outer(G.T @ p, G.T @ p)
-            step = np.linalg.solve(Hm, grad)
-            t, f0 = 1.0, f(z)
-            while f(z - t * step) > f0 - 0.25 * t * (grad @ step) and t > 1e-12:
-                t /= 2
-            z = z - t * step
-        lg = lw[S] - G @ z
-        out["grad"][b] = np.linalg.norm(G.T @ np.exp(lg - logsumexp(lg)))
+        z, out["grad"][b] = lse_argmin(lw[S], G)                                   # Newton on V
         x = QV @ z
         out["x_star"][b] = x.reshape(d, d)
         lse_S = logsumexp(lw[S] - AS @ x)

@@ -143,10 +143,9 @@ def multi_token_selection(data, *, head="mlp", width=None, train_v=False, loss="
     X, Z = data.X, data.Z
     B, n, T, d = X.shape
     threshold = float(threshold)
-    with _train.cpu_threads(device):
-        h = _train.fit(data, model="W", head=head, width=width, train_v=train_v, loss=loss,
-                       optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
-                       snapshots=True, seed=seed, device=device)
+    h = _train.fit(data, model="W", head=head, width=width, train_v=train_v, loss=loss,
+                   optimizer=optimizer, lr=lr, steps=steps, n_records=n_records,
+                   snapshots=True, seed=seed, device=device)
     W = h.params["W"]
     sets = _metrics.selected_sets(X, W, Z, mass_tol=mass_tol)
     sizes = np.array([[len(s) for s in st] for st in sets])

@@ -284,7 +284,7 @@ class LocalRun:
 
 
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimizer="ngd",
+def local_experiment(n=6, T=8, d=10, *, trials=30, steps=2000, model="W", optimizer="ngd",
                      lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                      threshold=GLOBAL_CORR, n_records=60, seed=0, device="auto"):
     r"""Train ``trials`` random instances from random initializations (one batched fit) and
@@ -300,10 +300,9 @@ def local_experiment(n=6, T=8, d=10, *, trials=20, steps=1000, model="W", optimi
     data = _data.sized_trials(n, T, d, trials=trials, seed=seed, cross=cross)
     opt = _tokens.optimal_tokens(data.X, data.y, data.v)
     W_mm, feas = _svm.att_svm_batch(data.X, data.Z, opt)
-    with _train.cpu_threads(device):
-        h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
-                       init="random", init_scale=init_scale, loss=loss, n_records=n_records,
-                       snapshots=True, seed=seed, device=device)
+    h = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
+                   init="random", init_scale=init_scale, loss=loss, n_records=n_records,
+                   snapshots=True, seed=seed, device=device)
     snaps = h.snapshots                                         # (K, B, d, d)
     sel = h.selected[-1]
     out = classify(data, h.W, sel, threshold=threshold, W_mm=W_mm, feasible_opt=feas)
@@ -412,9 +411,8 @@ def follow(data, alpha, W0, *, steps=1000, optimizer="ngd", lr=0.1, loss="logist
     W_mm, feas_opt = _svm.att_svm_batch(data.X, data.Z, opt)
     lam = np.array([_svm.ray_alignment_limit(data.trial(b), alpha[b], W_alpha=W_a[b], loss=loss)
                     for b in range(B)])
-    with _train.cpu_threads(device):
-        h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=W0,
-                       loss=loss, n_records=n_records, snapshots=True, seed=seed, device=device)
+    h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps, init=W0,
+                   loss=loss, n_records=n_records, snapshots=True, seed=seed, device=device)
     snaps = h.snapshots
     S = _metrics.attention(data.X[None], snaps, data.Z[None])
     with np.errstate(invalid="ignore"):
@@ -508,7 +506,7 @@ class OverparamSweep:
 
 
 @renamed(query="cross (a bool: cross=True for query='cross', False for 'self')")
-def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20, steps=1000,
+def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 8, 15, 30), *, trials=16, steps=2000,
                     optimizer="ngd", lr=0.1, init_scale=0.01, loss="logistic", cross=True,
                     threshold=GLOBAL_CORR, seed=0, device="auto"):
     r"""For every (n, T) in ``shapes`` and d in ``ds``: draw ``trials`` instances, train them
@@ -524,10 +522,9 @@ def overparam_sweep(shapes=((6, 8),), ds=(2, 4, 6, 8, 10, 15, 20), *, trials=20,
     for (n, T) in shapes:
         for d in ds:
             data = _data.sized_trials(n, T, d, trials=trials, seed=seed, cross=cross)
-            with _train.cpu_threads(device):
-                h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
-                               init="random", init_scale=init_scale, loss=loss,
-                               n_records=2, seed=seed, device=device)
+            h = _train.fit(data, model="W", optimizer=optimizer, lr=lr, steps=steps,
+                           init="random", init_scale=init_scale, loss=loss,
+                           n_records=2, seed=seed, device=device)
             out = classify(data, h.W, h.selected[-1], threshold=threshold)
             for k, val in (("n", n), ("T", T), ("d", d), ("trials", trials),
                            ("frac_global", out.frac_global), ("frac_local", out.frac_local),

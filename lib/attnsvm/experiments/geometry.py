@@ -25,33 +25,18 @@ import torch
 
 from .. import data as _data
 from .. import metrics, svm, tokens
-from .. import train as _train
 from .._checks import check_int
-from ..bounds import check_sd_bound, sd_margin_radius
+from ..bounds import adam_eps_split, check_sd_bound, sd_margin_radius
 from ..devices import resolve_device
 from ..history import record_grid
-from ..losses import linear_log_grad_norm
-from ..models import AttentionClassifier, LinearClassifier, MarginObjective
+from ..models import AttentionClassifier, LinearClassifier
 from ..norms import vector_norm
+from ..runs import fit_margin
 
 __all__ = ["LinearGeometryRun", "linear_geometry", "AttentionGeometryRun", "attention_geometry"]
 
 
 # ----------------------------------------------------------------------------- chapter drivers
-
-def _fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponential", **kw):
-    r""":func:`attnsvm.train.fit` of the single trained parameter of ``model`` (wrapped as an
-    :class:`attnsvm.models.MarginObjective` with ``loss``, from ``init``), recorded at
-    ``record_steps`` (default 60 log-spaced steps): dict ``steps`` (K,), ``iterates`` (K, B, ...)
-    and ``log_loss`` (K, B). ``kw``: the rule's keyword arguments of ``fit``."""
-    rec = (record_grid(steps, n_records=60, initial=False) if record_steps is None
-           else np.unique(np.asarray(record_steps, dtype=int)))
-    name = model.trainable[0]
-    h = _train.fit(batch, model=MarginObjective(model, loss), init=init, steps=steps,
-                   record_every=rec, snapshots=(name,), device=init[name].device, **kw)
-    idx = np.searchsorted(h.steps, rec)
-    return {"steps": rec, "iterates": h.trajectory[name][idx], "log_loss": h.log_loss[idx]}
-
 
 def _sd(norm, lr, decay):
     return dict(optimizer="sd", norm=norm, lr=lr, decay=decay)
@@ -77,55 +62,6 @@ def _prgd(lr, period, growth):
 def _rate_grid(steps, period):
     """0, 40 log-spaced record steps and every phase boundary ``k * period``."""
     return record_grid(steps, n_records=41, extra=np.arange(period, steps + 1, period))
-
-
-#: chapter 13, Adam's stability constant: the records at which :math:`\epsilon` is at most this
-#: fraction of the largest gradient entry of the :math:`\epsilon = 0` run count as before
-#: :math:`t_\epsilon`
-_EPS_SMALL = 1 / 30
-
-
-def _adam_eps_split(run0, run_eps, X, y, norms, gam, w_2, *, eps, beta2):
-    r"""What Adam's stability constant changes, split at :math:`t_\epsilon` (chapter 13).
-
-    ``run0`` and ``run_eps`` are the constant-step Adam runs with :math:`\epsilon = 0` and
-    ``eps`` (same start, same records). :math:`G_t = \|\nabla L(w_t)\|_\infty` of the
-    :math:`\epsilon = 0` run (:func:`attnsvm.losses.linear_log_grad_norm`) decays like
-    :math:`\beta_2^{t/2}` (observed: once the steps are bounded by the second moment's memory,
-    :math:`\sqrt{\hat v_t}` falls by :math:`\beta_2^{1/2}` per step and the gradient with it), so
-    :math:`t_\epsilon`, the step at which :math:`G_t` reaches :math:`\epsilon`, is read off the
-    records where it is reached and predicted where it is not:
-    :math:`t_\epsilon = T + 2\log(G_T/\epsilon)/\log(1/\beta_2)`.
-
-    Returns
-    -------
-    dict with ``t_eps`` (B,), ``measured`` (B,) bool (reached within the run),
-    ``rate_ratio`` (B,) (fitted slope of :math:`\log G_t` over the second half of the run divided
-    by :math:`\tfrac12\log\beta_2`), ``noop_diff`` (largest difference of one trial's margin
-    ratio, any norm, at the records with :math:`\epsilon \le G_t/30`), ``noop_pairs`` (their
-    number of (record, trial) pairs), ``past`` (B,) bool (:math:`t_\epsilon \le T`) and ``gain``
-    (B,) (:math:`\mathrm{corr}(w^\epsilon_T, w_2) - \mathrm{corr}(w^0_T, w_2)`).
-    """
-    t = np.asarray(run0["steps"], dtype=float)
-    lg = linear_log_grad_norm(run0["iterates"], X, y)                  # (K, B), eps = 0 run
-    rate = 0.5 * np.log(beta2)                                         # predicted d log G / dt
-    late = t >= t[-1] / 2
-    fitted = np.polyfit(t[late], lg[late], 1)[0]
-    le = np.log(eps)
-    crossed = lg <= le
-    t_eps = t[-1] + (lg[-1] - le) / -rate                              # predicted beyond the run
-    for b in np.flatnonzero(crossed.any(0)):
-        k = int(np.argmax(crossed[:, b]))
-        t_eps[b] = t[k] if k == 0 else np.interp(le, lg[[k, k - 1], b], t[[k, k - 1]])
-    r0 = svm.margin_ratios(run0["iterates"], X, y, norms, gam)
-    r1 = svm.margin_ratios(run_eps["iterates"], X, y, norms, gam)
-    diff = np.max([np.abs(r1[q] - r0[q]) for q in norms], axis=0)      # (K, B)
-    before = lg >= le - np.log(_EPS_SMALL)
-    gain = (metrics.corr(run_eps["iterates"][-1], w_2, elem_ndim=1)
-            - metrics.corr(run0["iterates"][-1], w_2, elem_ndim=1))
-    return {"t_eps": t_eps, "measured": crossed.any(0), "rate_ratio": fitted / rate,
-            "noop_diff": float(diff[before].max()) if before.any() else float("nan"),
-            "noop_pairs": int(before.sum()), "past": t_eps <= t[-1], "gain": gain}
 
 
 #: chapter 13: each rule's own norm (the key of ``LinearGeometryRun.norms``)
@@ -180,8 +116,8 @@ class LinearGeometryRun:
                 "ngd_t_ratio": float(np.median(ngd_t.max(0) / ngd_t.min(0)))}
 
     def _eps(self):
-        """:func:`_adam_eps_split` of the constant-step Adam runs (beta_2 = 0.999)."""
-        return _adam_eps_split(self.runs["adam_const999"], self.runs["adam_eps"], self.data.X,
+        """:func:`attnsvm.bounds.adam_eps_split` of the constant-step Adam runs (beta_2 = 0.999)."""
+        return adam_eps_split(self.runs["adam_const999"], self.runs["adam_eps"], self.data.X,
                                self.data.y, self.norms, self.gam, self.w_p["2"],
                                eps=self.config["eps_adam"], beta2=0.999)
 
@@ -190,7 +126,7 @@ class LinearGeometryRun:
         (fewest non-vacuous checks of the bound over the steepest-descent rules),
         ``sign_main_checks`` (those of the main sign-descent run), ``records``, ``corr_w2_w3``,
         ``adam_eps_diff``; Adam's :math:`\epsilon` split at :math:`t_\epsilon`
-        (:func:`_adam_eps_split`): ``adam_t_eps`` (median), ``adam_t_eps_measured`` and
+        (:func:`attnsvm.bounds.adam_eps_split`): ``adam_t_eps`` (median), ``adam_t_eps_measured`` and
         ``adam_eps_past`` (trials where it is reached within the run), ``adam_rate_ratio``
         (median), ``adam_eps_noop_diff``, ``adam_eps_l2_gain`` (median over the trials past
         :math:`t_\epsilon`, NaN if none); the rate comparison: ``gap_<rule>`` (final :math:`\ell_2` gaps),
@@ -330,10 +266,10 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
                "adam_const": _adam(lr_adam_const, adam_beta2),
                "adam_const999": _adam(lr_adam_const, 0.999),
                "adam_eps": _adam(lr_adam_const, 0.999, eps=eps_adam)}
-    runs = {k: _fit_margin(model, w0, batch, steps=steps, **kw) for k, kw in methods.items()}
+    runs = {k: fit_margin(model, w0, batch, steps=steps, **kw) for k, kw in methods.items()}
     ratio = {k: {q: float(np.median(v)) for q, v in svm.margin_ratios(
         r["iterates"][-1], data.X, data.y, norms, gam).items()} for k, r in runs.items()}
-    bound = {k: check_sd_bound(_fit_margin(model, w0, batch, steps=steps, **dict(methods[k], lr=lr_bound)),
+    bound = {k: check_sd_bound(fit_margin(model, w0, batch, steps=steps, **dict(methods[k], lr=lr_bound)),
                                data.X, data.y, norms[OWN_NORM[k]], gam[OWN_NORM[k]], lr=lr_bound,
                                decay=decay) for k in _SD}
     t = runs["cd"]["steps"]
@@ -345,7 +281,7 @@ def linear_geometry(n=30, d=8, *, margin=0.1, trials=8, steps=20000, lr_sd=1.0, 
     rate_methods = {"gd": dict(optimizer="gd", lr=lr_gd, decay=0.0), "ngd": _sd(2, lr_ngd, 0.0),
                     "prgd": _prgd(prgd_lr, prgd_period, prgd_growth)}
     rec = _rate_grid(rate_steps, prgd_period)
-    rate_runs = {k: _fit_margin(model, w0, batch, steps=rate_steps, record_steps=rec, **kw)
+    rate_runs = {k: fit_margin(model, w0, batch, steps=rate_steps, record_steps=rec, **kw)
                  for k, kw in rate_methods.items()}
     rate_gap = {k: svm.margin_gaps(r["iterates"], data.X, data.y, 2.0, gam["2"])
                 for k, r in rate_runs.items()}
@@ -594,7 +530,7 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
     if md_horizons[-1] > steps:
         raise ValueError(f"md_horizons must not exceed steps = {steps}, got {md_horizons}")
     rec = record_grid(steps, n_records=60, initial=False, extra=md_horizons)
-    runs = {k: _fit_margin(model, W0, batch, steps=steps, loss="logistic",
+    runs = {k: fit_margin(model, W0, batch, steps=steps, loss="logistic",
                            record_steps=rec if k.startswith("md") else None, **kw)
             for k, kw in rules.items()}
     runs["ngd"] = runs["md2"]
@@ -610,14 +546,14 @@ def attention_geometry(n=6, T=8, d=10, *, trials=8, steps=1500, lr_md=0.3, ps=(1
                 for p in ps}
     adam_finals = {}
     for b2 in adam_beta2s:
-        a = _fit_margin(model, W0, batch, steps=adam_horizons[-1], loss="logistic",
+        a = fit_margin(model, W0, batch, steps=adam_horizons[-1], loss="logistic",
                         record_steps=adam_horizons, **_adam(lr_adam, b2))
         adam_finals.update({_adam_key(b2, t): W for t, W in zip(a["steps"], a["iterates"])})
     adam_cmp = svm.compare_att_svms(data.X, data.Z, adam_finals,
                                 {k: [np.inf, 2.0] for k in adam_finals}, opt=data.opt)
     rec = _rate_grid(rate_steps, prgd_period)
     rate_rules = {"ngd": _sd(2, lr_md, 0.0), "prgd": _prgd(lr_md, prgd_period, prgd_growth)}
-    rate_runs = {k: _fit_margin(model, W0, batch, steps=rate_steps, loss="logistic",
+    rate_runs = {k: fit_margin(model, W0, batch, steps=rate_steps, loss="logistic",
                                 record_steps=rec, **kw) for k, kw in rate_rules.items()}
     sel = {k: tokens.selected_tokens(data.X, r["iterates"][-1], data.Z) for k, r in rate_runs.items()}
     W_ref = {k: svm.att_svm_batch(data.X, data.Z, s, strict=True)[0] for k, s in sel.items()}

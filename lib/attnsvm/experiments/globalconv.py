@@ -20,51 +20,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import spearmanr
 
-from .. import bounds, metrics, svm, tokens, train
-from .._checks import check_int
-from ..data import AttnData, prescribed_scores, random_inits, score_instances, stream_seed
+from .. import bounds, metrics, svm, train
+from ..data import AttnData, random_inits, score_instances
 from ..losses import risk_grad
 from ..metrics import log_q
 from ..runs import global_run, global_runs
 
 __all__ = ["GLOBAL_GROUPS", "GlobalExperiment", "global_experiment", "GlobalCxRun",
            "global_cx_experiment"]
-
-
-def _find_traps(n=3, T=3, d=4, *, trials, seed=0, max_tries=2000, **kw):
-    r"""``trials`` distinct distinct-score instances, each with a locally optimal choice
-    :math:`\alpha \ne \mathrm{opt}` (the trap group of the global experiment).
-
-    Candidate ``k = 0, 1, ...`` is the unbatched instance
-    ``attnsvm.data.prescribed_scores(n, T, d, distinct=True, seed=stream_seed(seed,
-    "trap-search", k))`` (so different seeds never share a candidate); for each, the choices that
-    swap one sequence's optimal token for its second-best token are tried in sequence order, and
-    the first locally optimal one (``attnsvm.svm.is_locally_optimal``) is kept. The first
-    ``trials`` candidates that have one are returned.
-
-    Returns
-    -------
-    data : AttnData, batched (trials, ...)
-    opt, alpha : ndarray (trials, n) int
-    tries : int, the number of candidates drawn
-    """
-    trials = check_int("trials", trials, minimum=1)
-    found = []
-    for k in range(check_int("max_tries", max_tries, minimum=1)):
-        one, opt = prescribed_scores(n, T, d, distinct=True,
-                                     seed=stream_seed(seed, "trap-search", k), **kw)
-        g = tokens.token_scores(one.X, one.y, one.v)
-        second = np.argsort(-g, axis=-1)[:, 1]
-        for i in range(n):
-            alpha = opt.copy()
-            alpha[i] = second[i]
-            if svm.is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
-                found.append((one, opt, alpha))
-                break
-        if len(found) == trials:
-            return (AttnData.stack([f[0] for f in found]), np.stack([f[1] for f in found]),
-                    np.stack([f[2] for f in found]), k + 1)
-    raise RuntimeError(f"only {len(found)} of {trials} trap instances found in {max_tries} candidates")
 
 
 # ----------------------------------------------------------------------------- global convergence
@@ -278,7 +241,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     * *equal-score*: :func:`attnsvm.data.score_instances` instances (NGD's projection on W_mm
       provably grows); ``alpha`` swaps the optimal token of sequence 0 for the next one;
     * *trap*: ``trials`` distinct distinct-score instances, each with a locally optimal
-      ``alpha != opt`` (:func:`_find_traps`: the first ``trials`` candidates of the stream
+      ``alpha != opt`` (:func:`attnsvm.svm.find_traps`: the first ``trials`` candidates of the stream
       ``"trap-search"`` of ``seed`` that have one).
 
     Random initializations have Frobenius norm ``radius`` (:func:`attnsvm.data.random_inits`); adversarial
@@ -292,7 +255,7 @@ def global_experiment(n, T, d, *, trials, steps, R0, radius, lr_gd, lr_ngd, n_re
     Wa_eq = svm.att_svm_batch(eq.X, eq.Z, alpha_eq, strict=True)[0]
     eq_locopt = np.array([svm.is_locally_optimal(eq.X[b], eq.y[b], eq.Z[b], eq.v[b], alpha_eq[b])
                           for b in range(trials)])
-    trap_b, opt_tr, alpha_tr, tries = _find_traps(n, T, d, trials=trials, seed=seed)
+    trap_b, opt_tr, alpha_tr, tries = svm.find_traps(n, T, d, trials=trials, seed=seed)
     Wmm_tr = svm.att_svm_batch(trap_b.X, trap_b.Z, opt_tr, strict=True)[0]
     Wa_tr = svm.att_svm_batch(trap_b.X, trap_b.Z, alpha_tr, strict=True)[0]
 

@@ -48,15 +48,16 @@ class JointRun:
     alpha: np.ndarray
 
 
-def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000, segments=24,
+def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max="auto", steps=10000, segments=24,
               record_steps=None, refs=None, seed=0, device="auto"):
     r"""Train ``W`` and ``v`` jointly from ``W_0 = 0`` and the data's ``v`` and record both along
     the way: one :func:`attnsvm.train.fit` call (``model="W", train_v=True``,
-    ``snapshots=("W", "v")``), for any step rule of :data:`attnsvm.train.OPTIMIZERS`.
+    ``snapshots=("W", "v")``), for any step rule of :data:`attnsvm.optim.OPTIMIZERS`.
 
     Parameters
     ----------
     data : AttnData with a trials axis; alpha : (B, n) reference tokens (e.g. the planted ones).
+    lr, eta_max : the step size and the Polyak cap, as in :func:`attnsvm.train.fit`.
     segments : int
         Number of log-spaced record steps after 0 (``record_grid(steps, "log", segments + 1)``).
     record_steps : increasing ints from 0 to ``steps``, optional: explicit record steps (instead
@@ -70,10 +71,8 @@ def joint_fit(data, alpha, *, optimizer="gd", lr=None, eta_max=None, steps=10000
         grid = np.asarray(record_steps, dtype=int)
         if grid[0] != 0 or grid[-1] != steps or np.any(np.diff(grid) <= 0):
             raise ValueError("record_steps must increase strictly from 0 to steps")
-    kw = dict(model="W", train_v=True, optimizer=optimizer, lr=lr, opt=alpha, seed=seed,
-              device=device)
-    if eta_max is not None:
-        kw["eta_max"] = eta_max
+    kw = dict(model="W", train_v=True, optimizer=optimizer, lr=lr, eta_max=eta_max, opt=alpha,
+              seed=seed, device=device)
     B, d = data.trials, data.d
     h = fit(data, steps=steps, init={"W": np.zeros((B, d, d)), "v": np.array(data.v, dtype=float)},
             record_every=grid, n_records=segments + 1, snapshots=("W", "v"), **kw)

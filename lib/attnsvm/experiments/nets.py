@@ -146,8 +146,10 @@ def train_torch(model, train, *, optimizer, lr, eta_max=None, steps=200, batch_s
         loss = nn.functional.cross_entropy(model(*(t[idx] for t in inputs)), y[idx])
         loss.backward()
         if not torch.isfinite(loss):
+            knob = (f"cap the Polyak step with eta_max (now {eta_max})" if optimizer == "sps"
+                    else f"try a smaller lr (now {lr:g})")
             raise FloatingPointError(f"{optimizer}: the loss became {float(loss)} at step {k}; "
-                                     f"try a smaller lr")
+                                     f"{knob}")
         if optimizer == "sps":
             opt.step(loss=loss.detach())
         else:

@@ -7,7 +7,7 @@ training runs of :func:`attnsvm.train.fit` that are batched over trials. The mat
 * :func:`ntp_linear_experiment` (synthetic data) and :func:`zen_experiment` (the Zen of Python)
   train the linear decoder with GD, NGD and Adam (:class:`NTPLinearRun`, :class:`ZenRun`);
 * :func:`ufm_experiment` trains the unconstrained-features model and reads its logit geometry
-  (``_ufm_geometry``, :class:`UFMRun`).
+  (:func:`attnsvm.bounds.ufm_geometry`, :class:`UFMRun`).
 
 Each result has ``.summary()`` (the chapter's glued numbers) and ``.claims()`` (its checked
 sentences, for :func:`attnsvm.claims.check`).
@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import log_softmax
 
 from .. import bounds as _bounds
 from .. import data as _data
@@ -201,7 +200,7 @@ def _rules(data, steps, steps_fast, lr_ngd, lr_adam, n_records, *extra):
 
 
 def ntp_linear_experiment(m=4, V=8, d=6, *, support=3, trials=8, steps=200000,
-                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
+                          steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="auto"):
     r"""Chapter 15: the linear NTP decoder on ``trials`` data sets of
     :func:`attnsvm._data.ntp_synthetic`, GD with :math:`\eta = 1/(2L)` (:func:`attnsvm._losses.ce_smoothness`,
     one per trial) for ``steps`` steps (recorded at 50 log-spaced steps, ``steps_fast`` and
@@ -260,7 +259,7 @@ class ZenRun(NTPLinearRun):
 
 
 def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
-                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="cpu"):
+                   steps_fast=20000, lr_ngd=0.5, lr_adam=0.01, seed=0, device="auto"):
     r"""Chapter 15: the linear NTP decoder on the Zen of Python (:func:`attnsvm._data.ntp_corpus`,
     contexts of ``k`` words, ``vocab_size`` tokens, :math:`d = m +` ``extra_dims``, ``trials``
     draws of the embeddings), trained as in :func:`ntp_linear_experiment` (GD recorded at 40
@@ -282,79 +281,6 @@ def zen_experiment(*, k=1, vocab_size=20, extra_dims=4, trials=4, steps=200000,
                   corpus=zen)
 
 
-def _ufm_geometry(P, pi, groups, run):
-    r"""The logit geometry of a UFM run (a dict of recorded ``steps``, ``W``, ``H``, ``loss``, as
-    :func:`ufm_experiment` trains it), at every recorded step.
-
-    With :math:`L_t = H_tW_t^\top`, :math:`L^* =` :func:`attnsvm._svm.logit_finite` and the logit
-    SVMs :math:`L^{mm}_F, L^{mm}_*` (:func:`attnsvm._svm.logit_svm`, Frobenius and nuclear):
-
-    - ``relerr``: :math:`\|P_{F_L}L_t - L^*\|_F/\|L^*\|_F`;
-    - ``bound_ok``: every entry of :math:`P_{F_L}L_t - L^*` within
-      :func:`attnsvm._bounds.finite_part_bound` of the per-context excess loss (bool);
-    - ``corr_nuc``, ``corr_fro``: correlation of :math:`L_t - P_{F_L}L_t` with the two SVMs;
-    - ``tail``: share of :math:`\|L_t - P_{F_L}L_t\|_F^2` outside its top-G singular values
-      (G = number of support patterns);
-    - ``collapse``: :func:`attnsvm.metrics.collapse_ratio` of the context embeddings :math:`H_t`;
-    - ``bound_ratio``: the largest ratio, over contexts where the bound is finite, of the entry
-      error of :math:`P_{F_L}L_t - L^*` to the bound (at most 1 by the lemma);
-    - ``nuc_ratio``: :math:`\|L_t - P_{F_L}L_t\|_*/\gamma_t` over :math:`\|L^{mm}_*\|_*`, with
-      :math:`\gamma_t` the margin of :math:`L_t - P_{F_L}L_t` (:func:`attnsvm._svm.logit_margin`;
-      ``inf`` while :math:`\gamma_t \le 0`). The rescaled orthogonal part is feasible for the
-      nuclear-norm logit SVM, so the ratio is at least 1, and it equals 1 exactly when the rescaled
-      part is one of the SVM's minimizers;
-    - ``gap``: loss minus entropy;
-    - ``pattern_corr`` (final step only): correlations of the normalized orthogonal parts of
-      every pair of trials (same support pattern, different probabilities and initializations).
-
-    Returns
-    -------
-    dict of arrays (K, B) (``pattern_corr``: (B(B-1)/2,)), plus ``L_nuc``, ``L_fro``, ``L_perp``
-    (the final orthogonal part) (B, m, V), ``sv`` (K, B, min(m, V)) (singular values of the
-    orthogonal part over the largest) and
-    ``rank_nuc`` (B,), the numerical rank of :math:`L^{mm}_*`.
-    """
-    L = np.einsum("kbmd,kbvd->kbmv", run["H"], run["W"])
-    Lstar = _svm.logit_finite(P)
-    PFL = _svm.logit_project_F(L, np.broadcast_to(P, L.shape))
-    Lperp = L - PFL
-    L_fro = _svm.logit_svm(P, "fro")
-    L_nuc = _svm.logit_svm(P, "nuc")
-    G = int(len(np.unique(groups)))
-    sv = np.linalg.svd(Lperp, compute_uv=False)
-    tail = (sv[..., G:] ** 2).sum(-1) / (sv ** 2).sum(-1)
-    data = _data.NTPData(np.zeros(P.shape[:2] + (1,)), P, pi)
-    ent = _losses.entropy(data)
-    # per-context KL(p_j || softmax(L_j)) and the proved bound on the finite part
-    lq = log_softmax(L, axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kl = np.where(P > 0, P * (np.log(np.where(P > 0, P, 1.0)) - lq), 0.0).sum(-1)
-    bound = _bounds.finite_part_bound(np.maximum(kl, 0.0), np.broadcast_to(P, L.shape))
-    err = np.abs(PFL - Lstar).max(-1)
-    ok = np.isfinite(bound) & (bound > 0)
-    bound_ratio = np.where(ok, err / np.where(ok, bound, 1.0), 0.0).max(-1)
-    gam = _svm.logit_margin(Lperp, np.broadcast_to(P, L.shape))
-    nuc_svm = np.linalg.svd(L_nuc, compute_uv=False).sum(-1) / _svm.logit_margin(L_nuc, P)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        nuc_ratio = np.where(gam > 0, np.linalg.svd(Lperp, compute_uv=False).sum(-1)
-                             / np.where(gam > 0, gam, 1.0) / nuc_svm, np.inf)
-    B = P.shape[0]
-    iu = np.triu_indices(B, 1)
-    pc = metrics.corr(Lperp[-1][:, None], Lperp[-1][None], elem_ndim=2)[iu]
-    s_nuc = np.linalg.svd(L_nuc, compute_uv=False)
-    return {"steps": run["steps"],
-            "relerr": np.linalg.norm(PFL - Lstar, axis=(-2, -1)) / np.linalg.norm(Lstar, axis=(-2, -1)),
-            "bound_ok": np.all(err <= bound + 1e-9, axis=-1), "bound_ratio": bound_ratio,
-            "nuc_ratio": nuc_ratio,
-            "corr_nuc": metrics.corr(Lperp, L_nuc, elem_ndim=2),
-            "corr_fro": metrics.corr(Lperp, L_fro, elem_ndim=2),
-            "tail": tail, "collapse": metrics.collapse_ratio(run["H"], groups),
-            "gap": run["loss"] - ent, "pattern_corr": pc, "L_nuc": L_nuc, "L_fro": L_fro,
-            "L_perp": Lperp[-1],
-            "rank_nuc": (s_nuc > 1e-6 * s_nuc[..., :1]).sum(-1),
-            "sv": sv / sv[..., :1]}
-
-
 def _train_ufm(P, pi, *, d, steps, lr, init_scale, seed, rec, device="cpu"):
     """GD on :class:`attnsvm.models.NTPUFM` (:func:`attnsvm.train.fit`, per-trial random start of
     scale ``init_scale``), kept at the steps ``rec``: dict ``steps``, ``W``, ``H``, ``loss``."""
@@ -374,8 +300,8 @@ class UFMRun:
     Attributes
     ----------
     P, pi, groups : the data (:func:`attnsvm._data.ntp_patterns`)
-    geo : dict, ``_ufm_geometry`` of the run (at 40 log-spaced steps)
-    geo_control : dict, ``_ufm_geometry`` of the control run (other support patterns, final
+    geo : dict, :func:`attnsvm.bounds.ufm_geometry` of the run (at 40 log-spaced steps)
+    geo_control : dict, :func:`attnsvm.bounds.ufm_geometry` of the control run (other support patterns, final
         step only)
     cross_corr : (B, B) correlations of the final orthogonal parts of the two runs
     early : int, the record two decades before the end
@@ -485,11 +411,11 @@ class UFMRun:
 
 
 def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_scale=0.01,
-                   lr=0.5, steps=100000, seed=0, device="cpu"):
+                   lr=0.5, steps=100000, seed=0, device="auto"):
     r"""Chapter 15: GD on the NTP unconstrained-features model (:class:`attnsvm.models.NTPUFM`)
     from a small random start, on ``trials`` draws of :func:`attnsvm._data.ntp_patterns`
     (``patterns`` support sets, the same in every trial), recorded at 40 log-spaced steps and
-    read by ``_ufm_geometry``; a control run (``seed + 1``, ``pattern_seed=1``: other
+    read by :func:`attnsvm.bounds.ufm_geometry`; a control run (``seed + 1``, ``pattern_seed=1``: other
     support sets of the same sizes) gives the cross-pattern correlations. Both run on
     ``device``.
 
@@ -502,11 +428,11 @@ def ufm_experiment(m=12, V=16, patterns=3, *, support=3, d=24, trials=4, init_sc
     kw = dict(d=d, steps=steps, lr=lr, init_scale=init_scale, device=device)
     rec = record_grid(steps, n_records=40, initial=False)
     run = _train_ufm(P, pi, seed=seed, rec=rec, **kw)
-    geo = _ufm_geometry(P, pi, groups, run)
+    geo = _bounds.ufm_geometry(P, pi, groups, run)
     sharp = NTPUFM(d).sharpness(run["W"], run["H"], {"P": P, "pi": pi}, iters=200)
     P2, pi2, groups2 = _data.ntp_patterns(m, V, patterns, support=support, trials=trials,
                                              seed=seed + 1, pattern_seed=1)
-    geo2 = _ufm_geometry(P2, pi2, groups2,
+    geo2 = _bounds.ufm_geometry(P2, pi2, groups2,
                         _train_ufm(P2, pi2, seed=seed + 1, rec=np.array([steps]), **kw))
     cross = metrics.corr(geo["L_perp"][:, None], geo2["L_perp"][None], elem_ndim=2)
     early = int(np.searchsorted(geo["steps"], steps // 100))

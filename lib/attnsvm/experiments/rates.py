@@ -34,6 +34,14 @@ from ..runs import fit_settings, sensitivity_sweep, trajectory_metrics
 
 __all__ = ["RatesRun", "rates_experiment"]
 
+#: claim ``strictly_complementary`` (book: ``thm-sc-generic``): every instance certified by
+#: :func:`attnsvm.bounds.strictly_complementary`: its support margins exact to
+#: ``bounds.SC_EXACT`` (1e-10; polished multipliers) and its :math:`\delta` above
+#: ``bounds.SC_FACTOR`` (1e4) times the rounding of the active margins and machine epsilon.
+#: Measured at the quick size (12 instances): smallest delta 1.5e-3 to 5.5e-3 at seeds 0-2,
+#: rounding <= 2e-15.
+SC_FACTOR = bounds.SC_FACTOR
+
 
 @dataclass
 class RatesRun:
@@ -42,7 +50,9 @@ class RatesRun:
     Attributes
     ----------
     data, opt, W_mm, W0 : the instances, optimal tokens, Att-SVMs and initializations
-    consts : dict of (B,) constants (:func:`attnsvm.bounds.constants`)
+    consts : dict of (B,) constants (:func:`attnsvm.bounds.constants`), with the strict
+        complementarity of each instance's Att-SVM (:func:`attnsvm.bounds.support_constants`):
+        ``sc_delta`` :math:`\delta` and ``sc_active_err`` the rounding of its active margins
     runs : dict name -> History of the default runs; ``metrics`` : dict name ->
         :func:`attnsvm.runs.trajectory_metrics`; ``t`` : (K,) record steps
     floor : (K, B) NGD's invariance floor (:func:`attnsvm.bounds.orth_floor`)
@@ -152,6 +162,7 @@ class RatesRun:
         a.update(t0_ngd=t0_ngd, t0_gd=t0_gd, t0_cap=t0_cap, nb=nb, ok_ngd=ok_ngd, lem_pairs=lem_pairs)
         cross_min = bounds.cross_gram_min(self.data, self.opt)
         s["cross_min_max"] = float(cross_min.max())
+        s["sc_delta_min"] = float(np.min(c["sc_delta"]))
         a["cross_min"] = cross_min
         # GD's logarithmic directional bound (sharp and deterministic forms), capped Polyak's
         gb = bounds.direction_bound_from_t0(t, t0_gd, M["gd"], c, optimizer="gd", eta=lr_gd,
@@ -194,7 +205,8 @@ class RatesRun:
         slopes of :math:`1-\mathrm{corr}` over the last decade (``slope_<opt>``), final
         correlations (``corr_final_<opt>``, ``omc_final_<opt>``), NGD's floor and norm bounds,
         the Polyak cap, the theorems' first steps ``t0_*`` and the fractions of records where
-        each proved bound holds, and the step-size sensitivities ``sens_<opt>``."""
+        each proved bound holds, the step-size sensitivities ``sens_<opt>``, and ``sc_delta_min``
+        the smallest strict-complementarity gap delta over the instances (thm-sc-generic)."""
         return dict(self._analysis()[0])
 
     def claims(self):
@@ -208,6 +220,7 @@ class RatesRun:
         t0_ngd, t0_gd, t0_cap, nb, gb, gb_det, pb = (a[k] for k in (
             "t0_ngd", "t0_gd", "t0_cap", "nb", "gb", "gb_det", "pb"))
         ok_gd, ok_pc = a["ok_gd"], a["ok_pc"]
+        sc_floor = max(float(np.max(c["sc_active_err"])), float(np.finfo(float).eps))
         # the decay is checked where there is a record after t0 (a trial reaching the region at
         # the last record has nothing to decay over; counted in the detail)
         later = a["ok_ngd"] & (t0_ngd < self.thm["t"][-1])
@@ -281,6 +294,13 @@ class RatesRun:
                                    f"{s['margin_bound_holds']:.4f} of {a['lem_pairs']}"),
             "cx_violated": (bool(np.all(a["cross_min"] < 0)), "largest over the trials of min "
                             f"<A_it, A_js>: {s['cross_min_max']:.3g}"),
+            # thm-sc-generic: delta > 0 on every instance, far above the rounding of the active
+            # margins (threshold SC_FACTOR times the largest of active_err and eps)
+            "strictly_complementary": (bool(np.all(bounds.strictly_complementary(
+                dict(delta=c["sc_delta"], active_err=c["sc_active_err"])))),
+                                       f"smallest delta {s['sc_delta_min']:.3g} over {trials} "
+                                       f"instances; threshold {SC_FACTOR:.0e} x {sc_floor:.2e} "
+                                       "(largest rounding of the active margins)"),
             "gd_bound_holds": (bool(ok_gd.mean() >= 0.75) and gb["fraction"] == 1.0
                                and gb_det["fraction"] == 1.0,
                                f"GD from t0 in {ok_gd.sum()}/{trials} trials: fraction of (trial, "
@@ -324,6 +344,8 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
     data, opt = score_instances(n, T, d, trials=trials, seed=seed)
     W_mm = svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     c = bounds.constants(data, opt, W_mm)
+    sc = bounds.support_constants(data, opt)
+    c.update(sc_delta=sc["delta"], sc_active_err=sc["active_err"])
     W0 = random_inits(d, trials, radius=radius, seed=seed)
     settings = {"gd": dict(lr=lr_gd), "ngd": dict(lr=lr_ngd),
                 "polyak": dict(lr=1.0, eta_max=eta_max), "adam": dict(lr=lr_adam),

@@ -228,12 +228,11 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
     X, Z, y, v = data.X, data.Z, data.y, data.v
     opt = _tokens.optimal_tokens(X, y, v)
     hist = {}
-    with _train.cpu_threads(device):
-        for model in ("W", "KQ"):
-            kw = dict(m=m, penalty=penalty) if model == "KQ" else {}
-            hist[model] = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
-                                     init="random", init_scale=init_scale, n_records=n_records,
-                                     snapshots=True, seed=seed, device=device, **kw)
+    for model in ("W", "KQ"):
+        kw = dict(m=m, penalty=penalty) if model == "KQ" else {}
+        hist[model] = _train.fit(data, model=model, optimizer=optimizer, lr=lr, steps=steps,
+                                 init="random", init_scale=init_scale, n_records=n_records,
+                                 snapshots=True, seed=seed, device=device, **kw)
     sel = {"opt": opt}
     for model in ("W", "KQ"):
         sel[model] = _tokens.selected_tokens(X, hist[model].params["W"], Z)
@@ -253,7 +252,7 @@ def compare_w_kq(data, *, steps=2000, lr=0.1, optimizer="ngd_param", m=None, ini
                                     init_scale=init_scale, penalty=penalty, seed=seed))
 
 
-def kq_study(n, T, d, *, trials, steps=2000, lr=0.1, init_scale=0.01, penalty=0.0, seed=0,
+def kq_study(n, T, d, *, trials, steps=2000, lr=0.1, init_scale=0.1, penalty=2.2e-16, seed=0,
              device="auto", **kw):
     r"""Chapter 5: :func:`compare_w_kq` on :func:`attnsvm.data.unit_instances` ``(n, T, d)``
     with the penalty ``penalty``, and the same runs without it (the result's ``unpenalized``,
@@ -462,10 +461,9 @@ def prompt_joint(data, *, planted=None, train_v=True, loss="logistic", optimizer
         init = {"p": np.zeros((B, d)), "v": v0}
     else:
         init = "zeros"
-    with _train.cpu_threads(device):
-        h = _train.fit(data, model="prompt", train_v=train_v, loss=loss, optimizer=optimizer,
-                       lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
-                       seed=seed, device=device)
+    h = _train.fit(data, model="prompt", train_v=train_v, loss=loss, optimizer=optimizer,
+                   lr=lr, steps=steps, init=init, n_records=n_records, snapshots=True,
+                   seed=seed, device=device)
     p = h.params["p"]
     sel = _tokens.selected_tokens(X, p)
     p_mm = np.zeros((B, d))

@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_SETTINGS", "SeparableRun", "separable_rates"]
 
 #: the chapter's optimizers: name -> ``fit`` keyword arguments
 DEFAULT_SETTINGS = {"gd": dict(optimizer="gd", lr=1.0), "ngd": dict(optimizer="ngd", lr=0.1),
-                    "polyak": dict(optimizer="polyak"),
+                    "polyak": dict(optimizer="polyak", eta_max=None),      # uncapped
                     "polyak_capped": dict(optimizer="polyak", eta_max=100.0),
                     "adam": dict(optimizer="adam", lr=0.01)}
 

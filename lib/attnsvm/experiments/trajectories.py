@@ -169,10 +169,9 @@ def trajectories_2d(data, *, steps=2000, lr=0.1, init_scale=0.1, n_records=80, s
     p_mm = _svm.p_svm(data.X, opt)
     kw = dict(steps=steps, lr=lr, init="random", init_scale=init_scale, n_records=n_records,
               snapshots=True, seed=seed, device=device)
-    with _train.cpu_threads(device):
-        hW = _train.fit(data, model="W", optimizer="ngd", **kw)
-        hK = _train.fit(data, model="KQ", optimizer="ngd_param", **kw)
-        hp = _train.fit(data, model="prompt", optimizer="ngd", **kw)
+    hW = _train.fit(data, model="W", optimizer="ngd", **kw)
+    hK = _train.fit(data, model="KQ", optimizer="ngd_param", **kw)
+    hp = _train.fit(data, model="prompt", optimizer="ngd", **kw)
     W, Wk, p = hW.snapshots[:, 0], hK.snapshots[:, 0], hp.snapshots[:, 0]
     corr = {"W_vs_W_mm": float(_metrics.corr(W[-1], W_mm)),
             "W_vs_W_mm_nuc": float(_metrics.corr(W[-1], W_nuc)),

@@ -17,94 +17,107 @@ from .parameterizations import PARAMETERIZATIONS, token_products, token_sums
 __all__ = ["AttentionClassifier", "softmax_jacobian"]
 
 
-#: exponents below this are flushed to 0 by :func:`_exp_small` (e^-700 ~ 1e-304)
+#: exponents below this are raised to it before ``exp`` (e^-700 ~ 1e-304): torch's ``exp`` takes a
+#: slow path for results that underflow (6-25 times slower per element), which at saturation is
+#: most of them; every value computed so is added to, or weighed against, a term of order one
+#: (the top token's :math:`e^0 = 1` in :math:`\sum_t e^{a_t - a_{t^\star}}`; the largest
+#: weight :math:`e^0` of a trial's log-space weights), where a term below 1e-304 is below
+#: rounding
 EXP_FLUSH = -700.0
-_E_FLUSH = math.exp(EXP_FLUSH)
 
 
-def _exp_small(x):
-    r""":math:`e^x`, with 0 for :math:`x \le` :data:`EXP_FLUSH` (to rounding). torch's ``exp`` takes a slow path
-    for results that underflow (10-25 times slower per element), which at saturation is most of
-    them; every term computed with this is added to, or weighed against, a term of order one
-    (``1 + e^{gap}\sum\hat s``; :math:`g_{t^\star} + e^{\mathrm{gap}}\sum \hat s g`;
-    the sequence weights :math:`e^{lw - \sigma}`, the largest being 1), where a term below
-    1e-304 is below rounding."""
-    return torch.nn.functional.threshold_(torch.exp(x.clamp(min=EXP_FLUSH)), _E_FLUSH, 0.0)
-
-
-def _top_two(a, G):
-    r"""The token loop of :func:`softmax_jacobian`: the top token :math:`t^\star`, its group
-    :math:`U = \{t: g_t = g_{t^\star}\}`, :math:`\hat s` and its sums (each (..., 1) but
-    ``sh`` and ``su`` (..., T)), the gap :math:`a_{(2)} - a_{t^\star}` (:math:`a_{(2)}` the largest
-    score outside :math:`U`; 0 when there is none, then :math:`\hat s = 0`), :math:`g_{t^\star}`,
-    and ``some`` (..., 1): whether a token lies outside :math:`U`."""
+def softmax_parts(a):
+    r"""The softmax of scores ``a`` (..., T) in the form the gradient uses: the top token
+    :math:`t^\star` (largest score, first on ties) ``top`` (..., 1), :math:`e = a - a_{t^\star}
+    \le 0`, :math:`\Sigma = \sum_t e^{e_t} \ge 1` (..., 1) and :math:`s = e^{e}/\Sigma`; then
+    :math:`\log s_t = e_t - \log\Sigma` exactly in log space, however large the gaps (the
+    exponent is raised to :data:`EXP_FLUSH` only for ``s`` and :math:`\Sigma`)."""
     a_top, top = a.max(-1, keepdim=True)
-    G_top = G.gather(-1, top)
-    tied = G == G_top                                       # U, the top token included
-    am = a.masked_fill(tied, -math.inf)                     # the scores outside U
-    a2 = am.amax(-1, keepdim=True)
-    some = a2 > -math.inf
-    a2 = torch.where(some, a2, a_top)
-    x = torch.exp(a - torch.where(tied, a_top, a2))         # s_t/s_top on U, s_t/s_(2) outside
-    sh = x.masked_fill(tied, 0.0)                           # s_t / s_(2); 0 on U
-    su = x - sh                                             # s_t / s_top on U; 0 outside
-    Ssh = sh.sum(-1, keepdim=True)
-    shG = (sh * G).sum(-1, keepdim=True)
-    return sh, su, top, Ssh, shG, a2 - a_top, G_top, a_top, some
+    e = a - a_top
+    E = torch.exp(e.clamp(min=EXP_FLUSH))
+    S = E.sum(-1, keepdim=True)
+    return top, e, S, E.div_(S)
 
 
-def jacobian_scalars(gap, e_gap, Ssh, shG, G_top, EU=0.0):
-    r"""The per-sequence log-space scalars of :func:`softmax_jacobian` (elementwise), from the
-    gap :math:`a_{(2)} - a_{t^\star} \le 0`, :math:`e^{\mathrm{gap}}` and
-    :math:`E_U = \sum_{t \in U \setminus t^\star} s_t/s_{t^\star}` (0 when no token ties with the top):
-    :math:`\log s_{t^\star} = -\log(1 + E_U + e^{\mathrm{gap}}\sum_t\hat s_t)`,
-    :math:`\lambda_2 = \mathrm{gap} + \log s_{t^\star}`, :math:`s_{t^\star}` and
-    :math:`f = s_{t^\star}\big((1 + E_U) g_{t^\star} + e^{\mathrm{gap}}\sum_t \hat s_t g_t\big)`.
-    With :math:`E_U = 0` each expression is the one without the group, to the last bit."""
-    log_s_top = -torch.log1p(EU + e_gap * Ssh)
-    lam2 = gap + log_s_top
-    s_top = torch.exp(log_s_top)                   # >= 1/T
-    f = s_top * ((1 + EU) * G_top + e_gap * shG)
-    return log_s_top, lam2, s_top, f
+def jacobian_products(e, log_S, s, top, Gam, nlc, dims):
+    r"""The softmax-Jacobian products of the margins, cancellation-free and in log space, in one
+    pass: the one source of the attention gradient (:meth:`AttentionClassifier.grad`,
+    :func:`softmax_jacobian`).
 
-
-def softmax_jacobian(a, G):
-    r"""The softmax-Jacobian products of the linear head, cancellation-free, in one fused pass.
-
-    For scores ``a`` and token values ``G`` (both (..., T)), with the top token
-    :math:`t^\star` (largest score, first on ties), its group :math:`U = \{t : g_t = g_{t^\star}\}`
-    (exact equality; :math:`t^\star \in U`), the largest score outside the group
-    :math:`a_{(2)}`, :math:`\hat s_t = e^{a_t - a_{(2)}}` outside :math:`U` (:math:`\hat s_t := 0`
-    on :math:`U`), :math:`E_U = \sum_{t \in U \setminus t^\star} e^{a_t - a_{t^\star}}` and
-    :math:`E = E_U + e^{a_{(2)} - a_{t^\star}}\sum_t \hat s_t = \sum_{t \ne t^\star} e^{a_t - a_{t^\star}}`:
+    With the top token :math:`t^\star`, the token scores :math:`\Gamma_t` (:math:`y\,g_t`), the
+    margin :math:`u = \sum_t s_t\Gamma_t`, :math:`\Delta_t = \Gamma_{t^\star} - \Gamma_t`
+    (exactly 0 on the tie group :math:`U = \{t: \Gamma_t = \Gamma_{t^\star}\}`, the top token
+    included) and a weight :math:`c > 0` per sequence,
 
     .. math::
 
-        \log s_{t^\star} = -\log(1 + E), \qquad
-        \lambda_2 = \log s_{(2)} = a_{(2)} - a_{t^\star} - \log(1 + E), \qquad
-        f = s_{t^\star} (1 + E_U) g_{t^\star} + e^{\lambda_2}\sum_t \hat s_t g_t,
+        c\,\frac{\partial u}{\partial a_t} = c\, s_t(\Gamma_t - u)
+        = -\Big(P_t - s_t \sum_\tau P_\tau\Big), \qquad P_t = c\, s_t \Delta_t,
 
-        \rho_t = s_t\Big(g_{t^\star}\sum_\tau \hat s_\tau
-        - \sum_\tau \hat s_\tau g_\tau\Big)\ \ (t \in U), \qquad
-        \rho_t = \hat s_t (g_t - f)\ \ (t \notin U),
+    since :math:`\Gamma_t - u = -\Delta_t + \sum_\tau s_\tau\Delta_\tau`. No step cancels:
+    :math:`P_{t^\star} = 0` exactly, so the top token's term is :math:`s_{t^\star}\sum_\tau P_\tau`,
+    a sum of terms of one scale, where the textbook :math:`s_{t^\star}(\Gamma_{t^\star} - u)`
+    is rounding noise once :math:`1 - s_{t^\star} < 10^{-16}` (score gaps above ~37; autograd's
+    softmax backward has the same defect). :math:`P` is evaluated in log space,
+    :math:`P_t = e^{\log c + \log s_t - \sigma}\Delta_t` with
+    :math:`\sigma = \max_{t \notin U}(\log c + \log s_t)` over ``dims`` (a sequence, or all the
+    sequences of a trial): its largest entry is :math:`|\Delta_t|` at that token, none overflows
+    (the exponent is at most 0 outside :math:`U`, and :math:`\Delta = 0` on it), and none of the
+    terms that matter underflows, at any score gap (the masses of the tokens outside :math:`U`
+    underflow past gaps of ~745; their products with :math:`e^{-\sigma}` do not); exponents
+    below :data:`EXP_FLUSH` are raised to it, a change below rounding of the largest term. The
+    tie group is left out of :math:`\sigma` because its :math:`\Delta` is 0: its probabilities
+    can be :math:`e^{1000}` times the informative ones, which would then underflow against them
+    (an NGD run on ch08's equal-score instances froze at :math:`\|W\| \approx 1190` that way).
 
-    so that :math:`\partial f / \partial a_t = s_t(g_t - f) = e^{\lambda_2}\rho_t` (see
-    :meth:`AttentionClassifier.grad`): for :math:`t \in U`,
-    :math:`s_t \sum_\tau s_\tau (g_t - g_\tau)` has no term from :math:`\tau \in U`. Only
-    exponents :math:`\le 0` are exponentiated (no log-softmax of the full row): :math:`\hat s`
-    and :math:`s_t/s_{t^\star}` are :math:`\le 1` and never overflow, however large the score
-    gap, and the factor :math:`e^{\lambda_2}`, which underflows at gaps above ~745, stays in log
-    space. The group matters where tokens tie exactly with the top one in :math:`g` (the
-    equal-score instances): there the second largest probability overall would be the scale of
-    terms that are exactly zero, and the informative ones, :math:`e^{\lambda_2}` smaller, would
-    underflow against it (an NGD run on ch08's instances froze at :math:`\|W\| \approx 1190`
-    that way). Without ties (:math:`U = \{t^\star\}`) every value is the one of the formulas
-    without the group, to the last bit. With no token outside :math:`U`, :math:`\rho = 0`
-    exactly and :math:`\lambda_2 = -\infty`.
+    Parameters
+    ----------
+    e, s, top
+        From :func:`softmax_parts` (``e``, ``s`` (..., T); ``top`` (..., 1)).
+    log_S : (..., 1)
+        :math:`\log\Sigma` (:func:`softmax_parts`), so that :math:`\log s = e - \log\Sigma`.
+    Gam : (..., T)
+        The token scores :math:`\Gamma`.
+    nlc : (..., 1)
+        :math:`-\log c` per sequence.
+    dims : tuple of int
+        The axes of :math:`\sigma` (``(-1,)``: per sequence; ``(-2, -1)``: per trial).
 
     Returns
     -------
-    rho : (..., T) (a fresh tensor the caller may overwrite)
+    Q : (..., T)
+        :math:`-e^{-\sigma}\, c\, \partial u/\partial a = P - s\sum P` (a fresh tensor).
+    sigma : the shape of ``e`` without ``dims``
+        :math:`\sigma`; ``torch.finfo(dtype).min`` where no token lies outside :math:`U` (then
+        :math:`Q = 0` exactly).
+    """
+    dG = Gam.gather(-1, top) - Gam
+    m = e - (log_S + nlc)                                    # log c + log s_t
+    m = torch.where(dG == 0, torch.finfo(m.dtype).min, m)   # the tie group: no scale of its own
+    sigma = m.amax(dims, keepdim=True)
+    P = torch.exp((m - sigma).clamp_(min=EXP_FLUSH)).mul_(dG)
+    return torch.addcmul(P, s, P.sum(-1, keepdim=True), value=-1), sigma.squeeze(dims)
+
+
+def softmax_jacobian(a, G):
+    r"""The softmax-Jacobian products of the linear head for one set of scores, per sequence
+    (the form of :func:`jacobian_products` with :math:`c = 1` and a scale per sequence).
+
+    For scores ``a`` and token values ``G`` (both (..., T)), with the top token
+    :math:`t^\star`, its tie group :math:`U = \{t: g_t = g_{t^\star}\}` and
+    :math:`\lambda_2 = \max_{t \notin U} \log s_t` (the largest log-probability outside the
+    group; :math:`-\infty` when there is none),
+
+    .. math::
+
+        \frac{\partial f}{\partial a_t} = s_t(g_t - f) = e^{\lambda_2}\rho_t,
+
+    with :math:`\rho` from :func:`jacobian_products` (no cancellation; only terms below
+    rounding of the largest underflow, at any score gap).
+
+    Returns
+    -------
+    rho : (..., T)
     f : (...,)
     lam2, log_s_top : (...,)
         :math:`\lambda_2` and :math:`\log s_{t^\star}`.
@@ -113,13 +126,11 @@ def softmax_jacobian(a, G):
     a_top : (..., 1)
         :math:`a_{t^\star}`.
     """
-    sh, su, top, Ssh, shG, gap, G_top, a_top, some = _top_two(a, G)
-    EU = su.sum(-1, keepdim=True) - 1                        # exactly 0 when U = {t*}
-    log_s_top, lam2, s_top, f = jacobian_scalars(gap, _exp_small(gap), Ssh, shG, G_top, EU)
-    rho = sh.mul_(G - f)                                     # tokens outside U (sh is 0 on U)
-    rho.add_(su * (s_top * (G_top * Ssh - shG)))             # U (su_top = 1: the top token)
-    lam2 = torch.where(some, lam2, -math.inf)                # rho = 0: no scale of its own
-    return rho, f.squeeze(-1), lam2.squeeze(-1), log_s_top.squeeze(-1), top, a_top
+    top, e, S, s = softmax_parts(a)
+    log_S = torch.log(S)
+    Q, lam2 = jacobian_products(e, log_S, s, top, G, 0.0, (-1,))
+    lam2 = torch.where(lam2 > torch.finfo(lam2.dtype).min, lam2, -math.inf)
+    return (Q.neg_(), (s * G).sum(-1), lam2, -log_S.squeeze(-1), top, a.gather(-1, top))
 
 
 class AttentionClassifier:
@@ -263,71 +274,61 @@ class AttentionClassifier:
         u = batch["y"] * f
         return u, {"s": s, "G": G, "f": f, "W": W}
 
-    def grad(self, params, batch, loss):
+    def grad(self, params, batch, loss, out=None):
         r"""Margins and the log-scaled loss gradient, by the hand-derived formulas.
 
         Returns ``(u, grads, log_scales)`` with :math:`\nabla_j L = e^{\sigma_j}\tilde g_j`:
         ``grads[j]`` is :math:`\tilde g_j` and ``log_scales[j]`` is :math:`\sigma_j` (B,).
+        ``out``, a dict, receives ``"log_s"``, the log-attention :math:`\log s` (B,n,T), for a
+        caller that needs it (the excess-loss Polyak step).
 
         Notes
         -----
-        The softmax Jacobian term is evaluated without cancellation or underflow. The naive
-        :math:`r_t = s_t(g_t - f)` is rounding noise for the top token once
-        :math:`1 - s_{\mathrm{top}} < 10^{-16}` (score gaps above ~37): :math:`g_{\mathrm{top}} - f`
-        is the difference of two nearly equal numbers (autograd's softmax backward has the same
-        defect), and every :math:`s_t` underflows at gaps above ~745. With the top token
-        :math:`t^\star` (largest score), the second largest log-probability
-        :math:`\lambda_2 = \log s_{(2)}` and the rescaled probabilities
-        :math:`\hat s_\tau = e^{\log s_\tau - \lambda_2}` (:math:`\le 1` for
-        :math:`\tau \ne t^\star`; :math:`\hat s_{t^\star} := 0`), exactly
-
-        .. math::
-
-            r_t = s_t \sum_\tau s_\tau (g_t - g_\tau) = e^{\lambda_2}\rho_t, \qquad
-            \rho_{t^\star} = s_{t^\star}\Big(g_{t^\star}\sum_\tau \hat s_\tau
-            - \sum_\tau \hat s_\tau g_\tau\Big), \qquad
-            \rho_t = \hat s_t (g_t - f)\ \ (t \ne t^\star),
-
-        where no step cancels catastrophically (the :math:`\hat s_\tau` are O(1), the second
-        largest is 1) and only negligible terms can underflow, however large the gap. The
-        per-sequence factor :math:`e^{\lambda_{2,i}}(-\ell'(u_i)/n)` stays in log space; its
-        maximum over the trial's sequences is :math:`e^{\sigma}`, so
-        :math:`q_{it} = -y_i e^{\log(-\ell'(u_i)/n) + \lambda_{2,i} - \sigma} \rho_{it}`, then
-        :math:`\bar x_i = X_i^\top q_i`, :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc.
+        With :math:`c_i = -\ell'(u_i)/n` and :math:`\Gamma_{it} = y_i g_{it}`,
+        :math:`\nabla_W L = -\sum_i c_i \sum_t \partial u_i/\partial a_{it}\; x_{it} z_i^\top`, and
+        :func:`jacobian_products` gives :math:`-c_i\,\partial u_i/\partial a_{it} =
+        e^{\sigma}Q_{it}` with one :math:`\sigma` per trial (the largest
+        :math:`\log c_i + \log s_{it}` outside the tie groups), without cancellation or
+        underflow at any score gap. The naive :math:`r_t = s_t(g_t - f)` is rounding noise for
+        the top token once :math:`1 - s_{\mathrm{top}} < 10^{-16}` (score gaps above ~37), and
+        every :math:`s_t` underflows at gaps above ~745. Then :math:`\bar x_i = X_i^\top Q_i`,
+        :math:`\tilde\nabla_W = \sum_i \bar x_i z_i^\top`, etc., and
+        :math:`\sigma_W = \sigma - \log n`. The margins are :math:`u_i = \sum_t s_{it}\Gamma_{it}`.
         A nonlinear head enters through its linearization at :math:`h_i = X_i^\top s_i`
         (:mod:`attnsvm.models.heads`): :math:`g_{it} = \nabla\psi(h_i)^\top x_{it}` in the formulas
         above and :math:`u_i = y_i\psi(h_i)`; its own parameters' gradients come from
-        ``param_grads`` with the same log-scale as ``v``.
+        ``param_grads`` with the log-scale :math:`\max_i \log c_i`.
         """
         X, y = batch["X"], batch["y"]
         Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
         h = None
         W = self.matrix(params) if self.scoring.query else None
-        a = self.scores(params, batch, W)
+        top, e, S, s = softmax_parts(self.scores(params, batch, W))
         if self.head == "linear":
-            G = batch.get("G")
-            if G is None or self.train_v:
-                G = self.head_values(params, X)
+            Gam = None if self.train_v else batch.get("Gy")     # y g, when the engine has it
+            if Gam is None:
+                G = batch.get("G")
+                if G is None or self.train_v:
+                    G = self.head_values(params, X)
+                Gam = y.unsqueeze(-1) * G
+            u = torch.linalg.vecdot(s, Gam)
         else:                                # the head linearized at h_i (models.heads)
-            s = torch.exp(a - torch.logsumexp(a, dim=-1, keepdim=True))   # softmax (B,n,T)
             h = token_sums(X, s, Xt)                                   # (B,n,d)
             psi, w = self.psi.linearize(params, h)
-            G = token_products(X, w)                                   # g~_it = w_i^T x_it
-        rho, f, lam2, log_s_top, top, a_top = softmax_jacobian(a, G)
-        u = y * (f if h is None else psi)
-        logc = loss.log_neg_deriv(u) - math.log(u.shape[-1])   # (B,n)
-        lw = logc + lam2
-        sig = lw.amax(-1)
-        sig = torch.where(sig > -math.inf, sig, 0.0)            # every rho = 0: a zero gradient
-        coef = _exp_small(lw - sig.unsqueeze(-1)) * -y
-        rho.mul_(coef.unsqueeze(-1))                            # q, in place
-        xbar = token_sums(X, rho, Xt)                           # (B,n,d)
-        grads, scales = self.scoring.grads(params, xbar, batch, sig)
+            Gam = y.unsqueeze(-1) * token_products(X, w)               # y_i w_i^T x_it
+            u = y * psi
+        nlc = loss.neg_log_neg_deriv(u).unsqueeze(-1)                  # -log(-l'(u)), (B,n,1)
+        log_S = torch.log(S)
+        Q, sig = jacobian_products(e, log_S, s, top, Gam, nlc, (-2, -1))
+        if out is not None:
+            out["log_s"] = e - log_S
+        sig = sig - math.log(u.shape[-1])
+        grads, scales = self.scoring.grads(params, token_sums(X, Q, Xt), batch, sig)
         if self.train_v:
+            logc = -nlc.squeeze(-1) - math.log(u.shape[-1])
             sv = logc.amax(-1)
             cy = -torch.exp(logc - sv.unsqueeze(-1)) * y
             if h is None:
-                s = torch.exp(a - (a_top - log_s_top.unsqueeze(-1)))    # softmax (B,n,T)
                 h = token_sums(X, s, Xt)                           # (B,n,d)
             for name, g in self.psi.param_grads(params, h, cy).items():
                 grads[name] = g

@@ -66,8 +66,8 @@ Layout
 ``ntp``       the NTP-SVM of the linear decoder and the logit-space SVM (Chapter 15)
 ``graph``     the priority-graph Att-SVM of next-token prediction (Chapter 16)
 ``finite``    the finite parts W* of next-token prediction (linear, logit space, attention)
-``local``     support tokens, local optimality, cones, numerical rank, the ray alignment,
-              the search for (non-)locally optimal choices
+``local``     support tokens, local optimality, cones, numerical rank, the ray alignment, the search
+              for (non-)locally optimal choices, instances with a trap (``find_traps``)
 ``_ipm``      the dense interior point (Frobenius norm)
 ``_cvx``      the cvxpy path (nuclear and l_p norms; fallback)
 ``_common``   errors, validation, constraint lists, the problem object
@@ -79,7 +79,8 @@ from .finite import graph_finite, graph_subspace, logit_finite, logit_project_F,
 from .geometry import (AttSVMComparison, att_margin_gap, att_margin_in_norm, att_svm_spectral, compare_att_svms,
                        linear_svm_p, margin_gaps, margin_in_norm, margin_ratios, norm_key)
 from .graph import graph_svm
-from .local import find_choices, in_cone, is_locally_optimal, ray_alignment, ray_alignment_limit, rank, support_tokens
+from .local import (find_choices, find_traps, in_cone, is_locally_optimal, ray_alignment, ray_alignment_limit,
+                    rank, support_tokens)
 from .ntp import logit_margin, logit_svm, ntp_svm
 
 __all__ = [
@@ -121,4 +122,5 @@ __all__ = [
     "ray_alignment",
     "ray_alignment_limit",
     "find_choices",
+    "find_traps",
 ]

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_positive
-from ..data import AttnData, stream
+from .._checks import as_float_array, check_int, check_positive
+from ..data import AttnData, prescribed_scores, stream, stream_seed
 from ..losses import check_instance, nonneg_loss
 from ..tokens import TIE_TOL, check_alpha, optimal_tokens, selection_margins, token_scores
 from ._common import InfeasibleError, _check_alpha, _check_X, _check_Z
 from .attsvm import att_svm
 
 __all__ = ["support_tokens", "is_locally_optimal", "in_cone", "rank", "ray_alignment", "ray_alignment_limit",
-           "find_choices"]
+           "find_choices", "find_traps"]
 
 
 # ----------------------------------------------------------------------------- local optimality
@@ -261,3 +261,39 @@ def find_choices(data, *, locally_optimal=True, max_tries=200, seed=0):
                 break
             cur = cand if r.random() < 0.5 else opt[b].copy()
     return alpha, found
+
+
+def find_traps(n=3, T=3, d=4, *, trials, seed=0, max_tries=2000, **kw):
+    r"""``trials`` distinct distinct-score instances, each with a locally optimal choice
+    :math:`\alpha \ne \mathrm{opt}` (the trap group of chapter 8's global experiment).
+
+    Candidate ``k = 0, 1, ...`` is the unbatched instance
+    ``attnsvm.data.prescribed_scores(n, T, d, distinct=True, seed=stream_seed(seed,
+    "trap-search", k))`` (so different seeds never share a candidate); for each, the choices that
+    swap one sequence's optimal token for its second-best token are tried in sequence order, and
+    the first locally optimal one (:func:`is_locally_optimal`) is kept. The first
+    ``trials`` candidates that have one are returned.
+
+    Returns
+    -------
+    data : AttnData, batched (trials, ...)
+    opt, alpha : ndarray (trials, n) int
+    tries : int, the number of candidates drawn
+    """
+    trials = check_int("trials", trials, minimum=1)
+    found = []
+    for k in range(check_int("max_tries", max_tries, minimum=1)):
+        one, opt = prescribed_scores(n, T, d, distinct=True,
+                                     seed=stream_seed(seed, "trap-search", k), **kw)
+        g = token_scores(one.X, one.y, one.v)
+        second = np.argsort(-g, axis=-1)[:, 1]
+        for i in range(n):
+            alpha = opt.copy()
+            alpha[i] = second[i]
+            if is_locally_optimal(one.X, one.y, one.Z, one.v, alpha):
+                found.append((one, opt, alpha))
+                break
+        if len(found) == trials:
+            return (AttnData.stack([f[0] for f in found]), np.stack([f[1] for f in found]),
+                    np.stack([f[2] for f in found]), k + 1)
+    raise RuntimeError(f"only {len(found)} of {trials} trap instances found in {max_tries} candidates")
