@@ -27,19 +27,27 @@ TRANSCENDENTAL = frozenset({
     "aten.logaddexp.default"})
 
 
+#: matrix products: a BLAS kernel's order of summation may depend on the shape of the whole
+#: product, so a batch whose matrices are stacked into one product (the regularization path's
+#: objective, runs grouped by instance) rounds a run's products differently when the batch changes
+PRODUCTS = frozenset({"aten.mm.default", "aten.bmm.default", "aten.addmm.default",
+                      "aten.baddbmm.default"})
+
+
 class UlpJitter(TorchDispatchMode):
-    """Within this context, each floating value returned by a function of
-    :data:`TRANSCENDENTAL` moves one ulp up or down (each with probability 1/2, else it
+    """Within this context, each floating value returned by a function of ``ops`` (default
+    :data:`TRANSCENDENTAL`) moves one ulp up or down (each with probability 1/2, else it
     stays), from a seeded generator."""
 
-    def __init__(self, seed=0):
+    def __init__(self, seed=0, ops=TRANSCENDENTAL):
         super().__init__()
         self.gen = torch.Generator().manual_seed(seed)
+        self.ops = ops
         self.calls = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if str(func) in TRANSCENDENTAL and isinstance(out, torch.Tensor) \
+        if str(func) in self.ops and isinstance(out, torch.Tensor) \
                 and out.is_floating_point() and out.numel():
             self.calls += 1
             r = torch.randint(0, 3, out.shape, generator=self.gen).to(out.device)
@@ -54,16 +62,16 @@ class UlpJitter(TorchDispatchMode):
         return out
 
 
-def rounding_spread(run, repeats=3):
+def rounding_spread(run, repeats=3, ops=TRANSCENDENTAL):
     """``(ref, spread)``: ``ref = run()`` (a dict name -> ndarray) and, for each floating entry,
     the largest absolute difference between ``ref`` and ``repeats`` runs under
-    :class:`UlpJitter` (seeds 0, 1, ...)."""
+    :class:`UlpJitter` (seeds 0, 1, ...) of the functions ``ops``."""
     import numpy as np
     ref = run()
     names = [k for k, v in ref.items() if np.asarray(v).dtype.kind == "f"]
     spread = {k: np.zeros(np.shape(ref[k])) for k in names}
     for s in range(repeats):
-        with UlpJitter(seed=s):
+        with UlpJitter(seed=s, ops=ops):
             out = run()
         for k in names:
             spread[k] = np.fmax(spread[k], np.abs(np.asarray(out[k], float) - ref[k]))

@@ -246,15 +246,19 @@ def test_spg_active_set_changes_no_run(monkeypatch):
     disabled by a fraction above 1) up to rounding: a smaller batch moves some elements across
     the SIMD block boundary of exp/log (README, "The same numbers on every machine"), and a run
     far from converged amplifies that chaotically (its residual is not a smooth function of the
-    rounding), so the runs here go on until every one has converged. The tolerance is derived
-    from the runs (tests/rounding.py): per run (radius, instance, start), 4 times the spread of
-    three runs whose transcendental values move by one ulp at random, plus 8 ulp of the scale.
-    Measured: bit for bit at ch03's quick size (600 steps); here the kept start may differ
-    between starts that reach the same minimizer (a tie, checked on the objectives). Checked
-    that the batch was cut, more than once (a spy on take); the cut runs' state written back to
+    rounding), so the runs here go on until every one has converged. The objective stacks each
+    instance's runs into one matrix product (path._scores), whose kernel, and so whose order of
+    summation, may change with the batch's shape: products round like the transcendental
+    functions here. The tolerance is derived from the runs (tests/rounding.py): per run (radius,
+    instance, start), 4 times the spread of three runs whose transcendental values and matrix
+    products move by one ulp at random, plus 8 ulp of the scale.
+    Here the kept start may differ between starts that reach the same minimizer (a tie, checked
+    on the objectives). Checked that the batch was cut, more than once (a spy on take with a
+    mask; path._armijo_batched's takes are index lists); the cut runs' state written back to
     the wrong rows, or their objective given the wrong rows (the two instances differ), fails.
-    Slow: about 40 s (the jittered runs)."""
-    from rounding import rounding_spread
+    Slow: the jittered runs (267 s on the loaded 2-core machine, 2026-11-28)."""
+    import torch
+    from rounding import PRODUCTS, TRANSCENDENTAL, rounding_spread
     data, opt = _inst(4, 4, 5, seed=3, B=2)       # two instances: a run given another's rows fails
     Wn, feasible = svm.att_svm_batch(data.X, data.Z, opt, norm="nuc")
     assert feasible.all()
@@ -269,12 +273,17 @@ def test_spg_active_set_changes_no_run(monkeypatch):
 
     takes = []
     take = path._Objective.take
-    monkeypatch.setattr(path._Objective, "take", lambda self, idx: takes.append(int(idx.sum())) or take(self, idx))
+    def spy(self, idx):                        # the cuts (a mask); Armijo's takes are indices
+        if idx.dtype == torch.bool:
+            takes.append(int(idx.sum()))
+        return take(self, idx)
+
+    monkeypatch.setattr(path._Objective, "take", spy)
     cut = run()
     assert len(takes) >= 2 and takes[-1] < takes[0]                  # the batch was cut, more than once
     monkeypatch.setattr(path, "COMPACT_FRACTION", 2.0)
     n_takes = len(takes)
-    whole, spread = rounding_spread(run)
+    whole, spread = rounding_spread(run, ops=TRANSCENDENTAL | PRODUCTS)
     assert len(takes) == n_takes                                      # never cut
     for r in (cut, whole):                                            # every run converged, late
         assert r["steps"] < kw["max_steps"] and np.all(r["residual_all"] < 1e-10)
@@ -293,3 +302,178 @@ def test_spg_active_set_changes_no_run(monkeypatch):
     W_tol = 4 * np.max(spread["W"], axis=(-2, -1)) + 8 * eps * np.max(np.abs(whole["W"]), axis=(-2, -1))
     same = cut["best"] == whole["best"]
     assert np.all((np.max(np.abs(cut["W"] - whole["W"]), axis=(-2, -1)) <= W_tol)[same])
+
+
+# ------------------------------------------------------------------ the solver's pieces (issue 36)
+def _ref_log_excess_copied(W, Xt, Zt, gt, ot, inst):
+    """log E of each run with its instance's data copied per run and the scores as
+    (X * Wz).sum(-1): the solver's objective before issue 36, the reference of the indexed one."""
+    import torch
+    X, Z, gam, opt = Xt[inst], Zt[inst], gt[inst], ot[inst]
+    g1, lgap = path._consts(gam, opt)
+    a = (X * (Z @ W.transpose(-1, -2)).unsqueeze(-2)).sum(-1)
+    return losses.log_excess_loss(torch.log_softmax(a, -1), lgap, g1, "logistic", small_gap=0.0)
+
+
+def _runs(seed=5, B=3, M=11, scale=2.0):
+    import torch
+    data, _ = _inst(4, 5, 6, seed=seed, B=B)
+    Xt, Zt, gt, ot = path._prep(data, "logistic")
+    gen = torch.Generator().manual_seed(seed)
+    inst = torch.randint(0, B, (M,), generator=gen)                 # unsorted, uneven counts
+    W = scale * torch.randn(M, 6, 6, generator=gen, dtype=torch.float64)
+    return (Xt, Zt, gt, ot), inst, W
+
+
+def test_objective_indexing_equals_copying():
+    """path._Objective holds each instance's data once and groups the runs by instance (a padded
+    grid); its value and gradient equal those of the per-run copies of the data (the solver
+    before issue 36; gradient by autograd on the reference) to rounding, for runs in any order
+    with uneven counts per instance (padding), and for take() with a mask and with repeated
+    indices (Armijo's candidates). A run given another instance's rows, or the value of its
+    row's padding (another run's) fails: every run's value moves by more than 0.01 (measured
+    0.05 at least) when its rows are another instance's."""
+    import torch
+    tens, inst, W = _runs()
+    obj = path._Objective(*tens, "logistic", inst)
+    assert not obj.full and obj.grid.shape[0] == 3 and obj.grid.numel() > inst.numel()  # padded
+    Wr = W.clone().requires_grad_(True)
+    ref = _ref_log_excess_copied(Wr, *tens, inst)
+    (gref,) = torch.autograd.grad(ref.sum(), Wr)
+    f, g = obj(W)
+    assert torch.allclose(f, ref.detach(), rtol=1e-13, atol=0)
+    assert torch.allclose(g, gref, rtol=1e-10, atol=1e-14 * gref.abs().max())
+    assert torch.equal(obj(W, grad=False), f)
+    other = (inst + 1) % 3                                          # another instance's rows
+    assert torch.min((_ref_log_excess_copied(W, *tens, other) - ref).abs()) > 0.01
+    for idx in (inst == 1, torch.tensor([4, 4, 0, 9, 4, 2])):
+        sub = obj.take(idx)
+        assert torch.allclose(sub(W[idx], grad=False), ref.detach()[idx], rtol=1e-13, atol=0)
+    # the solver's own batch (instance-major, as many runs each): the grid is the batch itself
+    full = path._Objective(*tens, "logistic", torch.arange(3).repeat_interleave(4))
+    assert full.full
+    W12 = W[:12] if W.shape[0] >= 12 else torch.cat([W, W])[:12]
+    assert torch.allclose(full(W12, grad=False),
+                          _ref_log_excess_copied(W12, *tens, torch.arange(3).repeat_interleave(4)),
+                          rtol=1e-13, atol=0)
+
+
+class _Quadratic:
+    """f(W) = ||W - C||^2 per run, with take (the contract of path._Objective): along
+    D = -s (W - C) Armijo accepts lam iff lam s < 2 (1 - 1e-4), so the number of halvings is
+    known, ceil(log2(s / 1.9998))."""
+
+    def __init__(self, C):
+        self.C = C
+
+    def take(self, idx):
+        return _Quadratic(self.C[idx])
+
+    def __call__(self, W, grad=True):
+        r = W - self.C
+        f = (r * r).sum((-1, -2))
+        return (f, 2 * r) if grad else f
+
+
+def test_batched_armijo_picks_the_sequential_step():
+    """path._armijo_batched (step 1 with the gradient, then the failing runs' halvings
+    ARMIJO_CHUNK at a time in one batched pass) picks, for every run, the step of the sequential
+    halving path._armijo (the whole batch at every halving), and returns the objective and
+    gradient at the new point. On a quadratic (known steps): runs that accept the step 1, runs
+    that need 1 to 23 halvings (three batched passes), a converged run (done, zero direction) and
+    an ascent direction that no step of the 60 accepts (step 0, the point and its value kept);
+    on Chapter 3's objective, random points and descent directions (steps 1 and 2^-12). Checked
+    to fail: the last acceptable candidate of a pass instead of the first, and a pass that
+    starts one halving late, each change the steps."""
+    import torch
+    gen = torch.Generator().manual_seed(6)
+    M = 12
+    C = torch.randn(M, 4, 4, generator=gen, dtype=torch.float64)
+    W = torch.randn(M, 4, 4, generator=gen, dtype=torch.float64)
+    obj = _Quadratic(C)
+    f, g = obj(W)
+    s = torch.tensor([0.5, 1.0, 1.9, 2.5, 5, 30, 300, 3e3, 3e4, 3e5, 1e7, 1e3], dtype=torch.float64)
+    D = -s[:, None, None] * (W - C)
+    D[-1] = -D[-1]                                                  # ascent: no step accepted
+    done = torch.zeros(M, dtype=torch.bool)
+    done[0] = True
+    D[0] = 0
+    slope = path._ip(g, D)
+    ref = path._armijo(obj, W, D, f, slope, done)
+    expect = torch.ceil(torch.log2(s / 1.9998)).clamp(min=0)
+    assert torch.equal(-torch.log2(ref[1:-1]), expect[1:-1]) and ref[0] == 1 and ref[-1] == 0
+    assert expect.max() > 2 * path.ARMIJO_CHUNK                      # three passes
+    lam, Wn, fn, gn = path._armijo_batched(obj, W, D, f, g, slope, done)
+    assert torch.equal(lam, ref)
+    assert torch.equal(Wn, W + lam[:, None, None] * D)
+    assert torch.equal(Wn[-1], W[-1]) and fn[-1] == f[-1]
+    f2, g2 = obj(Wn)
+    assert torch.equal(fn, f2) and torch.equal(gn, g2)
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuc"])
+def test_batched_armijo_in_the_solver(norm, monkeypatch):
+    """At every iteration of a path solve (Chapter 3's objective, two instances, four radii, the
+    Frobenius and the nuclear ball, 300 iterations), path._armijo_batched's steps equal those of
+    the sequential halving path._armijo on the same state, and some iterations need halvings
+    (more than one step size occurs). Except where the decision is rounding: the candidates are
+    evaluated in other batches than the sequential search's (the objective's rounding depends on
+    the batch by an ulp, tests/rounding.py), so a run whose sufficient decrease
+    1e-4 lam |slope| is below 64 ulp of its objective (a run at convergence, where Armijo's
+    test compares values equal to rounding) may stop one halving apart; measured: a few such
+    runs per solve, none other."""
+    import torch
+    data, opt = _inst(4, 4, 5, seed=3, B=2)
+    Ws, _ = svm.att_svm_batch(data.X, data.Z, opt, norm=norm)
+    seen, eps = [], torch.finfo(torch.float64).eps
+    batched = path._armijo_batched
+
+    def spy(obj, W, D, f, g, slope, done, chunk=None):
+        out = batched(obj, W, D, f, g, slope, done, chunk)
+        ref = path._armijo(obj, W, D, f, slope, done)
+        differ = out[0] != ref
+        big = torch.maximum(out[0], ref)
+        assert torch.all(1e-4 * big[differ] * slope[differ].abs() <= 64 * eps * f[differ].abs())
+        seen.append(out[0][~done & ~differ])
+        return out
+
+    monkeypatch.setattr(path, "_armijo_batched", spy)
+    path.reg_path(data, np.geomspace(1.0, 50.0, 4), norm=norm, inits=2, W_svm=Ws, max_steps=300,
+                  device="cpu")
+    lams = torch.cat(seen)
+    assert len(seen) > 100 and torch.any(lams < 1) and torch.any(lams == 1)
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuc"])
+def test_residual_bound_decides_as_the_residual(norm, monkeypatch):
+    """path._converged computes the projected-gradient residual only where its lower bound
+    min(1, 1/alpha) ||P(W - alpha g) - W|| (Gafni-Bertsekas: ||P(W - a g) - W|| nondecreasing
+    in a, divided by a nonincreasing) is below 2 tol. Checked: the bound holds on random points
+    of the ball (both sides of alpha = 1, all scales of g); the decisions equal those of the
+    residual computed for every run (RESIDUAL_BOUND off), on runs at, near and far from
+    convergence; and the residual is computed for the near runs only (a spy). The bound holds
+    up to 100 ulp of ||W|| + ||g|| (the slack _converged adds; measured: violations of 1% at
+    residuals of 3e-14, rounding) and is tight: multiplied by 1.01 it fails."""
+    import torch
+    gen = torch.Generator().manual_seed(7 if norm == "fro" else 8)
+    M, d = 400, 5
+    R = torch.full((M,), 3.0, dtype=torch.float64)
+    W = path._project(4 * torch.randn(M, d, d, generator=gen, dtype=torch.float64), R, norm)
+    g = torch.randn(M, d, d, generator=gen, dtype=torch.float64)
+    g *= torch.logspace(-14, 1, M, dtype=torch.float64)[:, None, None]
+    alpha = torch.logspace(-3, 3, M, dtype=torch.float64)[torch.randperm(M, generator=gen)]
+    D = path._project(W - alpha[:, None, None] * g, R, norm) - W
+    res = path._residual(W, g, R, norm)
+    lower = torch.linalg.matrix_norm(D) * (1 / alpha).clamp(max=1)
+    ulp = torch.finfo(torch.float64).eps * (torch.linalg.matrix_norm(W) + torch.linalg.matrix_norm(g))
+    assert torch.all(lower <= res + 100 * ulp)                      # the slack of _converged
+    assert torch.any(lower * 1.01 > res + 100 * ulp)                # tight (alpha near 1)
+    tol = 1e-10
+    calls = []
+    real = path._residual
+    monkeypatch.setattr(path, "_residual", lambda W_, *a: calls.append(W_.shape[0]) or real(W_, *a))
+    fast = path._converged(W, g, D, alpha, R, norm, tol)
+    monkeypatch.setattr(path, "RESIDUAL_BOUND", False)
+    full = path._converged(W, g, D, alpha, R, norm, tol)
+    assert torch.equal(fast, full) and 0 < int(full.sum()) < M
+    assert calls[0] < M / 2 and calls[1] == M

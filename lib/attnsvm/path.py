@@ -65,14 +65,28 @@ def _consts(gam, opt):
     return gstar.squeeze(-1), lgap
 
 
+def _scores(W, X, Z):
+    r"""The scores :math:`a_{bjit} = x_{bit}^\top W_{bj} z_{bi}` of ``J`` matrices per instance:
+    W (B,J,d,d), X (B,n,T,d), Z (B,n,d) -> (B,J,n,T). Two batched products over the instances,
+    :math:`W_{bj} z_{bi}` for all ``j`` at once and then :math:`X_{bi}` against those ``J``
+    vectors, so each instance's tokens are read once for all its matrices (never copied per
+    matrix)."""
+    B, J, d = W.shape[0], W.shape[1], W.shape[-1]
+    n = Z.shape[-2]
+    Wz = (W.reshape(B, J * d, d) @ Z.transpose(-1, -2)).reshape(B, J, d, n)   # (W_bj z_bi)_p
+    a = Wz.permute(0, 3, 1, 2) @ X.transpose(-1, -2)                           # (B,n,J,T)
+    return a.transpose(1, 2)
+
+
 def _log_excess_t(W, X, Z, gam, opt, loss, consts=None):
-    """log E(W) per trial. W (M,d,d), X (M,n,T,d), Z (M,n,d), gam (M,n,T), opt (M,n)."""
+    """log E of ``J`` matrices per instance: W (B,J,d,d), X (B,n,T,d), Z (B,n,d), gam (B,n,T),
+    opt (B,n) -> (B,J)."""
     g1, lgap = _consts(gam, opt) if consts is None else consts
-    Wz = Z @ W.transpose(-1, -2)                                  # (M,n,d) rows W z_i
-    a = (X * Wz.unsqueeze(-2)).sum(-1)                            # (M,n,T)
+    a = _scores(W, X, Z)
     # small_gap=0: the direct formula, as the chapter's path was computed (its nuclear-path numbers
     # move in the 4th digit when the objective changes at the 1e-16 level: notes/core_glue_changes.md)
-    return log_excess_loss(torch.log_softmax(a, dim=-1), lgap, g1, loss, small_gap=0.0)
+    return log_excess_loss(torch.log_softmax(a, dim=-1), lgap.unsqueeze(1), g1.unsqueeze(1), loss,
+                           small_gap=0.0)
 
 
 def _prep(data, loss, device=None):
@@ -103,10 +117,12 @@ def log_excess(W, data, *, loss="logistic"):
     single = W.ndim == 2
     Wb = W[None] if single else W
     Xt, Zt, gt, ot = _prep(data, loss)
-    if not data.batched:
-        B = Wb.shape[0]
-        Xt, Zt, gt, ot = (u.unsqueeze(0).expand(B, *u.shape) for u in (Xt, Zt, gt, ot))
-    out = _log_excess_t(torch.as_tensor(Wb), Xt, Zt, gt, ot, loss).numpy()
+    Wt = torch.as_tensor(Wb)
+    if data.batched:                                  # one matrix per instance
+        out = _log_excess_t(Wt.unsqueeze(1), Xt, Zt, gt, ot, loss)[:, 0]
+    else:                                             # all the matrices on the one instance
+        out = _log_excess_t(Wt.unsqueeze(0), *(u.unsqueeze(0) for u in (Xt, Zt, gt, ot)), loss)[0]
+    out = out.numpy()
     return float(out[0]) if single else out
 
 
@@ -246,9 +262,10 @@ def _reg_path(data, R, *, norm="fro", loss="logistic", inits=4, W_svm=None, svm_
         raise ValueError("need at least one initialization (inits >= 1 or W_svm with svm_init)")
     W0 = _starts(Rs, B, d, inits, W_svm if use_svm else None, norm, init_scale, seed)
     Xt, Zt, gt, ot = _prep(data, loss, dev)
-    objective, W, Rm = _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev)
+    objective, W, Rm, order = _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev)
     W, f, g, steps = _spg(objective, W, Rm, norm, max_steps, tol)
-    res = torch.linalg.matrix_norm(_project(W - g, Rm, norm) - W)
+    W, f, g, Rm = W[order], f[order], g[order], Rm[order]          # (K, B, I) order
+    res = _residual(W, g, Rm, norm)
     return _collect(Rs, W, f, res, steps, W_svm, (Xt, Zt, gt, ot), dev,
                     config=dict(norm=norm, loss=loss, inits=inits, svm_init=use_svm,
                                 max_steps=max_steps, tol=tol, seed=seed, device=str(dev)))
@@ -275,59 +292,153 @@ def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
 
 
 class _Objective:
-    r""":math:`\log E` of ``M`` runs, each on its own instance (the tensors of
-    :func:`_log_excess_t`, one row per run); ``take(idx)`` the same objective restricted to the
-    runs ``idx`` (rows gathered once, for :func:`_spg`'s active set)."""
+    r""":math:`\log E` of ``M`` runs, run ``m`` on instance ``inst[m]`` (the tensors of
+    :func:`_log_excess_t`, one row per *instance*: each instance's data is held once, however many
+    runs use it). ``take(idx)`` is the same objective restricted to the runs ``idx`` (a boolean
+    mask or indices, repeats allowed: :func:`_spg`'s active set, :func:`_armijo_batched`'s
+    candidate steps).
 
-    def __init__(self, X, Z, gam, opt, loss, consts=None):
+    An evaluation groups the runs by instance into a (B', J') grid, ``B'`` the instances that
+    have runs and ``J'`` the most runs of one instance (a shorter row is padded with copies of
+    its first run, whose values are discarded), and calls :func:`_log_excess_t` once on it."""
+
+    def __init__(self, X, Z, gam, opt, loss, inst, consts=None):
         self.X, self.Z, self.gam, self.opt, self.loss = X, Z, gam, opt, loss
         self.consts = _consts(gam, opt) if consts is None else consts
+        self.inst = inst
+        M = inst.numel()
+        order = torch.argsort(inst, stable=True)
+        rows, row, counts = torch.unique_consecutive(inst[order], return_inverse=True,
+                                                     return_counts=True)
+        J = int(counts.max()) if M else 0
+        start = torch.cumsum(counts, 0) - counts
+        pos = row * J + torch.arange(M, device=inst.device) - start[row]   # slot of order[p]
+        self.slot = torch.empty_like(order)                                  # slot of each run
+        self.slot[order] = pos
+        self.grid = order[start].unsqueeze(-1).repeat(1, J)                  # padding: first run
+        self.grid.view(-1)[pos] = order                                      # run of each slot
+        self.rows = rows
+        self.data = (X[rows], Z[rows], gam[rows], opt[rows], tuple(c[rows] for c in self.consts))
+        # the batch ordered by instance with as many runs each (the solver's first batch): a view
+        self.full = rows.numel() * J == M and bool((order == torch.arange(M, device=inst.device)).all())
 
     def take(self, idx):
-        return _Objective(self.X[idx], self.Z[idx], self.gam[idx], self.opt[idx], self.loss,
-                          tuple(c[idx] for c in self.consts))
+        return _Objective(self.X, self.Z, self.gam, self.opt, self.loss, self.inst[idx], self.consts)
+
+    def _eval(self, Wg):
+        X, Z, gam, opt, consts = self.data
+        return _log_excess_t(Wg, X, Z, gam, opt, self.loss, consts)
 
     def __call__(self, Wc, grad=True):
         r""":math:`\log E` (M,) and, with ``grad``, its gradient (M, d, d)."""
+        d = Wc.shape[-1]
+        shape = self.grid.shape + (d, d)
+        Wg = Wc.reshape(shape) if self.full else Wc[self.grid]
         if not grad:
             with torch.no_grad():
-                return _log_excess_t(Wc, self.X, self.Z, self.gam, self.opt, self.loss, self.consts)
-        Wc = Wc.detach().requires_grad_(True)
-        f = _log_excess_t(Wc, self.X, self.Z, self.gam, self.opt, self.loss, self.consts)
-        (g,) = torch.autograd.grad(f.sum(), Wc)
-        return f.detach(), g
+                f = self._eval(Wg)
+            return f.reshape(-1) if self.full else f.reshape(-1)[self.slot]
+        Wg = Wg.detach().requires_grad_(True)
+        f = self._eval(Wg)
+        (g,) = torch.autograd.grad(f.sum(), Wg)     # each slot's value depends on its own W only
+        f, g = f.detach().reshape(-1), g.reshape(-1, d, d)
+        return (f, g) if self.full else (f[self.slot], g[self.slot])
 
 
 def _batched_problem(W0, Rs, Xt, Zt, gt, ot, loss, norm, dev):
-    r"""Flatten the (K, B, I) runs into one batch of ``M`` problems: the objective
-    :math:`\log E` of each run's instance (an :class:`_Objective`), the projected starts and the
-    radii (M,)."""
+    r"""The (K, B, I) runs as one batch of ``M`` problems, ordered by instance (run
+    ``(b, k, i)`` at position ``(b K + k) I + i``, so that the objective's grid is the batch
+    itself): the objective :math:`\log E` of each run's instance (an :class:`_Objective`, the
+    instances' data indexed, not copied per run), the projected starts, the radii (M,), and
+    ``order`` (M,), the position of run ``(k, b, i)`` in the batch (``x[order]`` is in (K, B, I)
+    order)."""
     K, B, I, d = W0.shape[:3] + W0.shape[-1:]
     M = K * B * I
-    bidx = torch.as_tensor(np.broadcast_to(np.arange(B)[None, :, None], (K, B, I)).ravel(),
-                           device=dev)
-    Rm = torch.as_tensor(np.broadcast_to(Rs[:, None, None], (K, B, I)).ravel(),
+    inst = torch.arange(B, device=dev).repeat_interleave(K * I)
+    Rm = torch.as_tensor(np.broadcast_to(Rs[None, :, None], (B, K, I)).ravel(),
                          dtype=torch.float64, device=dev)
-    W = _project(torch.as_tensor(W0.reshape(M, d, d), device=dev), Rm, norm)
-    return _Objective(Xt[bidx], Zt[bidx], gt[bidx], ot[bidx], loss), W, Rm
+    W = _project(torch.as_tensor(W0.transpose(1, 0, 2, 3, 4).reshape(M, d, d), device=dev), Rm, norm)
+    order = torch.as_tensor(np.arange(M).reshape(B, K, I).transpose(1, 0, 2).ravel(), device=dev)
+    return _Objective(Xt, Zt, gt, ot, loss, inst), W, Rm, order
 
 
 def _ip(A_, B_):
     return (A_ * B_).sum((-1, -2))
 
 
+#: Armijo: the largest step tried is 1, then halvings, at most this many
+ARMIJO_HALVINGS = 60
+#: :func:`_armijo_batched` tries this many halvings of a run's step in one batched evaluation
+ARMIJO_CHUNK = 8
+
+
+def _accept(fn, f, lam, slope):
+    """Armijo's sufficient decrease at step ``lam`` (or no increase beyond rounding)."""
+    return (fn <= f + 1e-4 * lam * slope) | (fn <= f + 1e-15 * f.abs())
+
+
 def _armijo(objective, W, D, f, slope, done):
-    """Backtracking along the projected direction ``D`` (halving, at most 60 times): the step
-    ``lam`` (M,) of each run, 0 where no finite sufficient decrease was found."""
+    """Backtracking along the projected direction ``D`` (halving, at most ``ARMIJO_HALVINGS``
+    times), the whole batch at every halving: the step ``lam`` (M,) of each run, 0 where no
+    finite sufficient decrease was found. The reference of :func:`_armijo_batched`, and the
+    search for an objective without ``take`` (one host sync per halving)."""
     lam = torch.ones_like(f)
-    for _ in range(60):
+    for _ in range(ARMIJO_HALVINGS):
         fn = objective(W + lam[:, None, None] * D, grad=False)
-        ok = (fn <= f + 1e-4 * lam * slope) | (fn <= f + 1e-15 * f.abs()) | done
+        ok = _accept(fn, f, lam, slope) | done
         if bool(ok.all()):
             break
         lam = torch.where(ok, lam, 0.5 * lam)
     ok = ok & torch.isfinite(fn)
     return torch.where(ok, lam, torch.zeros_like(lam))
+
+
+def _armijo_batched(objective, W, D, f, g, slope, done, chunk=None):
+    r"""The step of :func:`_armijo` (the first of :math:`1, 2^{-1}, \dots, 2^{-59}` with
+    sufficient decrease; 0 where none, or where the objective there is not finite) for an
+    objective with ``take``, and the objective and gradient at the new point: ``(lam, Wn, fn,
+    gn)``.
+
+    The step 1 is evaluated with the gradient for every run: where it is accepted (most runs)
+    that is already the next iterate's value and gradient. Only the other runs go on, with
+    ``chunk`` (default ``ARMIJO_CHUNK``) candidate steps :math:`2^{-c}` at a time in one batched
+    evaluation of those runs alone, the first acceptable one kept per run; they are then
+    evaluated with the gradient at their step. The host learns the outcome once per batched
+    pass (usually none, or one), not once per halving, and a run that accepts the step 1 is
+    never evaluated again."""
+    chunk = ARMIJO_CHUNK if chunk is None else chunk
+    Wn = W + D
+    fn, gn = objective(Wn)
+    ok1 = _accept(fn, f, 1.0, slope) | done
+    lam = torch.where(ok1 & ~torch.isfinite(fn), 0.0, 1.0).to(f.dtype)
+    redo = ~(ok1 & torch.isfinite(fn))
+    if not bool(redo.any()):
+        return lam, Wn, fn, gn
+    search = torch.nonzero(~ok1).squeeze(-1)
+    e0 = 1
+    while search.numel() and e0 < ARMIJO_HALVINGS:
+        c = torch.arange(e0, min(e0 + chunk, ARMIJO_HALVINGS), device=W.device)
+        lams = torch.full(c.shape, 2.0, dtype=f.dtype, device=W.device) ** -c
+        C, m = c.numel(), search.numel()
+        Wc = W[search].unsqueeze(1) + lams[None, :, None, None] * D[search].unsqueeze(1)
+        fc = objective.take(search.repeat_interleave(C))(Wc.reshape(m * C, *W.shape[1:]),
+                                                          grad=False).reshape(m, C)
+        okc = _accept(fc, f[search, None], lams, slope[search, None])
+        first = okc.to(torch.int8).argmax(-1)                     # the first acceptable step
+        found = okc.any(-1)
+        f_at = fc.gather(-1, first[:, None]).squeeze(-1)
+        lam[search] = torch.where(found & torch.isfinite(f_at), lams[first], 0.0)
+        search = search[~found]
+        e0 += C
+    lam[search] = 0.0                                             # no acceptable step
+    # a run that stays (lam = 0) keeps its value and gradient; one that moved less is evaluated
+    r = torch.nonzero(redo).squeeze(-1)
+    Wn[r] = W[r] + lam[r, None, None] * D[r]
+    fn[r], gn[r] = f[r], g[r]
+    r = r[lam[r] > 0]
+    if r.numel():
+        fn[r], gn[r] = objective.take(r)(Wn[r])
+    return lam, Wn, fn, gn
 
 
 def _bb_step(s, yv, lam, alpha):
@@ -340,7 +451,37 @@ def _bb_step(s, yv, lam, alpha):
 
 
 #: :func:`_spg` drops the converged runs from its batch once they are at least this fraction of it
-COMPACT_FRACTION = 0.25
+COMPACT_FRACTION = 0.05
+#: :func:`_converged` computes the residual only where the bound from the step cannot decide
+RESIDUAL_BOUND = True
+
+
+def _residual(W, g, R, norm):
+    r"""The projected-gradient residual :math:`\|P(W - \nabla) - W\|_F` per run."""
+    return torch.linalg.matrix_norm(_project(W - g, R, norm) - W)
+
+
+def _converged(W, g, D, alpha, R, norm, tol):
+    r"""Which runs have the residual :func:`_residual` below ``tol``, given their direction
+    :math:`D = P(W - \alpha\nabla) - W` (for the nuclear ball each residual is an SVD).
+
+    For a point :math:`W` of a closed convex set and any :math:`\nabla`, the function
+    :math:`\phi(a) = \|P(W - a\nabla) - W\|` is nondecreasing and :math:`\phi(a)/a`
+    nonincreasing (Gafni and Bertsekas 1984; Calamai and Moré 1987, Lemma 2.2), so the residual
+    :math:`\phi(1) \ge \min(1, 1/\alpha)\,\|D\|`. Where that lower bound is at least
+    ``2 * tol`` (plus 100 ulp of :math:`\|W\| + \|\nabla\|` for rounding) the run is not
+    converged, as the residual itself would say; only the other runs (those near convergence)
+    have their residual computed. With ``RESIDUAL_BOUND = False`` every residual is computed."""
+    if not RESIDUAL_BOUND:
+        return _residual(W, g, R, norm) < tol
+    nD = torch.linalg.matrix_norm(D)
+    eps = torch.finfo(W.dtype).eps
+    slack = 100 * eps * (torch.linalg.matrix_norm(W) + torch.linalg.matrix_norm(g))
+    near = torch.nonzero(nD * (1 / alpha).clamp(max=1.0) < 2 * tol + slack).squeeze(-1)
+    out = torch.zeros(W.shape[0], dtype=torch.bool, device=W.device)
+    if near.numel():
+        out[near] = _residual(W[near], g[near], R[near], norm) < tol
+    return out
 
 
 def _spg(objective, W, Rm, norm, max_steps, tol):
@@ -351,12 +492,15 @@ def _spg(objective, W, Rm, norm, max_steps, tol):
     The runs are independent, so a converged run leaves the batch (its ``W``, ``f``, ``g`` kept
     as they were when it converged; it would not move again): once at least
     ``COMPACT_FRACTION`` of the batch has converged, the batch is cut to the active runs and
-    their objective's rows gathered once. The iterations of the remaining runs are unchanged
-    (each run's arithmetic is its own; only a batched kernel's rounding may depend on the batch
-    size, as everywhere in the library), and a step on the few slow runs (the nuclear path's
-    largest radii) costs a fraction of a step on the whole batch, so a large ``max_steps``
-    is cheap. ``objective`` is an :class:`_Objective` or any function ``(W, grad=True)`` of the
-    same contract; a function without ``take`` runs the whole batch to the end."""
+    their objective restricted to them (``take``). The iterations of the remaining runs are
+    unchanged (each run's arithmetic is its own; only a batched kernel's rounding may depend on
+    the batch size, as everywhere in the library), and a step on the few slow runs (the nuclear
+    path's largest radii) costs a fraction of a step on the whole batch, so a large
+    ``max_steps`` is cheap. ``objective`` is an :class:`_Objective` or any function
+    ``(W, grad=True)`` of the same contract; a function without ``take`` runs the whole batch
+    to the end, with :func:`_armijo`'s search (an :class:`_Objective` gets
+    :func:`_armijo_batched`'s, the same steps). Each iteration projects once (the direction;
+    the residual only near convergence, :func:`_converged`)."""
     M = W.shape[0]
     f, g = objective(W)
     act = torch.arange(M, device=W.device)             # the active runs' indices into the batch
@@ -367,22 +511,25 @@ def _spg(objective, W, Rm, norm, max_steps, tol):
     compact = hasattr(objective, "take")               # a plain function runs the whole batch
     steps = 0
     for steps in range(1, max_steps + 1):
-        res = torch.linalg.matrix_norm(_project(Wa - ga, Ra, norm) - Wa)
-        done = done | (res < tol)
+        D = _project(Wa - alpha[:, None, None] * ga, Ra, norm) - Wa
+        done = done | _converged(Wa, ga, D, alpha, Ra, norm, tol)
         ndone = int(done.sum())
         if ndone == done.numel():
             break
         if compact and ndone >= COMPACT_FRACTION * done.numel():
             W[act], f[act], g[act] = Wa, fa, ga
             keep = ~done
-            act, Wa, fa, ga, Ra, alpha = act[keep], Wa[keep], fa[keep], ga[keep], Ra[keep], alpha[keep]
+            act, Wa, fa, ga, Ra, alpha, D = (u[keep] for u in (act, Wa, fa, ga, Ra, alpha, D))
             obj = obj.take(keep)
             done = done[keep]
-        D = _project(Wa - alpha[:, None, None] * ga, Ra, norm) - Wa
         D = torch.where(done[:, None, None], torch.zeros_like(D), D)
-        lam = _armijo(obj, Wa, D, fa, _ip(ga, D), done)
-        Wn = Wa + lam[:, None, None] * D
-        fn, gn = obj(Wn)
+        slope = _ip(ga, D)
+        if compact:
+            lam, Wn, fn, gn = _armijo_batched(obj, Wa, D, fa, ga, slope, done)
+        else:
+            lam = _armijo(obj, Wa, D, fa, slope, done)
+            Wn = Wa + lam[:, None, None] * D
+            fn, gn = obj(Wn)
         alpha = _bb_step(Wn - Wa, gn - ga, lam, alpha)
         Wa, fa, ga = Wn, fn, gn
     W[act], f[act], g[act] = Wa, fa, ga
@@ -413,9 +560,7 @@ def _collect(Rs, W, f, res, steps, W_svm, tensors, dev, config):
         corr_best = corr_all[kb[0], kb[1], best]
         nrm_s = matrix_norm(Ws, norm)
         Wsv = (Ws / nrm_s[:, None, None])[None] * torch.as_tensor(Rs, device=dev)[:, None, None, None]
-        lsvm = _log_excess_t(Wsv.reshape(K * B, d, d), Xt.repeat(K, 1, 1, 1), Zt.repeat(K, 1, 1),
-                             gt.repeat(K, 1, 1), ot.repeat(K, 1), loss).detach().cpu().numpy()
-        lsvm = lsvm.reshape(K, B)
+        lsvm = _log_excess_t(Wsv.transpose(0, 1), Xt, Zt, gt, ot, loss).T.detach().cpu().numpy()
     return RegPath(R=Rs, W=W_best, log_excess=f_all[kb[0], kb[1], best], norm=out_norm,
                    corr=corr_best, residual=res_all[kb[0], kb[1], best],
                    log_excess_all=f_all, corr_all=corr_all, residual_all=res_all, best_init=best,
