@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 START, END = "<!-- profile-table -->", "<!-- /profile-table -->"
-KEEP = ("notebook", "profile", "status", "seconds", "device", "engine", "cached")
+KEEP = ("notebook", "profile", "status", "seconds", "device", "engine", "cached", "reason")
 
 
 def machine_description() -> str:
@@ -79,7 +79,7 @@ def _cell(r) -> str:
     if r is None:
         return "not run"
     if r["status"] != "ok":
-        return r["status"]
+        return r["status"] + (f": {r['reason']}" if r.get("reason") else "")
     s = r["seconds"]
     return (f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min") + (" (GPU)" if r["device"] not in
                                                                  ("cpu", None) else "")

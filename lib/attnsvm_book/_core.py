@@ -330,6 +330,19 @@ def _atomic_write_text(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- execution
 
 
+#: the exception a notebook raises when the data files it needs are not on disk
+#: (:class:`attnsvm.datasets.DataNotFoundError`): the build reports it as skipped, not failed
+MISSING_DATA = "DataNotFoundError"
+
+
+def missing_data(exc: BaseException) -> str | None:
+    """The message of ``exc`` when a notebook raised :data:`MISSING_DATA` (data not on disk),
+    else None."""
+    if getattr(exc, "ename", None) == MISSING_DATA:
+        return str(getattr(exc, "evalue", "") or exc)
+    return None
+
+
 def _describe_failure(notebook: str, exc: BaseException) -> str:
     from papermill.exceptions import PapermillExecutionError
 

@@ -77,6 +77,8 @@ class NotebookResult:
     error: str | None = None
     worker: str | None = None  # where it was executed (a Dask worker's address, or in-process)
     engine: str | None = None  # the engine paths of its fit calls ("eager", "cuda-graph", ...)
+    reason: str | None = None  # why it was skipped ("data not on disk"), when it was
+    shown: dict | None = None  # the run its page shows when not this profile's: profile, parameters
 
 
 
@@ -106,7 +108,7 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
     """
     root = Path(root)
     build_dir = Path(build_dir or root / BUILD_DIR)
-    subset = toc is not None
+    subset, toc_file = toc is not None, toc
     toc = toc_notebooks(root, toc)
     if only is not None:
         norm = only if only.endswith(".ipynb") else only + ".ipynb"
@@ -178,6 +180,12 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
         out_path, record_path, _ = paths(nb)
         worker = res.get("worker")
         on = f" on {worker}" if parallel and worker else ""
+        if res["status"] == "no-data":
+            results[nb] = NotebookResult(nb, profile, params, None, res["seconds"], False,
+                                         res["device_label"], "skipped", res["error"], worker,
+                                         res.get("engine"), reason="data not on disk")
+            progress.step(f"{nb}: skipped -- {res['error']}")
+            return
         if res["status"] != "ok":
             results[nb] = NotebookResult(nb, profile, params, None, res["seconds"], False,
                                          res["device_label"], "failed", res["error"], worker,
@@ -201,7 +209,33 @@ def execute_notebooks(root: Path, profile: str, *, only: str | None = None, forc
                  plan=plan if gpu_plan else None)
     finally:
         progress.close()
+    for nb in toc:
+        r = results[nb]
+        if r.reason is not None and profile != FALLBACK_PROFILE:
+            _show_fallback(r, root, build_dir, kernel_name, toc_file, log)
     return [results[nb] for nb in toc]
+
+
+#: the profile whose run a page shows when its notebook's data are not on disk under another one
+FALLBACK_PROFILE = "quick"
+
+
+def _show_fallback(r: NotebookResult, root: Path, build_dir: Path, kernel_name: str, toc_file,
+                   log) -> None:
+    """Give ``r`` (a notebook skipped because its data are not on disk) the executed copy of its
+    :data:`FALLBACK_PROFILE` run (executed now when not cached), so that its page still renders,
+    saying so (:func:`profile_line`); the report keeps it as skipped, with the reason."""
+    fb = next(x for x in execute_notebooks(root, FALLBACK_PROFILE, only=r.notebook,
+                                           build_dir=build_dir, kernel_name=kernel_name,
+                                           toc=toc_file, log=lambda *a, **k: None, workers=1)
+              if x.notebook == r.notebook)
+    if fb.status != "ok":
+        raise NotebookFailed(f"{r.error}; its page would show the {FALLBACK_PROFILE!r} run, "
+                             f"which failed: {fb.error}")
+    r.executed_path = fb.executed_path
+    r.shown = {"profile": FALLBACK_PROFILE, "parameters": fb.parameters}
+    log(f"{r.notebook}: its page shows the {FALLBACK_PROFILE!r} run "
+        f"({'cached' if fb.cached else f'executed in {fb.seconds:.1f} s'})")
 
 
 
@@ -249,7 +283,11 @@ def report_markdown(report: dict) -> str:
     for r in report["notebooks"]:
         params = ", ".join(f"`{k}={v!r}`" for k, v in r["parameters"].items())
         secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
-        rows.append(f"| {_notebook_link(r['notebook'])} | {r['status']} | {secs} | "
+        status = r["status"]
+        if r.get("reason"):
+            status += f" ({r['reason']}" + (f"; the page shows the `{r['shown']['profile']}` run"
+                                          if r.get("shown") else "") + ")"
+        rows.append(f"| {_notebook_link(r['notebook'])} | {status} | {secs} | "
                     f"{'yes' if r['cached'] else 'no'} | {r['device']} | "
                     f"{r.get('engine') or 'no fit call'} | {r['profile']} |")
         params_rows.append(f"| `{r['notebook']}` | "
@@ -267,12 +305,17 @@ PROFILE_LINE_TAG = "attnsvm-profile-line"
 
 
 def profile_line(r: NotebookResult, profiles: dict) -> str:
-    """The line under a notebook page's title naming the profile that produced the page."""
-    desc = (profiles.get(r.profile) or {}).get("description")
-    what = f"the `{r.profile}` profile" + (f" ({desc})" if desc else "")
-    given = ", ".join(f"`{k}={v!r}`" for k, v in r.parameters.items())
+    """The line under a notebook page's title naming the profile that produced the page (and,
+    when the page shows another profile's run because the data were not on disk, saying so)."""
+    shown = r.shown or {"profile": r.profile, "parameters": r.parameters}
+    desc = (profiles.get(shown["profile"]) or {}).get("description")
+    what = f"the `{shown['profile']}` profile" + (f" ({desc})" if desc else "")
+    if r.shown:
+        what += (f", not the `{r.profile}` profile this book was built with: its data are not on "
+                 f"disk (see the [execution report](../book/execution_report.md))")
+    given = ", ".join(f"`{k}={v!r}`" for k, v in shown["parameters"].items())
     params = f" with {given}" if given else " with the notebook's own parameter defaults"
-    other = [p for p in profiles if p != r.profile]
+    other = [p for p in profiles if p != shown["profile"]]
     alt = (f" Other profiles: {', '.join(f'`{p}`' for p in other)} "
            f"(`make book PROFILE={other[0]}`).") if other else ""
     return (f"*Every figure and number on this page comes from {what}, executed{params}.{alt} "
@@ -532,7 +575,7 @@ def build(root: str | os.PathLike | None = None, profile: str = "quick", *,
         if failed:
             raise NotebookFailed("notebook execution failed; nothing was rendered:\n  "
                                  + "\n  ".join(r.error for r in failed))
-        skipped = [r for r in results if r.status == "skipped"]
+        skipped = [r for r in results if r.status == "skipped" and r.executed_path is None]
         if render_html and skipped:
             raise BuildError(f"cannot render: {len(skipped)} notebook(s) have no cached execution "
                              f"under profile {profile!r} ({', '.join(r.notebook for r in skipped)}); "

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._core import _describe_failure, _device_label, _execute_one, resolve_device
+from ._core import _describe_failure, _device_label, _execute_one, missing_data, resolve_device
 
 __all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
            "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver",
@@ -191,9 +191,11 @@ def engine_summary(lines) -> str:
 def run_job(job: dict) -> dict:
     """Execute one job where it runs (in-process or on a Dask worker); never raises ``Exception``.
 
-    Returns ``{"status": "ok"|"failed", "seconds", "device", "device_label", "engine", "worker",
+    Returns ``{"status": "ok"|"failed"|"no-data", "seconds", "device", "device_label", "engine", "worker",
     "error"}``; ``engine`` is :func:`engine_summary` of the notebook's ``fit`` calls.
-    ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached then).
+    ``"no-data"``: the notebook raised :data:`attnsvm_book._core.MISSING_DATA` (its data files are
+    not on disk). ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached
+    then).
     """
     worker = _worker_label()
     t0 = time.perf_counter()
@@ -216,9 +218,12 @@ def run_job(job: dict) -> dict:
             finally:
                 engine = engines()
     except Exception as exc:
-        return {"status": "failed", "seconds": time.perf_counter() - t0, "device": device,
+        why = missing_data(exc)
+        return {"status": "no-data" if why is not None else "failed",
+                "seconds": time.perf_counter() - t0, "device": device,
                 "device_label": label, "engine": engine, "worker": worker,
-                "error": _describe_failure(job["name"], exc)}
+                "error": (f"{job['name']}: data not on disk ({why})" if why is not None
+                          else _describe_failure(job["name"], exc))}
     return {"status": "ok", "seconds": time.perf_counter() - t0, "device": device,
             "device_label": label, "engine": engine, "worker": worker, "error": None}
 
