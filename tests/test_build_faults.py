@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 import attnsvm_book as book
 from attnsvm_book._core import cache_miss_reason
@@ -251,3 +252,37 @@ def test_render_failure_names_the_page_and_its_source_notebook(minibook):
     assert first.startswith("jupyter-book build failed (exit ")
     assert (f"page notebooks/good (source notebooks/good.ipynb, executed copy {executed})"
             in first), first
+
+
+def test_data_not_on_disk_is_skipped_with_the_reason_and_the_page_shows_the_quick_run(minibook):
+    """A notebook raising ``DataNotFoundError`` under ``paper`` (ch12a/ch12b without their data)
+    is reported as skipped, with the reason, not as a failure; its page gets the ``quick`` run,
+    and its profile line says so. The twin: another exception (``FileNotFoundError``) under
+    ``paper`` still fails the build."""
+    body = ("from attnsvm.datasets import DataNotFoundError\n"
+            "if dataset == 'mnist':\n"
+            "    raise DataNotFoundError('MNIST: no data directory given')\n")
+    _add_notebook(minibook, "vit", "dataset = 'digits'", body, {})
+    prof = yaml.safe_load((minibook / "profiles.yml").read_text())
+    prof["paper"]["notebooks"]["notebooks/vit.ipynb"] = {"dataset": "mnist"}
+    (minibook / "profiles.yml").write_text(yaml.safe_dump(prof))
+    lines = []
+    report = book.build(minibook, "paper", render_html=False, log=lines.append)
+    row = {r["notebook"]: r for r in report["notebooks"]}["notebooks/vit.ipynb"]
+    assert row["status"] == "skipped" and row["reason"] == "data not on disk", row
+    assert "MNIST: no data directory given" in row["error"]
+    assert row["shown"] == {"profile": "quick", "parameters": {}}
+    assert Path(row["executed_path"]).is_file() and "/quick/" in row["executed_path"]
+    assert any("its page shows the 'quick' run" in line for line in lines), lines
+    from attnsvm_book.build import NotebookResult, profile_line, report_markdown
+    line = profile_line(NotebookResult(**row), prof)
+    assert "the `quick` profile" in line and "not the `paper` profile" in line, line
+    assert "skipped (data not on disk; the page shows the `quick` run)" in report_markdown(report)
+    # the twin: any other exception is a failure
+    _add_notebook(minibook, "broken", "dataset = 'digits'",
+                  "if dataset == 'mnist':\n    raise FileNotFoundError('mnist.idx')\n", {})
+    prof = yaml.safe_load((minibook / "profiles.yml").read_text())
+    prof["paper"]["notebooks"]["notebooks/broken.ipynb"] = {"dataset": "mnist"}
+    (minibook / "profiles.yml").write_text(yaml.safe_dump(prof))
+    with pytest.raises(book.NotebookFailed, match="FileNotFoundError"):
+        book.build(minibook, "paper", render_html=False, log=lambda m: None)
