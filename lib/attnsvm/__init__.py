@@ -8,6 +8,7 @@ The helper library of the book *Attention as an SVM*. Modules, by concept:
 ``svm``      every max-margin problem (a package): Att-SVMs (Frobenius, nuclear, l_p, spectral),
              local optimality, l_p linear SVMs, NTP / logit / graph SVMs, the finite parts W*
 ``models``   the attention classifier: score parameterizations and heads (a package)
+``jacobian`` the softmax Jacobian of the margins, cancellation-free in log space: every attention gradient
 ``norms``    the norms: one parser, matrix, dual and vector norms, the regularization path's ball
 ``optim``    step rules (GD, normalized GD, Polyak, Adam, sign; Part IV's steepest, mirror, PRGD,
              scheduled Adam) for the engine and torch.optim
@@ -44,8 +45,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("tokens", "losses", "data", "svm", "models", "norms", "optim", "history", "train", "runs", "metrics",
-               "plot", "devices", "bounds", "reduced", "claims", "experiments", "path", "graphs", "datasets")
+_SUBMODULES = ("tokens", "jacobian", "losses", "data", "svm", "models", "norms", "optim", "history", "train", "runs",
+               "metrics", "plot", "devices", "bounds", "reduced", "claims", "experiments", "path", "graphs", "datasets")
 
 #: public name -> submodule that defines it
 _EXPORTS = {
