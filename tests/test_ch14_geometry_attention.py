@@ -319,9 +319,9 @@ _SD_START = {np.inf: 1.0, 3.0: 1.0, "spectral": "nuc"}
 _SD_TIGHT = {np.inf: 0.89, 3.0: 0.81, "spectral": 0.74}
 
 
-def _sd_run(norm, steps=1500, n=2, decay=0.0):
+def _sd_run(norm, steps=1500, n=2, decay=0.0, start=0.01):
     """Normalized steepest descent in ``norm`` on an equal-score instance (n sequences, T = 2,
-    d = 3), from W_{t0} = k W^{start}_mm with E(W_{t0}) = eps0/100, at the theorem's largest step
+    d = 3), from W_{t0} = k W^{start}_mm with E(W_{t0}) = start eps0, at the theorem's largest step
     eta_max (t - t0 + 1)^{-decay}. Returns the constants, the steps, N0, the gaps and E."""
     from attnsvm.bounds import sd_att_constants
     from attnsvm.data import score_instances
@@ -335,7 +335,7 @@ def _sd_run(norm, steps=1500, n=2, decay=0.0):
     W_own = A.svm.att_svm(X, Z, opt[0], norm=norm)
     c = {k: float(v[0]) for k, v in sd_att_constants(data, opt, W_own[None], norm).items()}
     W_start = A.svm.att_svm(X, Z, opt[0], norm=_SD_START[norm])
-    W = scale_to_excess(data, opt, W_start[None], c["eps0"] / 100)[0] * W_start
+    W = scale_to_excess(data, opt, W_start[None], c["eps0"] * start)[0] * W_start
     eta = c["eta_max"] * (np.arange(steps) + 1.0) ** -decay
     gaps, E = np.empty(steps + 1), np.empty(steps + 1)
     N0 = float(matrix_norm(W, norm))
@@ -351,7 +351,7 @@ def _sd_run(norm, steps=1500, n=2, decay=0.0):
 @pytest.mark.parametrize("norm", [np.inf, 3.0, "spectral"])
 def test_sd_att_margin_rate(norm):
     """thm-sd-att: sign descent (l_inf), l_3 steepest descent and spectral descent on an
-    equal-score instance, from the edge of the region (E = eps0/100) along the Att-SVM of another
+    equal-score instance, from inside the region (E = eps0/100) along the Att-SVM of another
     norm (l_1, l_1, nuclear), at the theorem's largest constant step, 1,500 steps. Checked: (a) the
     excess risk contracts by (1 - eta mu/2) per step (the proof's one-step inequality; the measured
     contraction is about 3 times the guaranteed one); (b) the proof's summed descent inequality
@@ -418,6 +418,52 @@ def test_sd_att_rate_tight_along_the_run(norm):
     assert np.all(ratio > 0.5)                      # r_t / 2 is violated at every step
     assert ratio.min() == pytest.approx({np.inf: 0.97, 3.0: 0.84}[norm], abs=0.02)  # regression pin
     assert gaps[-1] < {np.inf: 0.9, 3.0: 0.8}[norm] * gaps[0]
+
+
+#: regression pins (not the theorem): max over t of gap_t / r_t from the edge of the region
+#: (E(W_t0) = 0.999 eps0), seed 0, 400 steps; with c_0 = 0, and with c_0's part E(W_t0)/eps0 dropped
+_SD_EDGE = {np.inf: (0.557, 0.597, 0.717), 3.0: (0.390, 0.430, 0.562), "spectral": (0.305, 0.340, 0.468)}
+
+
+@pytest.mark.parametrize("norm", [np.inf, 3.0, "spectral"])
+def test_sd_att_from_the_edge_of_the_region(norm):
+    """thm-sd-att from the edge of the region, E(W_t0) = 0.999 eps0 (the runs of
+    test_sd_att_margin_rate otherwise: n = 2, T = 2, d = 3, seed 0, the Att-SVM of another norm,
+    the largest constant step; 400 steps), where c_0 = E/eps0 - log(2 eps0/E) = 0.305 > 0 (it
+    is -5.29 at eps0/100): (a) the contraction, (b) the summed descent inequality with its term
+    E(W_t0)/eps0, (c) gap_t <= r_t at every step.
+
+    Measured: max_t gap_t/r_t = 0.557 (l_inf, at t0), 0.390 (l_3, step 23), 0.305 (spectral,
+    step 33), so dividing r_t by 1.80, 2.56, 3.28 fails (c); the bound is looser at the edge than
+    at eps0/100 (0.89, 0.81, 0.74). What does not bind (observed, pinned below): c_0 itself.
+    With c_0 = 0 the ratio is at most 0.597, 0.430, 0.340, and with its part E(W_t0)/eps0
+    dropped 0.717, 0.562, 0.468, so dropping c_0, or dividing it by any factor, is not caught.
+    The reason: at t0, gap <= r_t0 with c_0 >= 0 says only m_min(W_t0) >= 0, which holds on the
+    region (m_min >= log 2 there), and along the run the margin gains more than
+    gamma S_t - H Q_t/2. In (b) too the term E(W_t0)/eps0 is not needed: log(E_t0/E_t) >=
+    gamma S_t - H Q_t/2 holds at every step without it (here even gamma S_t alone; on the n = 1
+    instance from the same start, 300 steps, gamma S_t alone fails by 0.25 at the last step, and
+    either term covers it)."""
+    from attnsvm.bounds import sd_att_margin_bound
+
+    c, eta, N0, gaps, E = _sd_run(norm, steps=400, start=0.999)
+    e0 = E[0] / c["eps0"]
+    assert 0.99 <= e0 <= 1.0
+    r = sd_att_margin_bound(eta, E[0], N0, gamma=c["gamma"], eps0=c["eps0"], H=c["H"], B=c["B"])
+    S, Q = np.concatenate([[0.0], np.cumsum(eta)]), np.concatenate([[0.0], np.cumsum(eta ** 2)])
+    c0 = e0 - np.log(2 / e0)
+    assert c0 > 0.3
+    assert np.all(E[1:] <= (1 - eta * c["mu"] / 2) * E[:-1] * (1 + 1e-9))
+    assert np.all(np.log(E[0] / E) >= c["gamma"] * S - e0 - c["H"] * Q / 2 - 1e-9)
+    assert np.all(gaps <= r + 1e-9)
+    ratio = gaps / r
+    assert ratio.max() > 0.25                                               # r_t / 4 fails
+    no_c0 = gaps * (N0 + S) / (c["gamma"] * N0 + c["H"] * Q / 2)            # r_t with c_0 = 0
+    no_e0 = gaps * (N0 + S) / (c["gamma"] * N0 + c0 - e0 + c["H"] * Q / 2)  # without E(W_t0)/eps0
+    pins = _SD_EDGE[norm]
+    for got, want in zip((ratio.max(), no_c0.max(), no_e0.max()), pins):
+        assert got == pytest.approx(want, abs=0.02)                         # regression pins
+    assert np.all(np.log(E[0] / E) >= c["gamma"] * S - c["H"] * Q / 2 - 1e-9)   # observed
 
 
 def test_sd_att_bound_rejects_bad_input():
