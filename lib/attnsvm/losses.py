@@ -42,6 +42,7 @@ from scipy.special import log_softmax
 
 from ._checks import as_float_array, check_choice, check_int
 from .data import AttnData
+from .devices import cpu_threads
 from .jacobian import jacobian_products, softmax_parts
 from .metrics import log_q
 from .tokens import opt_margins, opt_scores, token_scores, trial_arrays
@@ -435,10 +436,11 @@ def _risk(X, y, Z, v, W, loss):
     only where it is below the float range (margins above ~740)."""
     loss = nonneg_loss(loss)
     t = torch.as_tensor
-    top, e, S, s = softmax_parts(t(np.einsum("bntd,bde,bne->bnt", X, W, Z)))
-    Gam = t(y[..., None] * np.einsum("bntd,bd->bnt", X, v))
-    u = torch.linalg.vecdot(s, Gam)
-    Q, sig = jacobian_products(e, torch.log(S), s, top, Gam, loss.neg_log_neg_deriv(u).unsqueeze(-1), (-2, -1))
+    with cpu_threads("cpu", 1):              # tiny tensors: one thread (devices.cpu_threads)
+        top, e, S, s = softmax_parts(t(np.einsum("bntd,bde,bne->bnt", X, W, Z)))
+        Gam = t(y[..., None] * np.einsum("bntd,bd->bnt", X, v))
+        u = torch.linalg.vecdot(s, Gam)
+        Q, sig = jacobian_products(e, torch.log(S), s, top, Gam, loss.neg_log_neg_deriv(u).unsqueeze(-1), (-2, -1))
     # nabla L = e^(sig - log n) sum_i sum_t Q_it x_it z_i^T (attnsvm.models.AttentionClassifier.grad)
     scale = np.exp(sig.numpy() - math.log(X.shape[1]))
     return u.numpy(), scale[:, None, None] * np.einsum("bnt,bntd,bne->bde", Q.numpy(), X, Z)
