@@ -86,3 +86,19 @@ def test_direction_error_from_corr_matches_the_matrices():
     assert direction_error_from_corr(1.0) == 0.0 and direction_error_from_corr(-1.0) == 2.0
     with pytest.raises(ValueError, match="c must"):
         direction_error_from_corr(1.5)
+
+
+def test_slopes_from_log_series_where_float64_underflows():
+    """``slopes(..., log=True)`` fits the log series itself: equal to the linear-space fit where
+    the series is representable (to 1e-12), and finite where the series underflows float64
+    (NGD's non-optimal mass at the papers' sizes in chapter 10, 10^-593), where the linear-space
+    fit is NaN (the twin: the finding of the first whole paper build)."""
+    from attnsvm import metrics
+    t = np.arange(1.0, 1001.0)
+    log_ok = np.stack([-1.0 * np.log(t) + 0.3, -2.5 * np.log(t) - 1.0], axis=1)
+    np.testing.assert_allclose(metrics.slopes(t, log_ok, log=True),
+                               metrics.slopes(t, np.exp(log_ok)), rtol=1e-12)
+    np.testing.assert_allclose(metrics.slopes(t, log_ok, log=True), [-1.0, -2.5], rtol=1e-12)
+    log_tiny = -1400.0 - 2.0 * np.log(t)[:, None]          # e^-1400: 0.0 in float64
+    assert np.isnan(metrics.slopes(t, np.exp(log_tiny))).all()
+    np.testing.assert_allclose(metrics.slopes(t, log_tiny, log=True), [-2.0], rtol=1e-12)

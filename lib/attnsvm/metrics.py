@@ -191,11 +191,13 @@ def opt_mass(S, opt, *, reduce="mean"):
     raise ValueError(f"reduce must be 'mean', 'min' or None, got {reduce!r}")
 
 
-def fit_rate(t, err, *, tail=0.5, return_intercept=False):
+def fit_rate(t, err, *, tail=0.5, return_intercept=False, log=False):
     r"""Fitted log-log slope of ``err`` against ``t`` on the tail of the trajectory.
 
     Least squares of :math:`\log \mathrm{err}_k = \beta_0 + \beta_1 \log t_k` over the points
     with :math:`t_k > 0` in the tail; :math:`\mathrm{err} \approx e^{\beta_0} t^{\beta_1}`.
+    With ``log=True``, ``err`` holds :math:`\log\mathrm{err}` (finite), for errors that float64
+    cannot hold (NGD's non-optimal mass reaches :math:`10^{-593}` at the papers' sizes, chapter 10).
 
     Parameters
     ----------
@@ -206,6 +208,8 @@ def fit_rate(t, err, *, tail=0.5, return_intercept=False):
     tail : float in (0, 1] or tuple (t_min, t_max)
         The last fraction of the points (with ``t > 0``), or a closed range of ``t``.
     return_intercept : bool
+    log : bool
+        ``err`` is the logarithm of the errors.
 
     Returns
     -------
@@ -231,10 +235,15 @@ def fit_rate(t, err, *, tail=0.5, return_intercept=False):
     if keep.sum() < 2:
         raise ValueError("tail must contain at least two points with t > 0")
     e = err[keep]
-    if np.any(~(e > 0)) or not np.all(np.isfinite(e)):
-        raise ValueError("err must be finite and > 0 on the fitted tail")
+    if log:
+        if not np.all(np.isfinite(e)):
+            raise ValueError("err (log errors) must be finite on the fitted tail")
+        le = e
+    else:
+        if np.any(~(e > 0)) or not np.all(np.isfinite(e)):
+            raise ValueError("err must be finite and > 0 on the fitted tail")
+        le = np.log(e)
     lt = np.log(t[keep])
-    le = np.log(e)
     Amat = np.stack([np.ones_like(lt), lt], axis=1)
     coef, *_ = np.linalg.lstsq(Amat, le.reshape(len(lt), -1), rcond=None)
     b0, b1 = coef[0], coef[1]
@@ -243,10 +252,11 @@ def fit_rate(t, err, *, tail=0.5, return_intercept=False):
     return (b1, b0) if return_intercept else b1
 
 
-def slopes(t, series, *, tail=0.1):
+def slopes(t, series, *, tail=0.1, log=False):
     r"""Per-trial log-log slope of ``series`` (K, B) against ``t`` on the last decade
     ``[t_max * tail, t_max]`` (:func:`fit_rate`). Trials whose series is not
-    positive there give NaN."""
+    positive there give NaN. ``log=True``: ``series`` is the logarithm of the series (trials
+    with a non-finite value there give NaN)."""
     t = np.asarray(t, dtype=float)
     series = np.asarray(series, dtype=float)
     lo = t.max() * tail
@@ -254,8 +264,8 @@ def slopes(t, series, *, tail=0.1):
     keep = t >= lo
     for b in range(series.shape[1]):
         col = series[keep, b]
-        if np.all(np.isfinite(col)) and np.all(col > 0):
-            out[b] = fit_rate(t[keep], col)
+        if np.all(np.isfinite(col)) and (log or np.all(col > 0)):
+            out[b] = fit_rate(t[keep], col, log=log)
     return out
 
 

@@ -84,7 +84,9 @@ class SparsityRun:
                    ngd_final_log10=float(np.median(M["ngd"]["log_mass"][-1] / np.log(10.0))),
                    gd_tmass_ratio=float(np.median(gd_tmass.max(0) / gd_tmass.min(0))))
         for name, m in M.items():
-            out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["mass"])))
+            # from the log mass: NGD's mass underflows float64 at the papers' sizes (10^-593)
+            out[f"mass_slope_{name}"] = float(np.median(metrics.slopes(t, m["log_mass"],
+                                                                       log=True)))
             out[f"mass_final_{name}"] = float(np.median(m["mass"][-1]))
         # Adam (the rule's default constants): its mass falls geometrically, at a rate that
         # approaches (1/2) log(1/beta_2) per step (chapter 13's mechanism), until the gradient
@@ -112,7 +114,7 @@ class SparsityRun:
             cov = reached & (t0 <= steps / 10)
             out[f"n_covered_{name}"] = int(cov.sum())
             out[f"mass_slope_covered_{name}"] = metrics.nanmedian(
-                np.where(cov, metrics.slopes(t, M[name]["mass"]), np.nan))
+                np.where(cov, metrics.slopes(t, M[name]["log_mass"], log=True), np.nan))
             if name == "gd":
                 out["gd_tmass_ratio_covered"] = metrics.nanmedian(
                     np.where(cov, gd_tmass.max(0) / gd_tmass.min(0), np.nan))
