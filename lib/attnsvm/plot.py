@@ -25,7 +25,7 @@ COLORS = {
 
 #: display name of each optimizer of Part III's figures (chapters 9 and 10)
 LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
-          "polyak_star": "Polyak $L-L^\\star$"}
+          "polyak_star": "Polyak $\\mathcal{L}-\\mathcal{L}^\\star$"}
 
 #: the book's matplotlib settings. Figures are rendered at 200 dpi and shown in the book at
 #: :data:`CSS_PX_PER_INCH` CSS pixels per inch (at most the page width), so a font of ``f``
