@@ -249,7 +249,7 @@ def test_function_level_imports_defer_only_heavy_dependencies():
 #: until it is placed.
 LAYERS = (
     ("_checks", "_env"),                                    # argument checks, environment names
-    ("tokens", "norms", "devices", "history", "plot", "claims"),
+    ("tokens", "norms", "devices", "history", "plot", "claims", "jacobian"),
     ("data", "metrics", "optim"),
     ("losses", "graphs", "datasets"),
     ("models", "svm", "path"),
