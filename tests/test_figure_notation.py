@@ -24,6 +24,7 @@ OLD = [
     (re.compile(r"W\^\{mm\}|W_\{mm\}|W\^\*_\{mm\}|W\^\{?\\alpha\}?_\{mm\}|W\^S_\{mm\}"), "W_mm italic"),
     (re.compile(r"(?<![A-Za-z\\{])W(?![A-Za-z]|\^G)"), "W italic"),
     (re.compile(r"(?<![A-Za-z\\{])L\s*-\s*L\^"), "plain L"),
+    (re.compile(r"p_\{mm\}"), "p_mm italic"),
 ]
 
 
@@ -74,5 +75,6 @@ def test_figure_text_uses_the_chapters_notation():
     assert scanned > 100, scanned   # the notebooks' figure formulas were found (162 here)
     assert old_notation('ax.set(ylabel=r"$1-\\mathrm{corr}(\\boldsymbol{W}_t, W_{mm})$")')
     assert old_notation('ax.set(ylabel=r"$\\|W_t\\|_F$")')
+    assert old_notation('ax.plot(t, c, label=r"corr$(p_t, p_{mm})$")')
     assert old_notation('LABELS = {"polyak_star": "Polyak $L-L^\\\\star$"}')
     assert not old_notation('ax.set(ylabel=r"$\\|\\boldsymbol{W}^{\\mathrm{mm}}\\|$")')
