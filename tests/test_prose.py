@@ -91,3 +91,26 @@ def test_chapter_pages_are_under_five_thousand_words():
     parts = sorted((ROOT / "book").glob("ch09*.md"))
     assert len(parts) == 6, parts
     assert pages_over({"ch09_rates.md": "\n".join(p.read_text() for p in parts)})
+
+
+def relation_before_glue(text: str) -> list[str]:
+    """Formulas ending in ``=`` right before a glued number (``$n=${glue:text}`n`` renders
+    "n =6": TeX puts no space after a relation that ends the formula); ``$n={}$`` is right."""
+    return re.findall(r"\$[^$\n]{0,40}=\$\{glue", text)
+
+
+def test_no_relation_glued_without_a_space():
+    """Every page of book/ and every notebook's markdown: no ``=$`` right before a glue role. The
+    twin: the spelling of before (77 such formulas, e.g. ``$n=${glue:text}`n:d```) is caught."""
+    bad = {}
+    for p in sorted((ROOT / "book").glob("*.md")):
+        if hits := relation_before_glue(p.read_text()):
+            bad[p.name] = hits
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(p, as_version=4)
+        md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        if hits := relation_before_glue(md):
+            bad[p.name] = hits
+    assert not bad, bad
+    assert relation_before_glue("($n=${glue:text}`../notebooks/ch09_rates.ipynb::n:d`)")
+    assert not relation_before_glue("($n={}${glue:text}`../notebooks/ch09_rates.ipynb::n:d`)")
