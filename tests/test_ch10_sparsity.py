@@ -211,6 +211,7 @@ def test_chapter_result_object():
     assert res.summary()["n_missed_saturated_ngd"] == 1
     # adam_faster_than_gd can fail: Adam's mass decaying like GD's
     res.metrics["adam"]["mass"] = res.metrics["gd"]["mass"].copy()
+    res.metrics["adam"]["log_mass"] = res.metrics["gd"]["log_mass"].copy()   # the slopes' input
     assert not res.claims()["adam_faster_than_gd"][0]
     # cx_bound_uninformative can fail: a run longer than the bound's time to fall below 1
     res.config["cx_steps"] = 10 ** 9

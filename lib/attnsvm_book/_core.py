@@ -343,6 +343,19 @@ def missing_data(exc: BaseException) -> str | None:
     return None
 
 
+#: what jupyter_client raises when a kernel exits before its first reply: on a busy machine two
+#: kernels starting at once can race for a TCP port ("Address already in use", seen in the
+#: slow tier); nothing of the notebook has run then, so it is started again
+KERNEL_START_FAILED = "Kernel died before replying to kernel_info"
+#: how many times a notebook whose kernel failed to start is started again
+KERNEL_START_RETRIES = 2
+
+
+def kernel_start_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is a kernel that died before running anything (:data:`KERNEL_START_FAILED`)."""
+    return isinstance(exc, RuntimeError) and KERNEL_START_FAILED in str(exc)
+
+
 def _describe_failure(notebook: str, exc: BaseException) -> str:
     from papermill.exceptions import PapermillExecutionError
 

@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from ._core import _describe_failure, _device_label, _execute_one, missing_data, resolve_device
+from ._core import (KERNEL_START_RETRIES, _describe_failure, _device_label, _execute_one,
+                    kernel_start_failed, missing_data, resolve_device)
 
 __all__ = ["THREAD_VARIABLES", "default_workers", "threads_per_worker", "make_job", "run_job",
            "run_jobs", "dask_client", "Progress", "parse_resources", "device_resolver",
@@ -194,7 +195,9 @@ def run_job(job: dict) -> dict:
     Returns ``{"status": "ok"|"failed"|"no-data", "seconds", "device", "device_label", "engine", "worker",
     "error"}``; ``engine`` is :func:`engine_summary` of the notebook's ``fit`` calls.
     ``"no-data"``: the notebook raised :data:`attnsvm_book._core.MISSING_DATA` (its data files are
-    not on disk). ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached
+    not on disk). A kernel that dies before its first reply (two kernels racing for a port on a
+    busy machine) is started again, up to :data:`attnsvm_book._core.KERNEL_START_RETRIES` times.
+    ``KeyboardInterrupt`` and other ``BaseException`` propagate (nothing is cached
     then).
     """
     worker = _worker_label()
@@ -212,9 +215,16 @@ def run_job(job: dict) -> dict:
         # affected afterwards
         with _thread_environment(job.get("threads")), _engine_log() as engines:
             try:
-                _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
-                             Path(job["out_path"]), Path(job["failed_path"]), job["kernel_name"],
-                             strict_claims=job.get("strict_claims", False))
+                for attempt in range(KERNEL_START_RETRIES + 1):
+                    try:
+                        _execute_one(Path(job["root"]), job["notebook"], job["parameters"],
+                                     Path(job["out_path"]), Path(job["failed_path"]),
+                                     job["kernel_name"],
+                                     strict_claims=job.get("strict_claims", False))
+                        break
+                    except RuntimeError as exc:   # a kernel that never started: start again
+                        if not kernel_start_failed(exc) or attempt == KERNEL_START_RETRIES:
+                            raise
             finally:
                 engine = engines()
     except Exception as exc:
