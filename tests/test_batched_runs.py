@@ -151,3 +151,131 @@ def test_tile_and_untile_trials_invert_each_other(inst):
         runs.untile_trials(x, 4, axis=1)
     with pytest.raises(ValueError, match="V"):
         runs.tile_trials(data, 0)
+
+
+# ----------------------------------------------------------------------------- a rule per trial
+def _rel(got, ref):
+    """Largest relative difference of two records (NaN where both are NaN)."""
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    assert got.shape == ref.shape
+    both = np.isnan(got) & np.isnan(ref)
+    assert not np.any(np.isnan(got) ^ np.isnan(ref))
+    return float(np.max(np.where(both, 0.0, np.abs(got - ref) / np.abs(ref)), initial=0.0))
+
+
+#: the rules of one descent family and Adam, each with its own step size / cap
+SETTINGS = {"gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_max=100.0),
+            "polyak_star": dict(lr=1.0), "adam": dict(lr=0.01)}
+
+
+def test_fit_rules_one_call_equals_one_fit_per_rule(inst):
+    """``runs.fit_rules``: GD, NGD, both Polyak steps and Adam as one ``fit`` (a rule, ``lr`` and
+    ``eta_max`` per trial: ``optim.PerTrial``; the (L - L*) Polyak step's ``log_loss`` per
+    trial) equals one ``fit`` per rule: every record and the final ``W`` (Frobenius norm) to
+    ``RTOL`` relative (measured: <= 1.3e-15; module docstring). Can fail: the rules' runs differ
+    from each other by more than 1e-3 relative (checked), so a trial given another trial's rule,
+    step or cap, or the loss L where L - L* is due, fails by > 1e9 x RTOL."""
+    data, opt, W_mm, W0 = inst
+    common = dict(model="W", steps=300, init=W0, n_records=12, device="cpu")
+    got = runs.fit_rules(data, SETTINGS, refs={"W_mm": W_mm}, **common)
+    assert list(got) == list(SETTINGS)
+    finals = []
+    for name, kw in SETTINGS.items():
+        ref = train.fit(data, optimizer=name, refs={"W_mm": W_mm}, **common, **kw)
+        h = got[name]
+        assert h.trials == data.trials and h.config["optimizer"] == name
+        assert h.config["eta_max"] == ref.config["eta_max"]
+        for f in ("loss", "log_loss", "norm"):
+            assert _rel(getattr(h, f), getattr(ref, f)) <= RTOL, (name, f)
+        assert _rel(h.corr["W_mm"], ref.corr["W_mm"]) <= RTOL, name
+        err = np.linalg.norm(h.W - ref.W, axis=(-2, -1)) / np.linalg.norm(ref.W, axis=(-2, -1))
+        assert err.max() <= RTOL, name
+        finals.append(ref.W)
+    for a in range(len(finals)):                 # every two rules differ in every trial
+        for b in range(a):
+            gap = np.linalg.norm(finals[a] - finals[b], axis=(-2, -1))
+            assert (gap / np.linalg.norm(finals[b], axis=(-2, -1))).min() > 1e-3, (a, b)
+
+
+def test_fit_rules_at_saturation(inst):
+    """Huge NGD steps (the norm passes 1e5 in 30 steps: the softmax saturated, the optimal
+    token's mass 1 in float64) beside GD and the (L - L*) Polyak step in one call: equal to
+    separate calls to ``RTOL`` and finite."""
+    data, _, _, W0 = inst
+    settings = {"ngd": dict(lr=5e4), "gd": dict(lr=1.0), "polyak_star": dict(lr=1.0)}
+    common = dict(model="W", steps=30, init=W0, n_records=5, device="cpu")
+    got = runs.fit_rules(data, settings, **common)
+    for name, kw in settings.items():
+        ref = train.fit(data, optimizer=name, **common, **kw)
+        assert np.all(np.isfinite(got[name].W))
+        for f in ("log_loss", "norm"):
+            assert _rel(getattr(got[name], f), getattr(ref, f)) <= RTOL, (name, f)
+    assert got["ngd"].norm[-1].min() > 1e5 and np.all(got["ngd"].opt_mass[-1] == 1.0)
+
+
+def test_fit_rules_model_object_and_random_inits():
+    """A model object (chapter 16's next-token attention, ``init="random"``: the tiled trials
+    draw their starts from the keys ``(seed, b)`` of the original trial) with GD and NGD in one
+    call equals one ``fit`` per rule to ``RTOL`` (a start drawn from the wrong key differs by
+    O(1))."""
+    from attnsvm.data import ntp_sequences
+    from attnsvm.models import SelfAttentionNTP
+    data = ntp_sequences(12, 4, 3, queries=2, trials=2, seed=0)
+    model = SelfAttentionNTP()
+    settings = {"gd": dict(lr=np.array([0.5, 0.25])), "ngd": dict(lr=0.2)}
+    common = dict(model=model, steps=100, init="random", init_scale=0.01, n_records=6,
+                  device="cpu", seed=3)
+    got = runs.fit_rules(data, settings, **common)
+    for name, kw in settings.items():
+        ref = train.fit(data, optimizer=name, **common, **kw)
+        for f in ("loss", "norm"):
+            assert _rel(getattr(got[name], f), getattr(ref, f)) <= RTOL, (name, f)
+        err = np.linalg.norm(got[name].W - ref.W) / np.linalg.norm(ref.W)
+        assert err <= RTOL, name
+
+
+def test_sweeps_in_one_call_equal_one_sweep_each(inst):
+    """``runs.sensitivity_sweeps`` (GD's and the Polyak cap's sweeps in one ``fit``) gives each
+    sweep's ``runs.sensitivity_sweep`` (its own call) to ``RTOL``."""
+    data, opt, W_mm, W0 = inst
+    sweeps = {"gd": dict(optimizer="gd", values=[0.5, 2.0]),
+              "polyak": dict(optimizer="polyak", key="eta_max", values=[10.0, 1000.0],
+                             base=dict(lr=1.0))}
+    got = runs.sensitivity_sweeps(data, opt, W_mm, sweeps=sweeps, steps=100, init=W0, device="cpu")
+    for name, sw in sweeps.items():
+        ref = sensitivity_sweep(data, opt, W_mm, steps=100, init=W0, device="cpu", **sw)
+        for k in ("one_minus_corr", "norm", "log_excess"):
+            assert _rel(got[name][k], ref[k]) <= RTOL, (name, k)
+
+
+@pytest.mark.parametrize("optimizer,kw,match", [
+    (["gd", "ngd"], {}, "one name per trial \\(3\\), got 2"),
+    (["gd", "sgd", "ngd"], {"batch_size": 2}, "full-batch rules only"),
+    (["gd", "ngd", "nope"], {}, "optimizer"),
+    (["gd", "ngd", "gd"], {"eta_max": 10.0}, "eta_max applies only"),
+    (["gd", "polyak", "gd"], {"L_star": 0.0}, "L_star applies only"),
+    (["gd", "polyak", "gd"], {"decay": 0.5}, "decay"),
+    (["gd", 3, "ngd"], {}, "optimizer"),
+])
+def test_rule_per_trial_bad_input_names_the_argument(inst, optimizer, kw, match):
+    data, _, _, W0 = inst
+    with pytest.raises(ValueError, match=match):
+        train.fit(data, model="W", optimizer=optimizer, steps=2, init=W0, device="cpu", **kw)
+
+
+def test_history_take_keeps_the_trials_asked_for(inst):
+    """``History.take`` returns the records of the trials asked for, in that order (a reversed
+    index fails: the trials differ)."""
+    data, _, W_mm, W0 = inst
+    h = train.fit(data, model="W", optimizer="gd", steps=20, init=W0, refs={"W_mm": W_mm},
+                  snapshots=True, n_records=4, device="cpu")
+    part = h.take([2, 0])
+    assert part.trials == 2 and part.config["trials"] == 2
+    np.testing.assert_array_equal(part.loss, h.loss[:, [2, 0]])
+    np.testing.assert_array_equal(part.snapshots, h.snapshots[:, [2, 0]])
+    np.testing.assert_array_equal(part.W, h.W[[2, 0]])
+    np.testing.assert_array_equal(part.corr["W_mm"], h.corr["W_mm"][:, [2, 0]])
+    with pytest.raises(ValueError, match="trials"):
+        h.take([3])
+    with pytest.raises(ValueError, match="batched"):
+        h.trial(0).take([0])

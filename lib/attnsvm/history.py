@@ -143,6 +143,31 @@ class History:
                        trajectory={k: at(v) for k, v in self.trajectory.items()},
                        config=dict(self.config, trials=1, trial=b % B))
 
+    def take(self, trials):
+        """The History of the trials ``trials`` (int indices), keeping the trials axis: the
+        records of those trials only, in that order (``config["trials"]`` their number). The
+        runs of :func:`attnsvm.runs.fit_settings` are one ``fit`` with a rule per trial, split
+        back into one History per rule with this."""
+        B = self.trials
+        if self.loss is not None and self.loss.ndim != 2:
+            raise ValueError("take(trials) needs a batched History (this one holds one trial)")
+        idx = np.asarray(trials)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer) or idx.size == 0 or (
+                idx.min() < -B or idx.max() >= B):
+            raise ValueError(f"trials must be a non-empty sequence of trial indices in "
+                             f"[{-B}, {B}), got {trials!r}")
+
+        def at(a, axis=1):
+            return None if a is None else np.take(a, idx, axis=axis)
+        return History(steps=self.steps, loss=at(self.loss), log_loss=at(self.log_loss),
+                       norm=at(self.norm), corr={k: at(v) for k, v in self.corr.items()},
+                       opt_mass=at(self.opt_mass), selected=at(self.selected),
+                       margin=at(self.margin), excess=at(self.excess), opt=at(self.opt, 0),
+                       params={k: at(v, 0) for k, v in self.params.items()},
+                       snapshots=at(self.snapshots),
+                       trajectory={k: at(v) for k, v in self.trajectory.items()},
+                       config=dict(self.config, trials=int(idx.size)))
+
     def _p(self, name):
         if name not in self.params:
             raise AttributeError(f"this run has no parameter {name!r}; it has {sorted(self.params)}")

@@ -73,7 +73,7 @@ from ._checks import check_choice, check_int, check_positive
 from .norms import dual_norm, parse_norm
 
 __all__ = ["RULES", "DIRECTIONS", "STEP_SIZES", "Context", "Rule", "Descent", "MirrorDescent",
-           "PRGD", "AdamRule", "make_rule", "update", "init_state", "log_norm", "unit_scaled",
+           "PRGD", "AdamRule", "PerTrial", "make_rule", "update", "init_state", "log_norm", "unit_scaled",
            "steepest_direction", "mirror_map",
            "NGD", "Polyak", "SignGD", "Adam", "settings_config", "STOCHASTIC", "make_optimizer",
            "Optimizer", "OPTIMIZERS"]
@@ -589,6 +589,96 @@ class AdamRule(Rule):
                              else self.eps * _bc(torch.exp(-sc).clamp(max=1e300), g))
             out.append(-_bc(eta, g) * (m / bc1) / torch.where(den > 0, den, 1.0))
         return out
+
+
+class PerTrial(Rule):
+    r"""Several rules in one batch: trial :math:`b` takes the step of ``rules[names[b]]``.
+
+    Each rule runs on the sub-batch of its own trials (an index per rule, gathered from and
+    scattered back into the batch), so a trial's step is the step it would take in a batch of
+    that rule alone: the rules are per trial (every norm, step size and cap is taken per trial),
+    so it equals one run per rule up to the last bit. The context's per-trial values (``lr``,
+    ``eta_max``, ``log_loss``, the log-scales) are sliced alike; ``log_loss`` holds, per trial,
+    what that trial's rule needs (:math:`\log L` or :math:`\log(L - L^\star)`).
+
+    Parameters
+    ----------
+    rules : dict name -> Rule
+    names : sequence of str (B,)
+        The rule of each trial (every name a key of ``rules``).
+    """
+
+    name = "per_trial"
+
+    def __init__(self, rules, names):
+        self.rules = dict(rules)
+        self.names = tuple(names)
+        unknown = sorted(set(self.names) - set(self.rules))
+        if unknown:
+            raise ValueError(f"no rule given for {unknown}")
+        self.index = {k: [b for b, nm in enumerate(self.names) if nm == k] for k in self.rules}
+        self.index = {k: v for k, v in self.index.items() if v}
+        self.needs_log_loss = any(r.needs_log_loss for r in self.rules.values())
+        self._idx = {}                     # name -> index tensor, per device
+
+    def trials_of(self, name):
+        """The trials (list of int) that take the rule ``name``."""
+        return list(self.index.get(name, []))
+
+    def _index(self, name, device):
+        key = (name, str(device))
+        if key not in self._idx:
+            self._idx[key] = torch.as_tensor(self.index[name], dtype=torch.long, device=device)
+        return self._idx[key]
+
+    @staticmethod
+    def _take(x, idx):
+        return x.index_select(0, idx) if torch.is_tensor(x) and x.ndim >= 1 else x
+
+    def _sub(self, ctx, idx, params):
+        take = self._take
+        return Context(lr=take(ctx.lr, idx), log_scale=[take(sc, idx) for sc in ctx.log_scale],
+                       log_loss=take(ctx.log_loss, idx), eta_max=take(ctx.eta_max, idx),
+                       batch_ndim=ctx.batch_ndim,
+                       params=None if params is None else [take(p, idx) for p in params])
+
+    def init_state(self, params):
+        if params is None:
+            return {"k": 0, "rules": {k: self.rules[k].init_state(None) for k in self.index}}
+        dev = params[0].device
+        return {"k": 0, "rules": {k: self.rules[k].init_state(
+            [self._take(p, self._index(k, dev)) for p in params]) for k in self.index}}
+
+    def _each(self, grads, state, ctx, params):
+        """``(index, new values)`` per rule: its increments, or its new parameters when
+        ``params`` is given."""
+        dev = grads[0].device
+        state["k"] += 1
+        for k, rule in self.rules.items():
+            if k not in self.index:
+                continue
+            idx = self._index(k, dev)
+            sub = self._sub(ctx, idx, ctx.params if params is None else params)
+            g = [self._take(x, idx) for x in grads]
+            st = state["rules"][k]
+            yield idx, (rule.update(g, st, sub) if params is None
+                        else rule.apply(sub.params, g, st, sub))
+
+    @staticmethod
+    def _scatter(like, parts):
+        out = []
+        for j, x in enumerate(like):
+            full = torch.empty_like(x)
+            for idx, vals in parts:
+                full.index_copy_(0, idx, vals[j])
+            out.append(full)
+        return out
+
+    def update(self, grads, state, ctx):
+        return self._scatter(grads, list(self._each(grads, state, ctx, None)))
+
+    def apply(self, params, grads, state, ctx):
+        return self._scatter(params, list(self._each(grads, state, ctx, list(params))))
 
 
 def _descent(name, direction, step="schedule"):

@@ -1,10 +1,12 @@
 r"""The chapters' shared runs, each one or more calls of :func:`attnsvm.train.fit` on its record grid
 (no second training loop).
 
-* :func:`fit_settings` (one ``fit`` call per optimizer, log-spaced snapshots) and
+* :func:`fit_rules` (several optimizers in one ``fit`` call, a rule per trial),
+  :func:`fit_settings` (the chapters' optimizers that way, log-spaced snapshots) and
   :func:`trajectory_metrics` (exact metrics of its snapshots);
 * :func:`tile_trials` / :func:`untile_trials`: ``V`` settings of one experiment as one ``fit`` over
-  ``V B`` trials, and the split back; :func:`sensitivity_sweep` (a step-size sweep run that way);
+  ``V B`` trials, and the split back; :func:`sensitivity_sweep` / :func:`sensitivity_sweeps`
+  (step-size sweeps run that way);
 * :func:`every_step` (one ``fit`` call recorded at every step) and :func:`global_run` /
   :func:`global_runs` (it, checked against the global theorem of :mod:`attnsvm.bounds`);
 * :func:`fit_margin` (Part IV: one parameter of a model under a margin loss, its iterates kept).
@@ -19,49 +21,123 @@ from dataclasses import replace
 import numpy as np
 
 from . import bounds, metrics, train
-from ._checks import check_int
+from ._checks import check_choice, check_int
 from .history import NonFiniteError, record_grid
 from .losses import excess_loss
 from .models import MarginObjective
+from .optim import OPTIMIZERS
 
-__all__ = ["fit_settings", "trajectory_metrics", "tile_trials", "untile_trials", "sensitivity_sweep",
+__all__ = ["fit_rules", "fit_settings", "trajectory_metrics", "tile_trials", "untile_trials",
+           "sensitivity_sweep", "sensitivity_sweeps",
            "every_step", "global_run", "global_runs", "fit_margin"]
+
+
+def fit_rules(data, settings, *, seed=0, **common):
+    r"""Train every optimizer of ``settings`` (name -> the ``lr`` and ``eta_max`` of
+    :func:`~attnsvm.train.fit`, and ``optimizer`` when the name is not the rule's) on all trials
+    of ``data`` in **one** :func:`~attnsvm.train.fit` call: the trials tiled once per optimizer
+    (:func:`tile_trials`: copy ``j`` is optimizer ``j``), a rule per trial
+    (:class:`attnsvm.optim.PerTrial`), ``lr`` and ``eta_max`` per trial, the trial keys
+    ``(seed, b)`` of the original trial ``b`` (so ``init="random"`` draws each copy's start as a
+    run of that optimizer alone would), and every per-trial array of ``common`` (``init``, the
+    ``refs``) tiled alike. A trial does not depend on the others, so each optimizer's History
+    equals that of its own ``fit`` call up to rounding (tests/test_batched_runs.py).
+
+    ``common``: the other keyword arguments of :func:`~attnsvm.train.fit`, the same for every
+    optimizer (``model``, ``steps``, ``init``, ``refs``, the records, ``device``, ...).
+
+    Returns
+    -------
+    dict name -> :class:`~attnsvm.history.History`
+        Each with the trials axis of ``data``; its ``config`` gives that optimizer, its ``lr``
+        and ``eta_max``, and ``config["joint"]`` the optimizers of the one call.
+    """
+    names = list(settings)
+    if not names:
+        raise ValueError("settings must name at least one optimizer")
+    foreign = {nm: sorted(set(kw) - {"lr", "eta_max", "optimizer"}) for nm, kw in settings.items()}
+    foreign = {nm: ks for nm, ks in foreign.items() if ks}
+    if foreign:
+        raise ValueError(f"settings take only lr, eta_max and optimizer per optimizer (the rest "
+                         f"is common to the call); got {foreign}")
+    B = data.trials
+    rule = {nm: settings[nm].get("optimizer", nm) for nm in names}
+    for nm in names:
+        check_choice(f"settings[{nm!r}]['optimizer']", rule[nm], OPTIMIZERS)
+    tiled, idx = tile_trials(data, len(names))
+    lr = [settings[nm].get("lr", OPTIMIZERS[rule[nm]].lr) for nm in names]
+    kw = dict(common)
+    kw["lr"] = np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (B,)) for v in lr])
+    caps = [settings[nm].get("eta_max", "auto") for nm in names]
+    if not all(isinstance(c, str) and c == "auto" for c in caps):    # else fit's own "auto"
+        kw["eta_max"] = np.concatenate([np.broadcast_to(np.asarray(
+            _cap(rule[nm], c), dtype=float), (B,)) for nm, c in zip(names, caps)])
+    for key in ("init",):
+        if isinstance(kw.get(key), np.ndarray) and kw[key].ndim >= 1 and kw[key].shape[0] == B:
+            kw[key] = kw[key][idx]
+    if kw.get("refs"):
+        kw["refs"] = {k: np.asarray(v)[idx] for k, v in kw["refs"].items()}
+    h = train.fit(tiled, optimizer=[rule[nm] for nm in names for _ in range(B)],
+                  seed=[(seed, int(b)) for b in idx], **kw)
+    out = {}
+    for j, nm in enumerate(names):
+        part = h.take(np.arange(j * B, (j + 1) * B))
+        cap = _cap(rule[nm], caps[j])
+        part.config.update(optimizer=rule[nm], lr=lr[j],
+                           eta_max=None if np.all(np.isinf(cap)) else cap,
+                           seed=seed, joint=[rule[m] for m in names])
+        out[nm] = part
+    return out
+
+
+def _cap(rule, eta_max):
+    """The Polyak cap of one optimizer as :func:`~attnsvm.train.fit` resolves it: ``"auto"`` is
+    :data:`~attnsvm.train.POLYAK_CAP` for ``polyak`` and no cap (inf) otherwise; None: no cap."""
+    if isinstance(eta_max, str):
+        return train.POLYAK_CAP if rule == "polyak" else np.inf
+    return np.inf if eta_max is None else eta_max
 
 
 def fit_settings(data, W_mm, *, settings, steps=10000, init=None, n_records=120, seed=0,
                  device="auto", drop_nonfinite=()):
-    r"""Train every optimizer of ``settings`` (name -> :func:`~attnsvm.train.fit` keyword arguments, with an
+    r"""Train every optimizer of ``settings`` (name -> its ``lr`` and ``eta_max``, with an
     optional ``optimizer`` when the name is not the rule's) on all trials at once, the attention
-    model ``"W"`` with the reference ``W_mm``: one :func:`~attnsvm.train.fit` call per optimizer, snapshots of
-    ``W`` on the log-spaced record grid of ``n_records`` records.
+    model ``"W"`` with the reference ``W_mm``, snapshots of ``W`` on the log-spaced record grid
+    of ``n_records`` records: the optimizers not named in ``drop_nonfinite`` in one
+    :func:`fit_rules` call, each optimizer of ``drop_nonfinite`` in its own
+    :func:`~attnsvm.train.fit` call.
 
     For the optimizers named in ``drop_nonfinite``, a trial whose iterate becomes non-finite
     (:class:`~attnsvm.history.NonFiniteError`) is dropped and the others are trained again; the dropped trials are
     NaN in every float record of the returned history (its ``config["dropped_trials"]`` lists
     them). Any other optimizer raises.
 
-    Returns dict name -> :class:`History`.
+    Returns dict name -> :class:`History` (in the order of ``settings``).
     """
-    out = {}
+    common = dict(model="W", steps=steps, refs={"W_mm": W_mm}, snapshots=True,
+                  n_records=n_records, device=device)
+    joint = {nm: kw for nm, kw in settings.items() if nm not in drop_nonfinite}
+    out = fit_rules(data, joint, seed=seed, init=init, **common) if joint else {}
     B = W_mm.shape[0]
-    for name, kw in settings.items():
-        kw = dict(kw)
+    for name in settings:
+        if name in joint:
+            continue
+        kw = dict(settings[name])
         opt_name = kw.pop("optimizer", name)
         keep = np.arange(B)
         while True:
             sub = keep.size < B
             try:
-                h = train.fit(data.take(keep) if sub else data, model="W", optimizer=opt_name,
-                        steps=steps, init=(init[keep] if sub and init is not None else init),
-                        refs={"W_mm": W_mm[keep] if sub else W_mm}, snapshots=True,
-                        n_records=n_records, seed=seed, device=device, **kw)
+                h = train.fit(data.take(keep) if sub else data, optimizer=opt_name,
+                              init=(init[keep] if sub and init is not None else init), seed=seed,
+                              **dict(common, refs={"W_mm": W_mm[keep] if sub else W_mm}), **kw)
                 break
             except NonFiniteError as err:
-                if name not in drop_nonfinite or keep.size == 1:
+                if keep.size == 1:
                     raise
                 keep = np.delete(keep, err.trial)
         out[name] = _pad_trials(h, keep, B) if keep.size < B else h
-    return out
+    return {name: out[name] for name in settings}
 
 
 def _pad_trials(h, keep, B):
@@ -153,28 +229,51 @@ def untile_trials(x, V, axis=0):
 def sensitivity_sweep(data, opt, W_mm, *, optimizer, values, key="lr", base=None, steps=5000,
                       init=None, seed=0, device="auto"):
     r"""Final ``1 - corr`` and ``norm`` for a sweep of one hyper-parameter (``lr`` or
-    ``eta_max``): one batched :func:`~attnsvm.train.fit` over the ``V B`` trials (value ``v``,
-    trial ``b``) = trial ``v B + b`` (:func:`tile_trials`), the data, ``init`` and the trial
-    keys ``(seed, b)`` tiled along the trials axis and ``key`` the per-trial array
-    (:func:`~attnsvm.train.fit` takes ``lr`` and ``eta_max`` per trial; a trial does not depend
-    on the others, so this equals one ``fit`` per value up to the last bit:
-    tests/test_batched_runs.py).
+    ``eta_max``) of one optimizer: :func:`sensitivity_sweeps` with one sweep.
 
     Returns dict with ``values`` (V,), ``one_minus_corr`` (V, B), ``norm`` (V, B),
     ``log_excess`` (V, B)."""
-    values = np.asarray(values, dtype=float)
-    V = values.size
-    tiled, idx = tile_trials(data, V)
-    kw = dict(base or {})
-    kw[key] = np.repeat(values, data.trials)
-    if isinstance(init, np.ndarray) and init.ndim == 3:              # (B, d, d): one per trial
-        init = init[idx]
-    h = train.fit(tiled, model="W", optimizer=optimizer, steps=steps, init=init,
-                  n_records=2, seed=[(seed, int(b)) for b in idx], device=device, **kw)
-    Ws = untile_trials(h.W, V)
-    return dict(values=values, one_minus_corr=np.array([metrics.one_minus_corr(W, W_mm) for W in Ws]),
-                norm=untile_trials(h.norm[-1], V),
-                log_excess=np.array([excess_loss(data, opt, W, log=True) for W in Ws]))
+    return sensitivity_sweeps(data, opt, W_mm, sweeps={"sweep": dict(
+        optimizer=optimizer, values=values, key=key, base=base)}, steps=steps, init=init,
+        seed=seed, device=device)["sweep"]
+
+
+def sensitivity_sweeps(data, opt, W_mm, *, sweeps, steps=5000, init=None, seed=0, device="auto"):
+    r"""Final ``1 - corr`` and ``norm`` of several sweeps, each of one hyper-parameter (``key``:
+    ``lr`` or ``eta_max``) of one optimizer: ``sweeps`` maps a name to ``dict(optimizer=...,
+    values=[...], key="lr", base={...})`` (``base``: that optimizer's other ``lr`` / ``eta_max``).
+    Every value of every sweep is one copy of the trials in **one** :func:`fit_rules` call (a
+    rule, ``lr`` and ``eta_max`` per trial; the trial keys ``(seed, b)``, ``init`` tiled alike),
+    so each value's run equals its own ``fit`` call up to rounding (tests/test_batched_runs.py).
+
+    Returns dict name -> dict with ``values`` (V,), ``one_minus_corr`` (V, B), ``norm`` (V, B),
+    ``log_excess`` (V, B)."""
+    settings, where = {}, {}
+    for name, sw in sweeps.items():
+        sw = dict(sw)
+        unknown = sorted(set(sw) - {"optimizer", "values", "key", "base"})
+        if unknown:
+            raise ValueError(f"sweeps[{name!r}] takes optimizer, values, key and base, got {unknown}")
+        key = sw.get("key", "lr")
+        check_choice("key", key, ("lr", "eta_max"))
+        values = np.asarray(sw["values"], dtype=float)
+        if values.ndim != 1 or values.size == 0:
+            raise ValueError(f"sweeps[{name!r}]['values'] must be a non-empty list of numbers")
+        where[name] = (values, [])
+        for j, v in enumerate(values):
+            label = f"{name}[{j}]"
+            settings[label] = dict(sw.get("base") or {}, optimizer=sw["optimizer"], **{key: float(v)})
+            where[name][1].append(label)
+    hs = fit_rules(data, settings, seed=seed, model="W", steps=steps, init=init, n_records=2,
+                   device=device)
+    out = {}
+    for name, (values, labels) in where.items():
+        Ws = [hs[lab].W for lab in labels]
+        out[name] = dict(values=values,
+                         one_minus_corr=np.array([metrics.one_minus_corr(W, W_mm) for W in Ws]),
+                         norm=np.array([hs[lab].norm[-1] for lab in labels]),
+                         log_excess=np.array([excess_loss(data, opt, W, log=True) for W in Ws]))
+    return out
 
 
 def every_step(data, opt, *, optimizer, lr, steps, init, device="auto"):

@@ -51,7 +51,7 @@ from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
-from .optim import OPTIMIZERS, Context, Descent, make_rule
+from .optim import OPTIMIZERS, Context, Descent, PerTrial, make_rule
 from .devices import resolve_device
 from .history import History, NonFiniteError, record_grid
 
@@ -128,16 +128,17 @@ def _ref_tensor(name, R, B, shape, kw):
     return torch.as_tensor(np.array(a, copy=True), **kw)
 
 
-def _positive_per_trial(name, value, what):
-    """A positive float, or one positive ``what`` per trial (a float array (B,)).
+def _positive_per_trial(name, value, what, allow_inf=False):
+    """A positive float, or one positive ``what`` per trial (a float array (B,); with
+    ``allow_inf``, ``inf`` entries too: ``eta_max``'s "no cap" for that trial).
 
     Used for ``lr`` and ``eta_max``; the length against the trials is checked where the number
     of trials is known (``FitConfig._check_lr_trials``).
     """
     if isinstance(value, (numbers.Real, np.number)) and not isinstance(value, bool):
         return check_positive(name, value)
-    a = as_float_array(name, value, ndim=1)
-    if np.any(a <= 0):
+    a = as_float_array(name, value, ndim=1, finite=not allow_inf)
+    if np.any(np.isnan(a)) or np.any(a <= 0):
         raise ValueError(f"{name} must be positive (a float or one positive {what} per trial)")
     return a
 
@@ -212,6 +213,7 @@ class FitConfig:
     # derived by build() (not options of fit)
     rule: str = field(default="", repr=False, init=False)
     rule_obj: object = field(default=None, repr=False, init=False)
+    rules: tuple | None = field(default=None, repr=False, init=False)
     objective: bool = field(default=False, repr=False, init=False)
     trials: int = field(default=0, repr=False, init=False)
     obj_batch: dict | None = field(default=None, repr=False, init=False)
@@ -279,38 +281,87 @@ class FitConfig:
                              f"got {self.model!r}")
 
     def _check_optimizer(self):
-        """``optimizer``: sets the step ``rule`` and ``stochastic``; returns the default lr."""
-        check_choice("optimizer", self.optimizer, OPTIMIZERS)
-        self.rule, self.stochastic, lr_default = OPTIMIZERS[self.optimizer]
-        return lr_default
+        """``optimizer``: sets the step ``rule`` and ``stochastic``; returns the default lr.
+
+        A sequence of names gives one optimizer per trial (full-batch rules only): ``rule`` is
+        then ``"per_trial"``, ``rules`` the rule of each trial and the default lr per trial."""
+        if isinstance(self.optimizer, str):
+            check_choice("optimizer", self.optimizer, OPTIMIZERS)
+            self.rule, self.stochastic, lr_default = OPTIMIZERS[self.optimizer]
+            return lr_default
+        try:
+            names = [str(nm) if isinstance(nm, (str, np.str_)) else None for nm in self.optimizer]
+        except TypeError:
+            raise ValueError(f"optimizer must be a name or one name per trial, "
+                             f"got {self.optimizer!r}") from None
+        if not names or None in names:
+            raise ValueError(f"optimizer must be a name or a non-empty sequence of names (one "
+                             f"per trial), got {self.optimizer!r}")
+        for nm in names:
+            check_choice("optimizer", nm, OPTIMIZERS)
+        stoch = sorted({nm for nm in names if OPTIMIZERS[nm].stochastic})
+        if stoch:
+            raise ValueError(f"optimizer as one name per trial takes full-batch rules only; "
+                             f"{stoch} draw mini-batches")
+        self.optimizer = names
+        if len(set(names)) == 1:            # one rule after all: the plain run
+            self.optimizer = names[0]
+            return self._check_optimizer()
+        self.rule, self.stochastic = "per_trial", False
+        self.rules = tuple(OPTIMIZERS[nm].rule for nm in names)
+        return np.array([OPTIMIZERS[nm].lr for nm in names])
+
+    def uses(self, *rules):
+        """Whether some trial takes one of the step ``rules`` (names of :data:`attnsvm.optim.RULES`)."""
+        return (self.rule in rules) if self.rules is None else any(r in rules for r in self.rules)
+
+    def trials_of(self, *rules):
+        """(B,) bool: the trials whose step rule is one of ``rules``."""
+        mine = (self.rule,) * self.trials if self.rules is None else self.rules
+        return np.array([r in rules for r in mine])
 
     def _check_polyak_options(self):
         r"""``eta_max`` and ``L_star``: only for the Polyak rules. ``eta_max="auto"`` is
         :data:`POLYAK_CAP` for the L-based step (polyak, sps) and no cap for polyak_star (its
         step :math:`(L - L^\star)/\|g\|^2` stays bounded where its theorem holds)."""
-        rule, optimizer = self.rule, self.optimizer
+        optimizer = self.optimizer
         if isinstance(self.eta_max, str):
             if self.eta_max != "auto":
                 raise ValueError(f"eta_max must be a positive float, one per trial, None (no cap) "
                                  f"or 'auto', got {self.eta_max!r}")
-            self.eta_max = POLYAK_CAP if rule == "polyak" else None
+            if self.rules is None:
+                self.eta_max = POLYAK_CAP if self.rule == "polyak" else None
+            elif self.uses("polyak"):    # per trial: the cap of polyak, none (inf) elsewhere
+                self.eta_max = np.array([POLYAK_CAP if r == "polyak" else np.inf for r in self.rules])
+                return self._check_L_star()
+            else:
+                self.eta_max = None
         if self.eta_max is not None:
-            if rule not in ("polyak", "polyak_star"):
+            if not self.uses("polyak", "polyak_star"):
                 raise ValueError(f"eta_max applies only to optimizer='polyak', 'polyak_star' or "
                                  f"'sps', got {optimizer!r}")
-            self.eta_max = _positive_per_trial("eta_max", self.eta_max, "cap")
+            self.eta_max = _positive_per_trial("eta_max", self.eta_max, "cap", allow_inf=True)
+        self._check_L_star()
+
+    def _check_L_star(self):
         if self.L_star is not None:
-            if rule != "polyak_star":
-                raise ValueError(f"L_star applies only to optimizer='polyak_star', got {optimizer!r}")
+            if not self.uses("polyak_star"):
+                raise ValueError(f"L_star applies only to optimizer='polyak_star', "
+                                 f"got {self.optimizer!r}")
             self.L_star = check_positive("L_star", self.L_star, allow_zero=True)
 
     def _check_rule_options(self):
         """The step rule's own options (:data:`RULE_OPTIONS`, Adam's constants), by
         :func:`attnsvm.optim.make_rule` (a ValueError names a bad or foreign option)."""
         opts = {k: getattr(self, k) for k in RULE_OPTIONS if getattr(self, k) is not None}
-        if self.rule == "adam":
-            opts.update(betas=self.betas, eps=self.eps)
-        self.rule_obj = make_rule(self.rule, **opts)
+
+        def make(rule):
+            return make_rule(rule, **(dict(opts, betas=self.betas, eps=self.eps)
+                                      if rule == "adam" else opts))
+        if self.rules is None:
+            self.rule_obj = make(self.rule)
+        else:
+            self.rule_obj = PerTrial({r: make(r) for r in dict.fromkeys(self.rules)}, self.rules)
 
     def _check_run_options(self):
         """``dtype``, ``device``, the record grid and the progress bar."""
@@ -341,6 +392,9 @@ class FitConfig:
 
     def _check_lr_trials(self):
         # lr may still be as given here (a list too): its shape, not its type, is checked
+        if self.rules is not None and len(self.rules) != self.trials:
+            raise ValueError(f"optimizer as a sequence must have one name per trial "
+                             f"({self.trials}), got {len(self.rules)}")
         for name, what in (("lr", "step size"), ("eta_max", "cap")):
             value = getattr(self, name)
             if value is not None and np.ndim(value) >= 1 and np.shape(value) != (self.trials,):
@@ -375,7 +429,7 @@ class FitConfig:
         if self.stochastic:
             raise ValueError(f"optimizer={self.optimizer!r} needs mini-batches, which a model "
                              f"object does not support")
-        if self.rule == "polyak_star" and self.L_star is None and not hasattr(net, "L_star"):
+        if self.uses("polyak_star") and self.L_star is None and not hasattr(net, "L_star"):
             raise ValueError(f"optimizer='polyak_star' needs L_star= or a model with L_star(batch); "
                              f"{type(net).__name__} has none")
         self.net = net
@@ -395,16 +449,16 @@ class FitConfig:
 
     def _check_margin_loss(self):
         """``loss`` (default logistic) and what the Polyak rules need of it."""
-        rule, optimizer = self.rule, self.optimizer
+        optimizer = self.optimizer
         if self.loss is None:
             self.loss = "logistic"
-        if rule == "polyak_star" and self.L_star is None and (
+        if self.uses("polyak_star") and self.L_star is None and (
                 self.model not in ("W", "KQ", "prompt") or self.head != "linear" or self.train_v
                 or self.loss != "logistic"):
             raise ValueError("optimizer='polyak_star' without L_star needs a fixed linear head "
                              "(model 'W', 'KQ' or 'prompt', train_v=False) and loss='logistic'")
         self.lossobj = get_loss(self.loss)
-        if rule in ("polyak", "polyak_star") and not self.lossobj.nonnegative:
+        if self.uses("polyak", "polyak_star") and not self.lossobj.nonnegative:
             raise ValueError(f"loss={self.loss!r} can be negative; the Polyak step (optimizer="
                              f"{optimizer!r}) needs a nonnegative loss")
 
@@ -442,7 +496,8 @@ class FitConfig:
         model = self.model if isinstance(self.model, str) else type(self.model).__name__
         init = self.init if isinstance(self.init, str) or self.init is None else "array"
         return dict(model=model, m=self.m, head=self.head, width=self.width,
-                    train_v=self.train_v, loss=self.loss, optimizer=self.optimizer, lr=lr,
+                    train_v=self.train_v, loss=self.loss,
+                    optimizer=self.optimizer if self.rules is None else list(self.optimizer), lr=lr,
                     eta_max=eta_max, steps=self.steps, batch_size=self.batch_size,
                     penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
                     device=str(self.dev), dtype=str(self.dtype), records=self.records,
@@ -527,14 +582,14 @@ def _nonfinite_hint(cfg):
     """What helps a run of ``cfg`` that became non-finite, naming the knob of its rule: the cap
     ``eta_max`` for the Polyak steps (a smaller ``lr``, their multiplier, only delays the
     overflow), ``lr`` otherwise."""
-    if cfg.rule in ("polyak", "polyak_star"):
+    if cfg.uses("polyak", "polyak_star"):
         if cfg.eta_max is None:
             return (f"the uncapped Polyak step grows as the loss falls: cap it with eta_max "
                     f"(e.g. eta_max={POLYAK_CAP:g}; a smaller lr only delays the overflow)")
         return (f"try a smaller cap eta_max (now {_describe(cfg.eta_max)}; a smaller lr only "
                 f"delays the overflow)")
     hint = f"try a smaller lr (now {_describe(cfg.lr)})"
-    if cfg.rule == "adam" and cfg.eps == 0:
+    if cfg.uses("adam") and cfg.eps == 0:
         hint += " or eps > 0"
     return hint
 
@@ -783,15 +838,16 @@ def _graph_blocker(cfg):
     no rule with host-side state (Adam's bias correction, mirror descent, PRGD's phases), no SVD;
     model objects may synchronize in their own code."""
     rule = cfg.rule_obj
+    rules = list(rule.rules.values()) if isinstance(rule, PerTrial) else [rule]
     if cfg.objective:
         return "a model object (its own objective may synchronize with the host)"
     if cfg.batch_size is not None:
         return "mini-batches (drawn from the step number on the host)"
-    if not isinstance(rule, Descent):
+    if not all(isinstance(r, Descent) for r in rules):
         return f"optimizer={cfg.optimizer!r} keeps per-step state on the host"
-    if getattr(rule.step, "decay", 0):
+    if any(getattr(r.step, "decay", 0) for r in rules):
         return "a decaying step size (computed on the host at each step)"
-    if getattr(rule.direction, "norm", None) == "spectral":
+    if any(getattr(r.direction, "norm", None) == "spectral" for r in rules):
         return "spectral steepest descent (an SVD per step)"
     return None
 
@@ -838,7 +894,8 @@ def _loop(cfg, B, params, record, step, final_u, small, engine="eager"):
     if cfg.progress:
         from tqdm.auto import tqdm  # deferred: tqdm is optional (progress bars only)
         name = cfg.model if isinstance(cfg.model, str) else type(cfg.model).__name__
-        pbar = tqdm(total=steps, desc=f"fit {name}/{cfg.optimizer} B={B}", leave=False)
+        opt = cfg.optimizer if cfg.rules is None else "per-trial"
+        pbar = tqdm(total=steps, desc=f"fit {name}/{opt} B={B}", leave=False)
     tick = max(1, steps // 200)
     old_threads = torch.get_num_threads()
     num_threads = cfg.num_threads
@@ -1045,8 +1102,9 @@ class _MarginTerms:
         self.opt_init = None
         Tn = data.T if cfg.model != "linear" else 1
         self.small = data.trials * data.n * Tn * max(Tn, data.d) < 2 ** 18
-        self.gaps = (_excess_gaps(self.full["Gy"]) if cfg.rule == "polyak_star"
+        self.gaps = (_excess_gaps(self.full["Gy"]) if cfg.uses("polyak_star")
                      and cfg.L_star is None else None)
+        self.star = _star_mask(cfg)
 
     def step_terms(self, params, k, want_log_loss):
         """``(grads, log_scales, log_loss, margins)`` of step ``k``."""
@@ -1054,11 +1112,13 @@ class _MarginTerms:
         penalty = cfg.penalty
         batch = self.full if cfg.batch_size is None else _gather(
             self.full, _minibatch(self.keys32, k, self.n, cfg.batch_size, self.ar_n))
-        excess = cfg.rule == "polyak_star" and cfg.L_star is None
+        star = self.star
+        excess = cfg.uses("polyak_star") and cfg.L_star is None
         out = {} if excess else None
         u, grads, sigma = net.grad(params, batch, lossobj, out) if excess else net.grad(
             params, batch, lossobj)
-        want_log_loss = want_log_loss and not excess      # the excess replaces the loss
+        if star is None:       # every trial polyak_star: the excess replaces the loss
+            want_log_loss = want_log_loss and not excess
         if penalty:
             log2pen = self.log2pen
             for name in self.pen_names:      # + 2 lambda theta, merged into the log scale
@@ -1072,9 +1132,13 @@ class _MarginTerms:
             log_loss = torch.logaddexp(log_loss, math.log(penalty) + torch.log(sq))
         if excess:                        # L - L* in log space, from the step's log-attention
             gaps = self.gaps if batch is self.full else _excess_gaps(batch["Gy"])
-            log_loss = log_excess_loss(out["log_s"], *gaps)
-        elif cfg.rule == "polyak_star":
-            log_loss = torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0))
+            log_star = log_excess_loss(out["log_s"], *gaps)
+        elif cfg.uses("polyak_star"):
+            log_star = torch.log(torch.clamp(torch.exp(log_loss) - cfg.L_star, min=0.0))
+        else:
+            return grads, sigma, log_loss, u
+        # per trial, what its rule's step needs: L - L* (polyak_star) or L
+        log_loss = log_star if star is None else torch.where(star, log_star, log_loss)
         return grads, sigma, log_loss, u
 
     def matrix(self, params):
@@ -1115,6 +1179,14 @@ class _MarginTerms:
         return self.net.forward(params, self.full)[0]
 
 
+def _star_mask(cfg):
+    r"""(B,) bool tensor of the ``polyak_star`` trials of a run with rules per trial that mixes
+    them with others (their ``log_loss`` is :math:`\log(L - L^\star)`); None otherwise."""
+    if cfg.rules is None or not cfg.uses("polyak_star"):
+        return None
+    return torch.as_tensor(cfg.trials_of("polyak_star"), device=cfg.dev)
+
+
 def _evaluate(net, params, batch):
     """``net.objective`` as ``(loss (B,), grads, log_scale dict or None, log_loss (B,))``."""
     out = net.objective(params, batch)
@@ -1148,9 +1220,10 @@ class _ObjectiveTerms:
         self.fast = (not cfg.rule_obj.needs_log_loss
                      and callable(getattr(net, "gradient", None)))
         self.L_star_step = None
-        if cfg.rule == "polyak_star":
+        if cfg.uses("polyak_star"):
             self.L_star_step = (net.L_star(batch) if cfg.L_star is None
                                 else torch.full((B,), cfg.L_star, **cfg.kw))
+        self.star = _star_mask(cfg)
         self.L_star = net.L_star(batch) if callable(getattr(net, "L_star", None)) else None
         self.small = sum(v.numel() for v in batch.values()) < 2 ** 18
 
@@ -1165,7 +1238,8 @@ class _ObjectiveTerms:
             loss, grads, ls, log_loss = _evaluate(self.net, params, self.batch)
             check = loss
         if self.L_star_step is not None:
-            log_loss = torch.log(torch.clamp(loss - self.L_star_step, min=0.0))
+            log_star = torch.log(torch.clamp(loss - self.L_star_step, min=0.0))
+            log_loss = log_star if self.star is None else torch.where(self.star, log_star, log_loss)
         return grads, ls, log_loss, check.unsqueeze(-1)
 
     def matrix(self, params):

@@ -27,7 +27,7 @@ from .. import data as _data
 from .. import metrics as _metrics
 from .. import graphs as _graphs
 from .. import svm as _svm
-from .. import train as _train
+from ..runs import fit_rules
 from ..devices import cpu_threads
 from ..models import SelfAttentionNTP
 from ..bounds import smoothness_bound
@@ -143,7 +143,8 @@ def ntp_attention_experiment(n=40, K=8, T=4, d=None, *, queries=2, levels=3,
                              embedding="orthonormal", trials=8, steps=20000, lr=None,
                              lr_ngd=0.2, init_scale=0.01, n_records=40, seed=0,
                              device="auto"):
-    r"""Train one self-attention layer by next-token prediction (:func:`attnsvm.train.fit` on
+    r"""Train one self-attention layer by next-token prediction (one :func:`attnsvm.train.fit`
+    call, :func:`attnsvm.runs.fit_rules`, on
     :class:`attnsvm.models.SelfAttentionNTP`, all trials at once) with GD (step ``lr``, default
     :math:`1/L` with :math:`L` of :func:`attnsvm.bounds.smoothness_bound`) and NGD (step ``lr_ngd``), each for
     ``steps`` steps, from :math:`W_0 \sim N(0, \mathrm{init\_scale}^2)` entrywise (fit's
@@ -177,10 +178,10 @@ def _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ng
     fin_norm = np.linalg.norm(W_fin, axis=(-2, -1))
     grid = record_grid(steps, "log", n_records)
     curves = {}
-    for rule, step in (("gd", lr_gd), ("ngd", float(lr_ngd))):
-        h = _train.fit(data, model=model, optimizer=rule, lr=step, steps=steps, init="random",
-                       init_scale=init_scale, refs={"svm": W_svm}, snapshots=True,
-                       record_every=grid[1:-1], seed=seed, device=device)
+    hs = fit_rules(data, {"gd": dict(lr=lr_gd), "ngd": dict(lr=float(lr_ngd))}, seed=seed,
+                   model=model, steps=steps, init="random", init_scale=init_scale,
+                   refs={"svm": W_svm}, snapshots=True, record_every=grid[1:-1], device=device)
+    for rule, h in hs.items():
         Wt = h.snapshots                                             # (R, B, d, d)
         flat = Wt.reshape(Wt.shape[:2] + (-1,))
         pf = np.stack([flat[:, b] @ Q @ Q.T for b, Q in enumerate(bases)], axis=1)

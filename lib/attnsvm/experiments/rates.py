@@ -14,7 +14,8 @@ through the margins :math:`m_{it} = \langle A_{it}, W\rangle` of the lifted feat
     s_i = \frac{1}{1 + q_i},\qquad q_i = \sum_{t \ne \mathrm{opt}_i} e^{-m_{it}} .
 
 The proved constants and theory curves live in :mod:`attnsvm.bounds`; the runs are
-:func:`attnsvm.runs.fit_settings` (one batched ``fit`` call per optimizer, snapshots on) and
+:func:`attnsvm.runs.fit_settings` (GD, NGD, the capped Polyak step and Adam in one ``fit`` call, a rule
+per trial; the (L - L*) Polyak step in its own; snapshots on) and
 their exact metrics :func:`attnsvm.runs.trajectory_metrics`; the rates of a series
 :func:`attnsvm.metrics.slopes`, :func:`attnsvm.metrics.exp_rate`, and the theorems' first steps
 :func:`attnsvm.metrics.first_step`. This module holds the chapter's experiment
@@ -30,7 +31,7 @@ import numpy as np
 
 from .. import bounds, metrics, svm
 from ..data import random_inits, score_instances
-from ..runs import fit_settings, sensitivity_sweep, trajectory_metrics
+from ..runs import fit_settings, sensitivity_sweeps, trajectory_metrics
 
 __all__ = ["RatesRun", "rates_experiment"]
 
@@ -60,7 +61,8 @@ class RatesRun:
     star_lo : (K, B) the (L - L*) Polyak step's proved projection bound
     cap_threshold : (B,) excess below which the Polyak step is capped
     thm : History-derived metrics of NGD at the linear-rate theorem's step ``eta_thm``
-    sweeps : dict name -> :func:`attnsvm.runs.sensitivity_sweep` (step-size sweeps; factors in ``config``)
+    sweeps : dict name -> a sweep of :func:`attnsvm.runs.sensitivity_sweeps` (step-size sweeps, one
+        ``fit`` call; factors in ``config``)
     """
 
     data: object
@@ -335,7 +337,7 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
     (:func:`attnsvm.runs.fit_settings`, ``steps`` steps); NGD at the linear-rate theorem's step (smallest over the
     trials of ``eta_ngd``, ``thm_steps`` steps); and step-size sweeps of ``sweep_steps`` steps
     (GD and NGD steps times 1/``lr_factor``, 1, ``lr_factor``; the Polyak cap times
-    1/``cap_factor``, 1, ``cap_factor``; :func:`attnsvm.runs.sensitivity_sweep`).
+    1/``cap_factor``, 1, ``cap_factor``; :func:`attnsvm.runs.sensitivity_sweeps`, one call).
 
     Returns
     -------
@@ -361,14 +363,12 @@ def rates_experiment(n, T, d, *, trials, steps, radius=1.0, lr_gd=1.0, lr_ngd=0.
     eta_thm = float(np.min(c["eta_ngd"]))
     h_thm = fit_settings(data, W_mm, settings={"ngd": dict(lr=eta_thm)}, steps=thm_steps,
                                init=W0, n_records=60, seed=seed, device=device)["ngd"]
-    sweep = dict(init=W0, steps=sweep_steps, seed=seed, device=device)
-    sweeps = {"gd": sensitivity_sweep(data, opt, W_mm, optimizer="gd",
-                                 values=[lr_gd / lr_factor, lr_gd, lr_factor * lr_gd], **sweep),
-              "ngd": sensitivity_sweep(data, opt, W_mm, optimizer="ngd",
-                                  values=[lr_ngd / lr_factor, lr_ngd, lr_factor * lr_ngd], **sweep),
-              "polyak": sensitivity_sweep(data, opt, W_mm, optimizer="polyak", key="eta_max",
-                                     values=[eta_max / cap_factor, eta_max, cap_factor * eta_max],
-                                     base=dict(lr=1.0), **sweep)}
+    sweeps = sensitivity_sweeps(data, opt, W_mm, sweeps={
+        "gd": dict(optimizer="gd", values=[lr_gd / lr_factor, lr_gd, lr_factor * lr_gd]),
+        "ngd": dict(optimizer="ngd", values=[lr_ngd / lr_factor, lr_ngd, lr_factor * lr_ngd]),
+        "polyak": dict(optimizer="polyak", key="eta_max", base=dict(lr=1.0),
+                       values=[eta_max / cap_factor, eta_max, cap_factor * eta_max])},
+        init=W0, steps=sweep_steps, seed=seed, device=device)
     return RatesRun(data, opt, W_mm, W0, c, runs, M, t, floor=bounds.orth_floor(data, opt, W0, M["ngd"]["norm"]),
                     norm_lo=lo, norm_hi=hi, star_lo=bounds.polyak_star_progress_bound(t, c, W0_proj),
                     cap_threshold=bounds.polyak_cap_threshold(c, eta_max), eta_thm=eta_thm,
