@@ -599,7 +599,9 @@ class PerTrial(Rule):
     that rule alone: the rules are per trial (every norm, step size and cap is taken per trial),
     so it equals one run per rule up to the last bit. The context's per-trial values (``lr``,
     ``eta_max``, ``log_loss``, the log-scales) are sliced alike; ``log_loss`` holds, per trial,
-    what that trial's rule needs (:math:`\log L` or :math:`\log(L - L^\star)`).
+    what that trial's rule needs (:math:`\log L` or :math:`\log(L - L^\star)`). A step size or
+    cap that is one number on a rule's trials reaches that rule as a float, as in a run of its
+    own.
 
     Parameters
     ----------
@@ -620,6 +622,7 @@ class PerTrial(Rule):
         self.index = {k: v for k, v in self.index.items() if v}
         self.needs_log_loss = any(r.needs_log_loss for r in self.rules.values())
         self._idx = {}                     # name -> index tensor, per device
+        self._uniform = {}                 # (name, cap) -> (the tensor read, its value per rule)
 
     def trials_of(self, name):
         """The trials (list of int) that take the rule ``name``."""
@@ -635,10 +638,33 @@ class PerTrial(Rule):
     def _take(x, idx):
         return x.index_select(0, idx) if torch.is_tensor(x) and x.ndim >= 1 else x
 
-    def _sub(self, ctx, idx, params):
+    def _per_rule(self, name, value, idx, cap=False):
+        """``value`` (``lr`` or ``eta_max``) for the trials of rule ``name``: a float where it is
+        one number on them (the rule then runs exactly as in a batch of its own, float step,
+        float cap; no cap for a cap of inf), else the slice. Read on the host once per tensor
+        (the engine passes the same tensors at every step)."""
+        if not torch.is_tensor(value) or value.ndim == 0:
+            return value
+        key = (name, cap)
+        hit = self._uniform.get(key)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        sub = value.index_select(0, idx)
+        vals = sub.unique()
+        out = sub
+        if vals.numel() == 1:
+            out = float(vals[0])
+            if cap and math.isinf(out):
+                out = None
+        self._uniform[key] = (value, out)
+        return out
+
+    def _sub(self, name, ctx, idx, params):
         take = self._take
-        return Context(lr=take(ctx.lr, idx), log_scale=[take(sc, idx) for sc in ctx.log_scale],
-                       log_loss=take(ctx.log_loss, idx), eta_max=take(ctx.eta_max, idx),
+        return Context(lr=self._per_rule(name, ctx.lr, idx),
+                       log_scale=[take(sc, idx) for sc in ctx.log_scale],
+                       log_loss=take(ctx.log_loss, idx),
+                       eta_max=self._per_rule(name, ctx.eta_max, idx, cap=True),
                        batch_ndim=ctx.batch_ndim,
                        params=None if params is None else [take(p, idx) for p in params])
 
@@ -658,7 +684,7 @@ class PerTrial(Rule):
             if k not in self.index:
                 continue
             idx = self._index(k, dev)
-            sub = self._sub(ctx, idx, ctx.params if params is None else params)
+            sub = self._sub(k, ctx, idx, ctx.params if params is None else params)
             g = [self._take(x, idx) for x in grads]
             st = state["rules"][k]
             yield idx, (rule.update(g, st, sub) if params is None

@@ -44,7 +44,10 @@ def fit_rules(data, settings, *, seed=0, **common):
     equals that of its own ``fit`` call up to rounding (tests/test_batched_runs.py).
 
     ``common``: the other keyword arguments of :func:`~attnsvm.train.fit`, the same for every
-    optimizer (``model``, ``steps``, ``init``, ``refs``, the records, ``device``, ...).
+    optimizer (``model``, ``steps``, ``init``, ``refs``, the records, ``device``, ...). A model
+    object that holds values per trial (e.g. the floor of
+    :class:`~attnsvm.models.SelfAttentionNTP`) must hold them for the tiled trials: the values of
+    trial ``b`` at ``j B + b`` for every optimizer ``j`` (``np.tile``).
 
     Returns
     -------

@@ -178,8 +178,10 @@ def _experiment(n, K, T, d, queries, levels, embedding, trials, steps, lr, lr_ng
     fin_norm = np.linalg.norm(W_fin, axis=(-2, -1))
     grid = record_grid(steps, "log", n_records)
     curves = {}
-    hs = fit_rules(data, {"gd": dict(lr=lr_gd), "ngd": dict(lr=float(lr_ngd))}, seed=seed,
-                   model=model, steps=steps, init="random", init_scale=init_scale,
+    rules = {"gd": dict(lr=lr_gd), "ngd": dict(lr=float(lr_ngd))}
+    # one call, the trials tiled once per rule: the model's per-trial floor tiled alike
+    hs = fit_rules(data, rules, seed=seed, model=SelfAttentionNTP(floor=np.tile(L_inf, len(rules))),
+                   steps=steps, init="random", init_scale=init_scale,
                    refs={"svm": W_svm}, snapshots=True, record_every=grid[1:-1], device=device)
     for rule, h in hs.items():
         Wt = h.snapshots                                             # (R, B, d, d)
