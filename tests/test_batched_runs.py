@@ -168,7 +168,8 @@ SETTINGS = {"gd": dict(lr=1.0), "ngd": dict(lr=0.1), "polyak": dict(lr=1.0, eta_
             "polyak_star": dict(lr=1.0), "adam": dict(lr=0.01)}
 
 
-def test_fit_rules_one_call_equals_one_fit_per_rule(inst):
+@pytest.mark.parametrize("calls", ["one", "per_rule", "auto"])
+def test_fit_rules_one_call_equals_one_fit_per_rule(inst, calls):
     """``runs.fit_rules``: GD, NGD, both Polyak steps and Adam as one ``fit`` (a rule, ``lr`` and
     ``eta_max`` per trial: ``optim.PerTrial``; the (L - L*) Polyak step's ``log_loss`` per
     trial) equals one ``fit`` per rule: every record and the final ``W`` (Frobenius norm) to
@@ -177,8 +178,9 @@ def test_fit_rules_one_call_equals_one_fit_per_rule(inst):
     step or cap, or the loss L where L - L* is due, fails by > 1e9 x RTOL."""
     data, opt, W_mm, W0 = inst
     common = dict(model="W", steps=300, init=W0, n_records=12, device="cpu")
-    got = runs.fit_rules(data, SETTINGS, refs={"W_mm": W_mm}, **common)
+    got = runs.fit_rules(data, SETTINGS, refs={"W_mm": W_mm}, calls=calls, **common)
     assert list(got) == list(SETTINGS)
+    assert ("joint" in got["gd"].config) == (calls != "per_rule")     # auto: one call here
     finals = []
     for name, kw in SETTINGS.items():
         ref = train.fit(data, optimizer=name, refs={"W_mm": W_mm}, **common, **kw)
@@ -204,7 +206,7 @@ def test_fit_rules_at_saturation(inst):
     data, _, _, W0 = inst
     settings = {"ngd": dict(lr=5e4), "gd": dict(lr=1.0), "polyak_star": dict(lr=1.0)}
     common = dict(model="W", steps=30, init=W0, n_records=5, device="cpu")
-    got = runs.fit_rules(data, settings, **common)
+    got = runs.fit_rules(data, settings, calls="one", **common)
     for name, kw in settings.items():
         ref = train.fit(data, optimizer=name, **common, **kw)
         assert np.all(np.isfinite(got[name].W))
@@ -225,7 +227,7 @@ def test_fit_rules_model_object_and_random_inits():
     settings = {"gd": dict(lr=np.array([0.5, 0.25])), "ngd": dict(lr=0.2)}
     common = dict(model=model, steps=100, init="random", init_scale=0.01, n_records=6,
                   device="cpu", seed=3)
-    got = runs.fit_rules(data, settings, **common)
+    got = runs.fit_rules(data, settings, calls="one", **common)
     for name, kw in settings.items():
         ref = train.fit(data, optimizer=name, **common, **kw)
         for f in ("loss", "norm"):

@@ -594,14 +594,15 @@ class AdamRule(Rule):
 class PerTrial(Rule):
     r"""Several rules in one batch: trial :math:`b` takes the step of ``rules[names[b]]``.
 
-    Each rule runs on the sub-batch of its own trials (an index per rule, gathered from and
-    scattered back into the batch), so a trial's step is the step it would take in a batch of
-    that rule alone: the rules are per trial (every norm, step size and cap is taken per trial),
-    so it equals one run per rule up to the last bit. The context's per-trial values (``lr``,
-    ``eta_max``, ``log_loss``, the log-scales) are sliced alike; ``log_loss`` holds, per trial,
-    what that trial's rule needs (:math:`\log L` or :math:`\log(L - L^\star)`). A step size or
-    cap that is one number on a rule's trials reaches that rule as a float, as in a run of its
-    own.
+    Each rule runs on the sub-batch of its own trials, so a trial's step is the step it would
+    take in a batch of that rule alone: the rules are per trial (every norm, step size and cap
+    is taken per trial), so it equals one run per rule up to rounding. A rule whose trials are
+    one contiguous range (the tiled trials of :func:`attnsvm.runs.fit_rules`) reads views of the
+    batch, and the rules' outputs are concatenated; other layouts are gathered and scattered
+    back. The context's per-trial values (``lr``, ``eta_max``, ``log_loss``, the log-scales)
+    are sliced alike; ``log_loss`` holds, per trial, what that trial's rule needs
+    (:math:`\log L` or :math:`\log(L - L^\star)`). A step size or cap that is one number on a
+    rule's trials reaches that rule as a float, as in a run of its own.
 
     Parameters
     ----------
@@ -618,27 +619,31 @@ class PerTrial(Rule):
         unknown = sorted(set(self.names) - set(self.rules))
         if unknown:
             raise ValueError(f"no rule given for {unknown}")
-        self.index = {k: [b for b, nm in enumerate(self.names) if nm == k] for k in self.rules}
-        self.index = {k: v for k, v in self.index.items() if v}
+        index = {k: [b for b, nm in enumerate(self.names) if nm == k] for k in self.rules}
+        self.index = {k: v for k, v in index.items() if v}
         self.needs_log_loss = any(r.needs_log_loss for r in self.rules.values())
-        self._idx = {}                     # name -> index tensor, per device
+        # a rule's trials as a slice where they are one contiguous range; in the order of
+        # their first trial, the rules' outputs concatenate to the batch when all are
+        self.order = sorted(self.index, key=lambda k: self.index[k][0])
+        self.blocks = all(v == list(range(v[0], v[-1] + 1)) for v in self.index.values())
+        self._sel = {}                     # (name, device) -> slice or index tensor
         self._uniform = {}                 # (name, cap) -> (the tensor read, its value per rule)
 
-    def trials_of(self, name):
-        """The trials (list of int) that take the rule ``name``."""
-        return list(self.index.get(name, []))
-
-    def _index(self, name, device):
+    def _select(self, name, device):
         key = (name, str(device))
-        if key not in self._idx:
-            self._idx[key] = torch.as_tensor(self.index[name], dtype=torch.long, device=device)
-        return self._idx[key]
+        if key not in self._sel:
+            v = self.index[name]
+            self._sel[key] = (slice(v[0], v[-1] + 1) if self.blocks else
+                              torch.as_tensor(v, dtype=torch.long, device=device))
+        return self._sel[key]
 
     @staticmethod
-    def _take(x, idx):
-        return x.index_select(0, idx) if torch.is_tensor(x) and x.ndim >= 1 else x
+    def _take(x, sel):
+        if not torch.is_tensor(x) or x.ndim == 0:
+            return x
+        return x[sel] if isinstance(sel, slice) else x.index_select(0, sel)
 
-    def _per_rule(self, name, value, idx, cap=False):
+    def _per_rule(self, name, value, sel, cap=False):
         """``value`` (``lr`` or ``eta_max``) for the trials of rule ``name``: a float where it is
         one number on them (the rule then runs exactly as in a batch of its own, float step,
         float cap; no cap for a cap of inf), else the slice. Read on the host once per tensor
@@ -649,7 +654,7 @@ class PerTrial(Rule):
         hit = self._uniform.get(key)
         if hit is not None and hit[0] is value:
             return hit[1]
-        sub = value.index_select(0, idx)
+        sub = self._take(value, sel)
         vals = sub.unique()
         out = sub
         if vals.numel() == 1:
@@ -659,52 +664,52 @@ class PerTrial(Rule):
         self._uniform[key] = (value, out)
         return out
 
-    def _sub(self, name, ctx, idx, params):
+    def _sub(self, name, ctx, sel, params):
         take = self._take
-        return Context(lr=self._per_rule(name, ctx.lr, idx),
-                       log_scale=[take(sc, idx) for sc in ctx.log_scale],
-                       log_loss=take(ctx.log_loss, idx),
-                       eta_max=self._per_rule(name, ctx.eta_max, idx, cap=True),
+        return Context(lr=self._per_rule(name, ctx.lr, sel),
+                       log_scale=[take(sc, sel) for sc in ctx.log_scale],
+                       log_loss=take(ctx.log_loss, sel),
+                       eta_max=self._per_rule(name, ctx.eta_max, sel, cap=True),
                        batch_ndim=ctx.batch_ndim,
-                       params=None if params is None else [take(p, idx) for p in params])
+                       params=None if params is None else [take(p, sel) for p in params])
 
     def init_state(self, params):
         if params is None:
-            return {"k": 0, "rules": {k: self.rules[k].init_state(None) for k in self.index}}
+            return {"k": 0, "rules": {k: self.rules[k].init_state(None) for k in self.order}}
         dev = params[0].device
         return {"k": 0, "rules": {k: self.rules[k].init_state(
-            [self._take(p, self._index(k, dev)) for p in params]) for k in self.index}}
+            [self._take(p, self._select(k, dev)) for p in params]) for k in self.order}}
 
     def _each(self, grads, state, ctx, params):
-        """``(index, new values)`` per rule: its increments, or its new parameters when
-        ``params`` is given."""
+        """``(selector, new values)`` per rule, in :attr:`order`: its increments, or its new
+        parameters when ``params`` is given."""
         dev = grads[0].device
         state["k"] += 1
-        for k, rule in self.rules.items():
-            if k not in self.index:
-                continue
-            idx = self._index(k, dev)
-            sub = self._sub(k, ctx, idx, ctx.params if params is None else params)
-            g = [self._take(x, idx) for x in grads]
+        for k in self.order:
+            sel = self._select(k, dev)
+            sub = self._sub(k, ctx, sel, ctx.params if params is None else params)
+            g = [self._take(x, sel) for x in grads]
             st = state["rules"][k]
-            yield idx, (rule.update(g, st, sub) if params is None
+            rule = self.rules[k]
+            yield sel, (rule.update(g, st, sub) if params is None
                         else rule.apply(sub.params, g, st, sub))
 
-    @staticmethod
-    def _scatter(like, parts):
+    def _join(self, like, parts):
+        if self.blocks:
+            return [torch.cat([vals[j] for _, vals in parts]) for j in range(len(like))]
         out = []
         for j, x in enumerate(like):
             full = torch.empty_like(x)
-            for idx, vals in parts:
-                full.index_copy_(0, idx, vals[j])
+            for sel, vals in parts:
+                full.index_copy_(0, sel, vals[j])
             out.append(full)
         return out
 
     def update(self, grads, state, ctx):
-        return self._scatter(grads, list(self._each(grads, state, ctx, None)))
+        return self._join(grads, list(self._each(grads, state, ctx, None)))
 
     def apply(self, params, grads, state, ctx):
-        return self._scatter(params, list(self._each(grads, state, ctx, list(params))))
+        return self._join(params, list(self._each(grads, state, ctx, list(params))))
 
 
 def _descent(name, direction, step="schedule"):

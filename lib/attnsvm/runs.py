@@ -22,6 +22,7 @@ import numpy as np
 
 from . import bounds, metrics, train
 from ._checks import check_choice, check_int
+from .devices import resolve_device
 from .history import NonFiniteError, record_grid
 from .losses import excess_loss
 from .models import MarginObjective
@@ -32,7 +33,23 @@ __all__ = ["fit_rules", "fit_settings", "trajectory_metrics", "tile_trials", "un
            "every_step", "global_run", "global_runs", "fit_margin"]
 
 
-def fit_rules(data, settings, *, seed=0, **common):
+#: ``fit_rules(calls="auto")`` on a CPU: one call while the tiled data take at most this many
+#: bytes, else one call per optimizer. Measured (benchmarks/one_call.py, 2-core AMD EPYC, 1 MiB
+#: L2 per core): one call of chapter 9's four optimizers is 1.05x faster at n, T, d = 6, 8, 10,
+#: B = 100 (1.5 MB of tokens tiled) and 1.4x *slower* at its paper shape 20, 8, 32 (16 MB): the
+#: batched products outgrow the caches. On CUDA one call is always taken (launch-bound).
+ONE_CALL_CPU_BYTES = 4 * 2 ** 20
+
+
+def _one_call(data, V, device):
+    """Whether :func:`fit_rules` with ``calls="auto"`` runs its ``V`` optimizers as one call."""
+    if resolve_device(device).type != "cpu":
+        return True
+    nbytes = sum(a.nbytes for a in data._fields() if isinstance(a, np.ndarray))
+    return V * nbytes <= ONE_CALL_CPU_BYTES
+
+
+def fit_rules(data, settings, *, seed=0, calls="auto", **common):
     r"""Train every optimizer of ``settings`` (name -> the ``lr`` and ``eta_max`` of
     :func:`~attnsvm.train.fit`, and ``optimizer`` when the name is not the rule's) on all trials
     of ``data`` in **one** :func:`~attnsvm.train.fit` call: the trials tiled once per optimizer
@@ -42,6 +59,10 @@ def fit_rules(data, settings, *, seed=0, **common):
     run of that optimizer alone would), and every per-trial array of ``common`` (``init``, the
     ``refs``) tiled alike. A trial does not depend on the others, so each optimizer's History
     equals that of its own ``fit`` call up to rounding (tests/test_batched_runs.py).
+
+    ``calls``: ``"one"`` (as above), ``"per_rule"`` (one :func:`~attnsvm.train.fit` call per
+    optimizer, the same runs to rounding) or ``"auto"``: one call on CUDA, and on a CPU while the
+    tiled data fit :data:`ONE_CALL_CPU_BYTES` (beyond that, on a CPU, one call is slower).
 
     ``common``: the other keyword arguments of :func:`~attnsvm.train.fit`, the same for every
     optimizer (``model``, ``steps``, ``init``, ``refs``, the records, ``device``, ...). A model
@@ -63,10 +84,16 @@ def fit_rules(data, settings, *, seed=0, **common):
     if foreign:
         raise ValueError(f"settings take only lr, eta_max and optimizer per optimizer (the rest "
                          f"is common to the call); got {foreign}")
+    check_choice("calls", calls, ("auto", "one", "per_rule"))
     B = data.trials
     rule = {nm: settings[nm].get("optimizer", nm) for nm in names}
     for nm in names:
         check_choice(f"settings[{nm!r}]['optimizer']", rule[nm], OPTIMIZERS)
+    if calls == "per_rule" or (calls == "auto" and not _one_call(data, len(names),
+                                                                common.get("device", "auto"))):
+        return {nm: train.fit(data, optimizer=rule[nm], seed=seed, **common,
+                              **{k: v for k, v in settings[nm].items() if k != "optimizer"})
+                for nm in names}
     tiled, idx = tile_trials(data, len(names))
     lr = [settings[nm].get("lr", OPTIMIZERS[rule[nm]].lr) for nm in names]
     kw = dict(common)
