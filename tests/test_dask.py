@@ -31,7 +31,8 @@ def _timed_body(root, name, partner=None):
         f"while not os.path.exists({str(root / ('started-' + partner))!r}) "
         f"and time.time() - t0 < 60:\n    time.sleep(0.05)\n")
     return (f"import json, os, time\nt0 = time.time()\n{wait}time.sleep({SLEEP})\n"
-            f"json.dump({{'t0': t0, 't1': time.time(), 'omp': os.environ.get('OMP_NUM_THREADS')}}, "
+            f"json.dump({{'t0': t0, 't1': time.time(), 'omp': os.environ.get('OMP_NUM_THREADS'), "
+            f"'trim': os.environ.get('MALLOC_TRIM_THRESHOLD_')}}, "
             f"open({str(log)!r}, 'w'))")
 
 
@@ -52,6 +53,10 @@ def test_two_notebooks_build_in_parallel_on_two_workers(minibook):
     assert all(e["device"] == "cpu" for e in entries.values())
     # each kernel's BLAS/torch threads are capped: the cores shared out among the workers
     assert one["omp"] == two["omp"] == str(parallel.threads_per_worker(2))
+    # ... and keeps glibc's memory setting of the process that ran the build, not the Dask
+    # worker's MALLOC_TRIM_THRESHOLD_=65536 (which doubles a paper-size notebook's time:
+    # parallel.KERNEL_ENVIRON; the worker's own value: the test below)
+    assert one["trim"] == two["trim"] == os.environ.get("MALLOC_TRIM_THRESHOLD_")
     # one progress line per notebook as it finishes, naming the worker
     assert len(lines) == 3 and sorted(line[:5] for line in lines) == ["[1/3]", "[2/3]", "[3/3]"]
     assert all("executed in" in line and " on tcp://" in line for line in lines)
@@ -212,3 +217,29 @@ def test_build_and_sweep_on_an_existing_cluster_given_by_its_address(minibook, t
         rebuilt = book.build(minibook, "quick", render_html=False, scheduler=address,
                              log=lambda m: None)
         assert all(e["cached"] for e in rebuilt["notebooks"])
+
+
+@pytest.mark.slow
+def test_dask_workers_trim_memory_and_kernels_do_not_inherit_it(minibook, monkeypatch):
+    """The cause of the slow paper build of 2026-11-28: a Dask worker process has
+    ``MALLOC_TRIM_THRESHOLD_=65536`` from its nanny (so a kernel started there would inherit it),
+    while a notebook run through :func:`attnsvm_book.parallel.run_job` on that worker sees the
+    value of the process that made the job: unset here, and a value set there reaches it.
+    Twin: with ``KERNEL_ENVIRON`` empty the kernel sees the worker's ``'65536'`` (checked)."""
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    out = minibook / "trim.json"
+    _add_notebook(minibook, "trim", "x = 1",
+                  f"import json, os\njson.dump(os.environ.get('MALLOC_TRIM_THRESHOLD_'), "
+                  f"open({str(out)!r}, 'w'))")
+    nb = "notebooks/trim.ipynb"
+    with parallel.dask_client(workers=1) as client:
+        worker_env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert list(worker_env.values()) == ["65536"]
+        for value in (None, "1048576"):
+            if value is not None:
+                monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", value)
+            job = parallel.make_job(minibook, nb, {}, minibook / "out.ipynb",
+                                    minibook / "failed.ipynb", device="cpu", resolved="cpu")
+            res = client.submit(parallel.run_job, job, pure=False).result()
+            assert res["status"] == "ok", res["error"]
+            assert json.loads(out.read_text()) == value

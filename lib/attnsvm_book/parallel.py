@@ -44,6 +44,16 @@ GPU_PER_CARD_ENV = "ATTNSVM_GPU_WORKERS_PER_CARD"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
+#: environment variables a kernel gets from the process that schedules the build, not from the
+#: Dask worker that starts it: a worker's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` (Dask's
+#: default ``distributed.nanny.pre-spawn-environ``, to hand a worker's freed memory back to the
+#: system), and a kernel that inherits it has glibc give back and fault in again the pages of
+#: torch's temporaries at every step: measured on chapter 9 at its paper shape (5,000 steps,
+#: papermill, 1 thread), 1:50 wall with 45 s system time and 30.5 M page faults, against 0:55,
+#: 2 s and 0.37 M with glibc's default (the build's paper run of 2026-11-28 had about half its
+#: kernels' CPU time in the system)
+KERNEL_ENVIRON = ("MALLOC_TRIM_THRESHOLD_",)
+
 _ENV_LOCK = threading.RLock()    # re-entered: the thread caps and the engine log nest
 
 
@@ -122,28 +132,35 @@ def make_job(root, notebook: str, parameters: dict, out_path, failed_path, *, de
     cluster of :func:`worker_plan`).
     """
     return {"root": str(root), "notebook": notebook, "parameters": dict(parameters),
+            "environ": {k: os.environ.get(k) for k in KERNEL_ENVIRON},
             "out_path": str(out_path), "failed_path": str(failed_path), "device": str(device),
             "kernel_name": kernel_name, "threads": threads, "name": name or notebook,
             "resolved": resolved, "strict_claims": bool(strict_claims), "resources": resources}
 
 
 @contextlib.contextmanager
-def _thread_environment(threads: int | None):
-    """Set :data:`THREAD_VARIABLES` to ``threads`` while a kernel starts (it inherits them)."""
-    if threads is None:
-        yield
-        return
+def _environment(values: dict):
+    """Set the environment variables ``values`` (name -> str, or None: unset) while a kernel
+    starts (it inherits them); restored afterwards."""
     with _ENV_LOCK:
-        old = {k: os.environ.get(k) for k in THREAD_VARIABLES}
-        os.environ.update({k: str(int(threads)) for k in THREAD_VARIABLES})
-        try:
-            yield
-        finally:
-            for k, v in old.items():
+        old = {k: os.environ.get(k) for k in values}
+
+        def put(items):
+            for k, v in items.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
-                    os.environ[k] = v
+                    os.environ[k] = str(v)
+        put(values)
+        try:
+            yield
+        finally:
+            put(old)
+
+
+def _thread_environment(threads: int | None):
+    """Set :data:`THREAD_VARIABLES` to ``threads`` while a kernel starts (it inherits them)."""
+    return _environment({} if threads is None else {k: int(threads) for k in THREAD_VARIABLES})
 
 
 def _worker_label() -> str:
@@ -211,9 +228,10 @@ def run_job(job: dict) -> dict:
                 "error": f"{job['name']}: {type(exc).__name__}: {exc}"}
     engine = None
     try:
-        # the kernel inherits the thread caps and the engine log; the job's own process is not
-        # affected afterwards
-        with _thread_environment(job.get("threads")), _engine_log() as engines:
+        # the kernel inherits the thread caps, the scheduling process's KERNEL_ENVIRON and the
+        # engine log; the job's own process is not affected afterwards
+        with _thread_environment(job.get("threads")), _environment(job.get("environ", {})), \
+                _engine_log() as engines:
             try:
                 for attempt in range(KERNEL_START_RETRIES + 1):
                     try:
@@ -271,7 +289,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     # worker-saturation 1.0: a worker holds one notebook at a time and the rest wait at the
     # scheduler for whichever worker frees first (notebooks are long, unequal tasks; the default
     # 1.1 would queue two behind one worker while another idles)
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}), _nanny_leak():
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR,
                                memory_limit=0, env=env)
@@ -286,6 +304,27 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
 
 
 @contextlib.contextmanager
+def _nanny_leak():
+    """Undo, once a local cluster is up, what its nannies wrote into this process's environment
+    (``distributed.nanny.pre-spawn-environ``: ``MALLOC_TRIM_THRESHOLD_``, BLAS thread caps), so
+    that the jobs made here (:data:`KERNEL_ENVIRON`) and kernels started here later do not
+    inherit it."""
+    import dask
+
+    names = set(dask.config.get("distributed.nanny.pre-spawn-environ", {})) | set(KERNEL_ENVIRON)
+    before = {k: os.environ.get(k) for k in names}
+    try:
+        yield
+    finally:
+        with _ENV_LOCK:
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@contextlib.contextmanager
 def _planned_cluster(plan):
     """A local cluster of the workers of ``plan`` (one process and one thread each)."""
     import dask
@@ -295,7 +334,7 @@ def _planned_cluster(plan):
     spec = {w["name"]: {"cls": Nanny, "options": {
         "nthreads": 1, "memory_limit": 0, "resources": w["resources"],
         "env": {**{k: str(threads) for k in THREAD_VARIABLES}, **w["env"]}}} for w in plan}
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}), _nanny_leak():
         cluster = SpecCluster(workers=spec, silence_logs=logging.ERROR,
                               scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
     try:
