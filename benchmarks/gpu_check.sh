@@ -48,6 +48,9 @@ timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_compiled.py
 stamp "1c. compute ops per step of each rule (benchmarks/op_count.py: torch.profiler, the count of benchmarks/step_speed.py)"
 timeout 120 python3 benchmarks/op_count.py --device cuda 2>&1 | tee "$OUTDIR/op_count.txt" | grep -v "^USDT"
 
+stamp "1d. one fit call per experiment against one per optimizer (benchmarks/one_call.py)"
+timeout 90 python3 benchmarks/one_call.py --device cuda --steps 300 --repeat 2 2>&1 | tee "$OUTDIR/one_call.txt"
+
 stamp "2. graph_speed"
 timeout 150 python3 benchmarks/graph_speed.py --steps 400 --repeats 2 2>&1 | tee "$OUTDIR/graph_speed.txt"
 
