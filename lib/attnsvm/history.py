@@ -132,8 +132,14 @@ class History:
         if b >= B:
             raise ValueError(f"b must be < {B} (the number of trials), got {b}")
 
+        return self._select(lambda a, axis: a[(slice(None),) * axis + (b,)],
+                            dict(self.config, trials=1, trial=b % B))
+
+    def _select(self, pick, config):
+        """A History of the same steps with every per-trial array ``a`` replaced by
+        ``pick(a, axis)`` (``axis`` its trials axis: 0 for ``params`` and ``opt``, else 1)."""
         def at(a, axis=1):
-            return None if a is None else a[(slice(None),) * axis + (b,)]
+            return None if a is None else pick(a, axis)
         return History(steps=self.steps, loss=at(self.loss), log_loss=at(self.log_loss),
                        norm=at(self.norm), corr={k: at(v) for k, v in self.corr.items()},
                        opt_mass=at(self.opt_mass), selected=at(self.selected),
@@ -141,7 +147,7 @@ class History:
                        params={k: at(v, 0) for k, v in self.params.items()},
                        snapshots=at(self.snapshots),
                        trajectory={k: at(v) for k, v in self.trajectory.items()},
-                       config=dict(self.config, trials=1, trial=b % B))
+                       config=config)
 
     def take(self, trials):
         """The History of the trials ``trials`` (int indices), keeping the trials axis: the
@@ -157,16 +163,8 @@ class History:
             raise ValueError(f"trials must be a non-empty sequence of trial indices in "
                              f"[{-B}, {B}), got {trials!r}")
 
-        def at(a, axis=1):
-            return None if a is None else np.take(a, idx, axis=axis)
-        return History(steps=self.steps, loss=at(self.loss), log_loss=at(self.log_loss),
-                       norm=at(self.norm), corr={k: at(v) for k, v in self.corr.items()},
-                       opt_mass=at(self.opt_mass), selected=at(self.selected),
-                       margin=at(self.margin), excess=at(self.excess), opt=at(self.opt, 0),
-                       params={k: at(v, 0) for k, v in self.params.items()},
-                       snapshots=at(self.snapshots),
-                       trajectory={k: at(v) for k, v in self.trajectory.items()},
-                       config=dict(self.config, trials=int(idx.size)))
+        return self._select(lambda a, axis: np.take(a, idx, axis=axis),
+                            dict(self.config, trials=int(idx.size)))
 
     def _p(self, name):
         if name not in self.params:
