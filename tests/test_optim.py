@@ -11,6 +11,8 @@ from attnsvm.losses import get_loss
 from attnsvm.optim import NGD, RULES, Adam, Polyak, SignGD, init_state, log_norm, update
 from attnsvm.train import fit
 
+EPS = float(np.finfo(np.float64).eps)
+
 
 def _rand(*shape, seed=0):
     return torch.tensor(np.random.default_rng(seed).standard_normal(shape))
@@ -274,3 +276,38 @@ def test_adam_keeps_its_moments_through_a_zero_gradient_at_scale_finfo_min():
     out = update("adam", [z], st, lr=0.1, log_scale=[tied], batch_ndim=1)
     assert torch.isfinite(out[0]).all() and torch.isfinite(st["m"][0]).all()
     assert torch.isfinite(st["v"][0]).all()
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e200, 1e-200, 1e-319])
+def test_fused_ngd_equals_the_generic_normalized_direction(scale):
+    """NGD has two definitions in ``optim.Descent``: the fused step of ``_plan`` (parameters
+    sharing one log-scale: ``g / ||g||`` with the plain norm where exact, else ``unit_scaled``,
+    applied by ``addcdiv``) and the generic ``_dir_normalized`` x schedule (taken here by giving
+    the same scale as two distinct tensors). They agree per trial to 4 eps (1 + |sigma| + |log||g~|||)
+    relative (the generic form's exponent sigma - (sigma + log||g~||) rounds at that scale;
+    measured: at most 0.09 of that) on gradients of any size, subnormal included, with
+    log-scales -800 to 3, and a zero gradient gives no step in both. Can fail: the wrong trial's
+    norm, or ||g||^2 for ||g||, moves the step by O(1); a relative change of 1e-11 of the fused
+    step fails on every trial (the tolerance is at most 1.4e-12)."""
+    g = [_rand(4, 3, 3, seed=7) * scale, _rand(4, 5, seed=8) * scale]
+    for x in g:
+        x[2] = 0.0                                   # trial 2: a zero gradient
+    sig = torch.tensor([-800.0, 0.0, 3.0, 1.5], dtype=torch.float64)
+    lr = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    log_big = abs(math.log(float(max(x.abs().max() for x in g))))     # |log||g~|||, to +-2
+    fused = update("ngd", g, lr=lr, log_scale=[sig, sig], batch_ndim=1)
+    generic = update("ngd", g, lr=lr, log_scale=[sig, sig.clone()], batch_ndim=1)
+    for a, b in zip(fused, generic):
+        assert torch.isfinite(a).all() and torch.isfinite(b).all()
+        assert torch.equal(a[2], torch.zeros_like(a[2])) and torch.equal(b[2], a[2])
+        live = [0, 1, 3]
+        num = (a[live] - b[live]).flatten(1).norm(dim=1)
+        den = b[live].flatten(1).norm(dim=1)
+        # the generic form computes e^{sigma - log||g||_true}, log||g||_true = sigma + log||g~||:
+        # rounding of order eps (|sigma| + |log||g~|||) in the exponent (the fused form forms
+        # neither logarithm where the plain norm is exact)
+        tol = 4 * EPS * (1 + sig[live].abs() + log_big)
+        assert bool(((num / den) <= tol).all()), (num / den / tol)
+    tot = torch.sqrt(fused[0].flatten(1).pow(2).sum(1) + fused[1].pow(2).sum(1))
+    torch.testing.assert_close(tot[[0, 1, 3]], lr[[0, 1, 3]], rtol=1e-3 if scale < 1e-300 else 1e-14,
+                               atol=0)
