@@ -22,7 +22,14 @@ from types import SimpleNamespace
 
 from attnsvm._checks import check_positive
 from attnsvm.losses import log_excess_loss, log_mean_loss
-from attnsvm.optim import _bc, _dims, _dir_gradient, _log, _sqnorm
+from attnsvm.optim import _bc, _dims, _dir_gradient, _log
+
+
+def _sqnorm(g, batch_ndim):          # attnsvm.optim's at 74e9e46
+    dims = _dims(g, batch_ndim)
+    if not dims:
+        return g * g
+    return (g * g).sum(dim=dims)
 
 
 

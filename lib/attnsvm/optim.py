@@ -91,13 +91,6 @@ def _dims(g, batch_ndim):
     return tuple(range(batch_ndim, g.ndim))
 
 
-def _sqnorm(g, batch_ndim):
-    dims = _dims(g, batch_ndim)
-    if not dims:
-        return g * g
-    return (g * g).sum(dim=dims)
-
-
 def _log(x):
     return torch.log(x) if torch.is_tensor(x) else math.log(x)
 
@@ -111,34 +104,18 @@ _LOG_NORM_SAFE = 300.0
 def log_norm(grads, batch_ndim=0):
     r"""Log of the global Frobenius norm :math:`\log\|g\|` of a list of tensors, per trial.
 
-    Computed with a max-rescaling, so that it is finite for norms down to the smallest subnormal
-    (:math:`\|g\|^2` itself would underflow below :math:`\sim 10^{-154}`) and up to the largest
-    double. For float64 tensors on the CPU it is first computed plainly
-    (:math:`\tfrac12\log\sum_j\|g_j\|^2`, one ``vector_norm``), which is kept when every
-    trial's :math:`|\log\|g\||` is below 300 (the two agree to a few ulp there; a trial outside
-    takes the rescaled value, the others keep theirs); other dtypes and devices (where the check
-    would synchronize) always take the rescaled form.
+    Finite for norms down to the smallest subnormal (:math:`\|g\|^2` itself would underflow
+    below :math:`\sim 10^{-154}`) and up to the largest double: the plain norm
+    (:func:`_plain_norm`, float64 on the CPU) where it is exact, per trial, else
+    :math:`\log M + \log n_2` of :func:`unit_scaled` (other dtypes and devices always: no host
+    check). The one computation of the norm behind every normalized and Polyak step.
     """
-    plain = safe = None
-    if grads[0].dtype == torch.float64 and grads[0].device.type == "cpu":
-        if len(grads) == 1:
-            dims = _dims(grads[0], batch_ndim)
-            g = grads[0]
-            plain = torch.log(torch.linalg.vector_norm(g, dim=dims) if dims else g.abs())
-        else:
-            plain = 0.5 * torch.log(sum(_sqnorm(g, batch_ndim) for g in grads))
-        safe = plain.abs() < _LOG_NORM_SAFE
-        if not torch.compiler.is_compiling() and bool(safe.all()):
-            return plain          # (compiled: no host branch, the where below gives the same)
-    mx = None
-    for g in grads:
-        dims = _dims(g, batch_ndim)
-        a = g.abs().amax(dim=dims) if dims else g.abs()
-        mx = a if mx is None else torch.maximum(mx, a)
-    mx = torch.where(mx > 0, mx, torch.ones_like(mx))
-    sq = sum(_sqnorm(g / _bc(mx, g), batch_ndim) for g in grads)
-    rescaled = torch.log(mx) + 0.5 * torch.log(sq)
-    return rescaled if plain is None else torch.where(safe, plain, rescaled)
+    plain = _plain_norm(grads, batch_ndim)
+    if plain is not None and plain[1] is True:
+        return torch.log(plain[0])
+    _, mx, n2 = unit_scaled(grads, batch_ndim)
+    lg = torch.log(mx) + torch.log(n2)
+    return lg if plain is None else torch.where(plain[1], torch.log(plain[0]), lg)
 
 
 def unit_scaled(grads, batch_ndim=0):
@@ -337,14 +314,7 @@ def _log_norm_total(grads, ctx):
     2(\sigma_j + \log\|\tilde g_j\|)`, per trial."""
     scales = ctx.log_scale
     if _one_scale(scales):
-        plain = _plain_norm(grads, ctx.batch_ndim)
-        if plain is not None and plain[1] is True:
-            lg = torch.log(plain[0])
-        else:
-            _, mx, n2 = unit_scaled(grads, ctx.batch_ndim)
-            lg = torch.log(mx) + torch.log(n2)
-            if plain is not None:                  # the trials where the plain norm is exact
-                lg = torch.where(plain[1], torch.log(plain[0]), lg)
+        lg = log_norm(grads, ctx.batch_ndim)
         return lg if scales[0] is None else lg + scales[0]
     terms = [log_norm([g], ctx.batch_ndim) + (0.0 if sc is None else sc)
              for g, sc in zip(grads, scales)]
