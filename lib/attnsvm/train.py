@@ -539,7 +539,7 @@ class _FiniteGuard:
 
     CHECK = 256
 
-    def __init__(self, B, kw, hint="try a smaller lr"):
+    def __init__(self, B, kw, hint):
         self.buf = torch.empty((self.CHECK, B), **kw)
         self.first = 0                               # step held by buf[0]
         self.hint = hint
