@@ -281,3 +281,16 @@ def test_history_take_keeps_the_trials_asked_for(inst):
         h.take([3])
     with pytest.raises(ValueError, match="batched"):
         h.trial(0).take([0])
+
+
+def test_fit_rules_names_the_setting_and_trial_that_became_non_finite(inst):
+    """A non-finite trial of one call is reported by its optimizer's name in ``settings`` and its
+    trial of ``data`` (not its index among the tiled trials): the uncapped Polyak step overflows
+    within tens of steps on these instances (fit's docstring)."""
+    from attnsvm.history import NonFiniteError
+    data, _, _, W0 = inst
+    settings = {"gd": dict(lr=1.0), "wild": dict(optimizer="polyak", lr=1.0, eta_max=None)}
+    with pytest.raises(NonFiniteError, match=r"settings\['wild'\], trial \d") as err:
+        runs.fit_rules(data, settings, model="W", steps=300, init=W0, n_records=2,
+                       device="cpu", calls="one")
+    assert err.value.setting == "wild" and 0 <= err.value.trial < data.trials

@@ -75,6 +75,12 @@ def fit_rules(data, settings, *, seed=0, calls="auto", **common):
     dict name -> :class:`~attnsvm.history.History`
         Each with the trials axis of ``data``; its ``config`` gives that optimizer, its ``lr``
         and ``eta_max``, and ``config["joint"]`` the optimizers of the one call.
+
+    Raises
+    ------
+    NonFiniteError
+        A trial became non-finite: ``trial`` is its index in ``data`` and ``setting`` the name
+        of its optimizer in ``settings``.
     """
     names = list(settings)
     if not names:
@@ -107,8 +113,15 @@ def fit_rules(data, settings, *, seed=0, calls="auto", **common):
             kw[key] = kw[key][idx]
     if kw.get("refs"):
         kw["refs"] = {k: np.asarray(v)[idx] for k, v in kw["refs"].items()}
-    h = train.fit(tiled, optimizer=[rule[nm] for nm in names for _ in range(B)],
-                  seed=[(seed, int(b)) for b in idx], **kw)
+    try:
+        h = train.fit(tiled, optimizer=[rule[nm] for nm in names for _ in range(B)],
+                      seed=[(seed, int(b)) for b in idx], **kw)
+    except NonFiniteError as err:     # name the setting and the trial of data, not the tiled one
+        j, b = divmod(err.trial, B)
+        new = NonFiniteError(f"settings[{names[j]!r}], trial {b} (tiled trial {err.trial}): {err}",
+                             trial=b, step=err.step)
+        new.setting = names[j]
+        raise new from err
     out = {}
     for j, nm in enumerate(names):
         part = h.take(np.arange(j * B, (j + 1) * B))
