@@ -522,8 +522,18 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
     off-support mass), ``H2`` :math:`= (\sqrt{\|x^\star\|^2 + \|h_N(t_1)\|^2} + \bar\rho)^2 +
     \|P^\perp W_{t_1}\|^2`, ``lam`` the slope of :math:`a_{\mathrm{low}}`,
     :math:`\max(\gamma_A/R_A, (1 + G^2/\gamma_A^2)^{-1/2})` with :math:`G = R_V^2\bar\rho +
-    R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi`, ``c_minus``, ``c_plus`` (the constants of GD's
-    logarithmic bounds on :math:`a_t`), ``hN2``, ``xs2``.
+    R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi`, ``D_a`` the lag of the slope-one lower bound
+    :math:`a_t \ge a_{t_1} + L_t - D_a` (finite when :math:`\bar\ell \le \gamma_A/R_V^2` and
+    :math:`\bar\pi < 1`),
+
+    .. math::
+
+        D_a = \frac{1}{2\gamma_A^2}\Big(\frac{2R_AR_V^2(\rho_{t_1}^2 + 2\bar\rho\Xi + \Xi^2)}{1 - \bar\pi}
+              + 2\bar r\gamma_A\Xi\Big),\qquad \Xi = \Omega + \Phi,\quad
+              \bar r = R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi,
+
+    ``c_minus``, ``c_plus`` (the constants of GD's logarithmic bounds on :math:`a_t`), ``hN2``,
+    ``xs2``, ``Delta_max``.
     """
     optimizer = str(optimizer)
     if optimizer not in _DISTINCT_RULES:
@@ -597,13 +607,20 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
                R_Pi=RPi, ell_bar=float(ell_bar), rho_bar=rb, hN2=hN2, xs2=xs2)
     if not ok:
         out.update(Q_bar=np.inf, eps_hat=np.inf, Omega=np.inf, Phi=np.inf, pi_bar=np.inf, H2=np.inf,
-                   lam=gA / RA, c_minus=0.0, c_plus=np.inf)
+                   lam=gA / RA, D_a=np.inf, Delta_max=Dmax, c_minus=0.0, c_plus=np.inf)
         return out
     pi_bar = float(np.exp(eh + (RN + RV) * rb) * np.sum(off)) if N.any() else 0.0
     Gc = RV ** 2 * rb + RV * np.expm1(eh) + RN * pi_bar
+    Xi = Om + Ph                                                           # sum of ||e_s||
+    r_bar = RV * np.expm1(eh) + RN * pi_bar
+    if ell_bar <= gA / RV ** 2 and pi_bar < 1:
+        D_a = (2 * RA * RV ** 2 * (rho1 ** 2 + 2 * rb * Xi + Xi ** 2) / (1 - pi_bar) + 2 * r_bar * gA * Xi) \
+            / (2 * gA ** 2)
+    else:
+        D_a = np.inf
     out.update(Q_bar=float(Qb), eps_hat=float(eh), Omega=float(Om), Phi=float(Ph), pi_bar=pi_bar,
                H2=(np.sqrt(xs2 + hN2) + rb) ** 2 + float(sys["hP2"]),
-               lam=max(gA / RA, 1 / np.sqrt(1 + Gc ** 2 / gA ** 2)),
+               lam=max(gA / RA, 1 / np.sqrt(1 + Gc ** 2 / gA ** 2)), D_a=float(D_a), Delta_max=Dmax,
                c_minus=float(np.exp(np.logaddexp.reduce(logw[S] - rstar[S]) - eh - RV * rb) / n),
                c_plus=float(np.exp(np.logaddexp.reduce(lz) + eh + RPi * rb) / n))
     return out
@@ -611,11 +628,14 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
 
 def distinct_restart_bound(L, dc):
     r"""The bound of ``thm-distinct-restart``: :math:`1 - \mathrm{corr}(W_t, W_{mm}) \le
-    H^2/(2a_{\mathrm{low}}^2)`, :math:`a_{\mathrm{low}} = a_{t_1} + \lambda L`, with :math:`L =
-    \sum_{t_1\le s<t}\ell_s` (``L``, any shape) and ``dc`` from :func:`distinct_restart_constants`
-    (``H2``, ``a1``, ``lam``); ``inf`` where the theorem does not apply."""
+    H^2/(2a_{\mathrm{low}}^2)`, :math:`a_{\mathrm{low}} = a_{t_1} + \max(\lambda L, L - D_a)`, with
+    :math:`L = \sum_{t_1\le s<t}\ell_s` (``L``, any shape) and ``dc`` from
+    :func:`distinct_restart_constants` (``H2``, ``a1``, ``lam``, ``D_a``); ``inf`` where the
+    theorem does not apply."""
     L = np.asarray(L, dtype=float)
-    return dc["H2"] / (2 * (dc["a1"] + dc["lam"] * L) ** 2)
+    with np.errstate(invalid="ignore"):
+        a_low = dc["a1"] + np.maximum(dc["lam"] * L, L - dc["D_a"])
+    return dc["H2"] / (2 * a_low ** 2)
 
 
 def distinct_gd_margin_bounds(t, lr, dc):
