@@ -185,3 +185,51 @@ def test_distinct_restart_condition_and_errors():
     sysm, xs = _instance(*CASES[0], scale=400.0)
     with pytest.raises(ValueError, match="optimizer"):
         _constants(sysm, xs, "adam", 0.05)
+
+
+def test_distinct_weights_lemma():
+    """lem-distinct-weights on score_instances(distinct=True), (4, 3, 5) seed 6 and (6, 4, 8)
+    seed 0, trials 0-2, at W = c W_mm + N(0, 1) (rng 3, c log-spaced in [1, 30], 3 draws each),
+    kept where kappa Q <= 1/2 (260 points, kappa Q from 6e-13 to 0.49). The weights are those of
+    the library's reduced dynamics, the gradient and E those of attnsvm.losses (risk_grad,
+    excess_loss). Every weight is positive. Measured: -log nu_k / ((1 + 2 kappa) Q) at most 0.49
+    (the lower bound on log nu loose by a factor about 2: replacing 1 + 2 kappa by (1 + 2 kappa)
+    / 2.05 is caught); log nu_k <= 0 at every point, so the upper bound Delta_max Q is not
+    exercised; ||grad L|| / (gamma_A s_min E) >= 1.084 and R_A e^{Delta_max Q} E / ||grad L|| >=
+    1.044, so multiplying the lower bound by 1.09 or dividing the upper by 1.05 is caught (both
+    asserted below 1.2); R_A Delta_max Q is loose (at least 15 times ||grad L||)."""
+    from attnsvm.reduced import _coefficients
+    worst = dict(lo=np.inf, hi=np.inf, nu=0.0)
+    count = 0
+    for n, T, d, seed in [(4, 3, 5, 6), (6, 4, 8, 0)]:
+        data, opt = A.data.score_instances(n, T, d, trials=3, seed=seed, distinct=True)
+        W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
+        gA = 1 / np.linalg.norm(W_mm, axis=(-2, -1))
+        rng = np.random.default_rng(3)
+        for c in np.geomspace(1, 30, 25):
+            for _ in range(3):
+                W = c * W_mm + rng.standard_normal(W_mm.shape)
+                E = A.losses.excess_loss(data, opt, W)
+                g = np.linalg.norm(A.losses.risk_grad(data, W), axis=(-2, -1))
+                for b in range(3):
+                    sysm = A.reduced.margin_system(data.trial(b), W[b], W_mm[b], opt=opt[b])
+                    m = sysm["m0"]
+                    gp = sysm["gap"].reshape(n, T - 1)
+                    Q = np.exp(-m).reshape(n, T - 1).sum(1).max()
+                    kappa, Dm = (gp.max(1) / gp.min(1)).max(), gp.max()
+                    if kappa * Q > 0.5:
+                        continue
+                    count += 1
+                    w_hat, scale, _ = _coefficients(sysm, m)
+                    assert np.all(w_hat > 0)
+                    winf = np.exp(-np.logaddexp(0, sysm["gs"][sysm["seq"]])) * sysm["gap"]
+                    lognu = np.log(w_hat) + scale + np.log(n) + m - np.log(winf)
+                    assert -(1 + 2 * kappa) * Q <= lognu.min() and lognu.max() <= Dm * Q
+                    RA = np.sqrt(np.diag(sysm["G"]).max())
+                    lo, hi = gA[b] * E[b] / (1 + Q), RA * min(np.exp(Dm * Q) * E[b], Dm * Q)
+                    assert lo <= g[b] <= hi
+                    worst["lo"] = min(worst["lo"], g[b] / lo)
+                    worst["hi"] = min(worst["hi"], hi / g[b])
+                    worst["nu"] = max(worst["nu"], -lognu.min() / ((1 + 2 * kappa) * Q))
+    assert count >= 200
+    assert worst["lo"] < 1.2 and worst["hi"] < 1.2 and worst["nu"] > 0.4, worst
