@@ -27,7 +27,8 @@ from .rates import (direction_from_margin, ngd_direction_bound, gd_error_constan
 from .squared import (support_constants, strictly_complementary, SC_FACTOR, SC_EXACT,
                       residual_parts, residual_constants, ngd_margin_offset,
                       gd_margin_offset, squared_direction_bound, nonsupport_mass, sharpness_constant,
-                      residual_limit, residual_limit_distance, restart_constants, restart_direction_bound)
+                      residual_limit, residual_limit_distance, restart_constants, restart_direction_bound,
+                      distinct_restart_constants, distinct_restart_bound, distinct_gd_margin_bounds)
 from .geometry import (ngd_margin_step, ngd_margin_gap_bound, prgd_ideal_gap_bound, sd_att_constants,
                        sd_att_margin_bound, sd_margin_radius, check_sd_bound, adam_eps_split)
 from .ntp import (finite_part_bound, ntp_path_constants, ntp_path_bounds, ntp_support_constants,
@@ -48,6 +49,7 @@ __all__ = [
     "residual_parts", "residual_constants", "ngd_margin_offset", "gd_margin_offset",
     "squared_direction_bound", "nonsupport_mass", "sharpness_constant", "residual_limit",
     "residual_limit_distance", "restart_constants", "restart_direction_bound",
+    "distinct_restart_constants", "distinct_restart_bound", "distinct_gd_margin_bounds",
     "ngd_margin_step", "ngd_margin_gap_bound", "prgd_ideal_gap_bound", "sd_att_constants",
     "sd_att_margin_bound", "sd_margin_radius", "check_sd_bound", "adam_eps_split",
     "finite_part_bound", "ntp_path_constants", "ntp_path_bounds", "ntp_support_constants",

@@ -21,7 +21,8 @@ from .rates import gd_error_constant, ngd_floorless_constants
 __all__ = ["support_constants", "strictly_complementary", "SC_FACTOR", "SC_EXACT",
            "residual_parts", "residual_constants", "ngd_margin_offset",
            "gd_margin_offset", "squared_direction_bound", "nonsupport_mass", "sharpness_constant",
-           "residual_limit", "residual_limit_distance", "restart_constants", "restart_direction_bound"]
+           "residual_limit", "residual_limit_distance", "restart_constants", "restart_direction_bound",
+           "distinct_restart_constants", "distinct_restart_bound", "distinct_gd_margin_bounds"]
 
 
 def support_constants(data, opt, *, tol=1e-7, solver=None):
@@ -474,3 +475,183 @@ def restart_direction_bound(dL, rc, gamma_A, R_A, *, H2=None, D_a=None):
     H2 = rc["H2"] if H2 is None else H2
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(a_low > 0, H2 / (2 * a_low ** 2), np.nan)
+
+
+_DISTINCT_RULES = ("ngd", "polyak_star", "gd")
+
+
+def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200):
+    r"""The constants of the local restart theorem with distinct scores (book:
+    ``thm-distinct-restart``), for one instance in margin coordinates.
+
+    ``sys`` is :func:`attnsvm.reduced.margin_system` built with ``W_mm`` and the support
+    :math:`S` of :func:`support_constants` (an ordinary dict with ``G``, ``cu``, ``support``,
+    ``gap``, ``gs``, ``n``, ``feat``, ``hP2``); ``m`` (K,) the margins, ``a``
+    :math:`= \langle W_{t_1}, u^\star\rangle` and ``r`` (K,) :math:`= m - a\langle A_k,
+    u^\star\rangle` the state at the restart :math:`t_1` (:func:`attnsvm.reduced.reduced_run`'s
+    records); ``x_star`` (d, d) the minimizer of the limit potential with the per-constraint
+    weights :math:`w^\infty_k = \beta(\gamma^\star_i)\Delta_{it}`
+    (:func:`attnsvm.reduced.limit_potential`); ``optimizer`` (``"ngd"``, ``"polyak_star"``,
+    ``"gd"``) and ``lr`` (:math:`\eta`) give the bound :math:`\bar\ell` on the step lengths in the
+    region :math:`\kappa\max_iq_i \le \frac12`: :math:`\eta`, :math:`3\eta/(2\gamma_A)`,
+    :math:`\eta R_A\Delta_{\max}\bar Q` (with :math:`\bar Q` below).
+
+    With :math:`\kappa = \max_i\max_t\Delta_{it}/\min_t\Delta_{it}`, :math:`c_\varepsilon = 1 +
+    2\kappa + \Delta_{\max}`, :math:`Q_1 = \max_iq_i(W_{t_1})`, :math:`q_i = \sum_{t\ne
+    \mathrm{opt}_i}e^{-m_{it}}`, :math:`R_\Pi = \max_k\|A_k - \langle A_k, u^\star\rangle
+    u^\star\|_F`, :math:`c_0 = \gamma_A^2/R_A`, :math:`c_k = \gamma_A^2\delta_k/R_A`, and for
+    :math:`\bar\rho \ge 0`
+
+    .. math::
+
+        \bar Q = Q_1e^{2R_\Pi\bar\rho},\quad \hat\varepsilon = c_\varepsilon\bar Q,\quad
+        \Omega = \frac{R_VR_A}{\gamma_A^3}(e^{\hat\varepsilon} - 1)e^{c_0\bar\ell},\quad
+        \Phi = \frac{R_N}{\gamma_A}e^{\hat\varepsilon + (R_N+R_V)\bar\rho}
+               \sum_{k\notin S}\pi^\star_ke^{-\gamma_A\delta_ka_{t_1}}\frac{e^{c_k\bar\ell}}{c_k},
+
+    ``rho_bar`` is the least :math:`\bar\rho \ge \rho_{t_1}` with :math:`\rho_{t_1} + \Omega +
+    \Phi \le \bar\rho` (monotone iteration from :math:`\rho_{t_1}`), provided also
+    :math:`\kappa\bar Q \le \frac12`, :math:`\bar\ell \le 2\gamma_A/R_V^2` and :math:`a_{t_1} > 0`;
+    ``inf`` otherwise (the theorem does not apply from this :math:`t_1`).
+
+    Returns
+    -------
+    dict with floats ``rho1`` (:math:`\rho_{t_1} = \|P_Sh_{t_1} - x^\star\|_F`), ``a1``, ``Q1``,
+    ``kappa``, ``c_eps``, ``gamma_A``, ``R_A``, ``R_V``, ``R_N``, ``R_Pi``, ``ell_bar``,
+    ``rho_bar``, ``Q_bar``, ``eps_hat``, ``Omega``, ``Phi``, ``pi_bar`` (the bound on the
+    off-support mass), ``H2`` :math:`= (\sqrt{\|x^\star\|^2 + \|h_N(t_1)\|^2} + \bar\rho)^2 +
+    \|P^\perp W_{t_1}\|^2`, ``lam`` the slope of :math:`a_{\mathrm{low}}`,
+    :math:`\max(\gamma_A/R_A, (1 + G^2/\gamma_A^2)^{-1/2})` with :math:`G = R_V^2\bar\rho +
+    R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi`, ``D_a`` the lag of the slope-one lower bound
+    :math:`a_t \ge a_{t_1} + L_t - D_a` (finite when :math:`\bar\ell \le \gamma_A/R_V^2` and
+    :math:`\bar\pi < 1`),
+
+    .. math::
+
+        D_a = \frac{1}{2\gamma_A^2}\Big(\frac{2R_AR_V^2(\rho_{t_1}^2 + 2\bar\rho\Xi + \Xi^2)}{1 - \bar\pi}
+              + 2\bar r\gamma_A\Xi\Big),\qquad \Xi = \Omega + \Phi,\quad
+              \bar r = R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi,
+
+    ``c_minus``, ``c_plus`` (the constants of GD's logarithmic bounds on :math:`a_t`), ``hN2``,
+    ``xs2``, ``Delta_max``.
+    """
+    optimizer = str(optimizer)
+    if optimizer not in _DISTINCT_RULES:
+        raise ValueError(f"optimizer must be one of {_DISTINCT_RULES}, got {optimizer!r}")
+    G, cu, S = np.asarray(sys["G"]), np.asarray(sys["cu"]), np.asarray(sys["support"], dtype=bool)
+    m, r = np.asarray(m, dtype=float), np.asarray(r, dtype=float)
+    a = float(a)
+    K, n = len(m), int(sys["n"])
+    N = ~S
+    gap = np.asarray(sys["gap"], dtype=float)
+    gs = np.asarray(sys["gs"], dtype=float)[np.asarray(sys["seq"])]
+    gA = float(cu[S].min())
+    RA = float(np.sqrt(np.diag(G).max()))
+    Pi2 = np.maximum(np.diag(G) - cu ** 2, 0.0)
+    RV = float(np.sqrt(Pi2[S].max()))
+    RN = float(np.sqrt(Pi2[N].max())) if N.any() else 0.0
+    RPi = max(RV, RN)
+    F = np.asarray(sys["feat"]).reshape(K, -1)
+    rstar = F @ np.asarray(x_star, dtype=float).ravel()                   # <A_k, x*>
+    GSp = np.linalg.pinv(G[np.ix_(S, S)], rcond=1e-12, hermitian=True)
+    hN = r - G[:, S] @ (GSp @ r[S])                                        # <A_k, h_N(t1)>
+    hN2 = max(float(r @ sys["Gpinv"] @ r - r[S] @ GSp @ r[S]), 0.0) if "Gpinv" in sys else \
+        max(float(r @ np.linalg.pinv(G, rcond=1e-12, hermitian=True) @ r - r[S] @ GSp @ r[S]), 0.0)
+    dS = r[S] - rstar[S]
+    rho1 = float(np.sqrt(max(dS @ GSp @ dS, 0.0)))
+    xs2 = float(np.sum(np.asarray(x_star) ** 2))
+    zeta = rstar + hN                                                      # <A_k, zeta>
+    T1 = K // n
+    gp = gap.reshape(n, T1)
+    kappa = float((gp.max(1) / gp.min(1)).max())
+    Dmax = float(gap.max())
+    c_eps = 1 + 2 * kappa + Dmax
+    Q1 = float(np.exp(np.logaddexp.reduce(-m.reshape(n, T1), axis=1)).max())
+    logw = -np.logaddexp(0.0, gs) + np.log(gap)                            # log beta(g*) Delta_k
+    lz = logw - zeta
+    lse_S = np.logaddexp.reduce(lz[S])
+    delta = cu / gA - 1
+    c0 = gA ** 2 / RA
+    off = np.exp(lz[N] - lse_S - gA * delta[N] * a)                        # pi*_k e^{-gA delta_k a}
+    ck = gA ** 2 * delta[N] / RA
+
+    def ellb(Qb):                                                          # the step bound
+        return {"ngd": lr, "polyak_star": 1.5 * lr / gA, "gd": lr * RA * Dmax * Qb}[optimizer]
+
+    def parts(rb):
+        Qb = Q1 * np.exp(2 * RPi * rb)
+        eh, el = c_eps * Qb, ellb(Qb)
+        Om = RV * RA / gA ** 3 * np.expm1(eh) * np.exp(c0 * el)
+        off_sum = float(np.sum(off * np.exp(ck * el) / ck)) if N.any() else 0.0
+        Ph = RN / gA * np.exp(eh + (RN + RV) * rb) * off_sum
+        return Qb, eh, Om, Ph
+
+    rb = rho1
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(iters):
+            new = rho1 + sum(parts(rb)[2:])
+            if not np.isfinite(new) or new > 1e6:
+                rb = np.inf
+                break
+            if abs(new - rb) <= 1e-14 * max(1.0, rb):
+                rb = new
+                break
+            rb = new
+    with np.errstate(over="ignore", invalid="ignore"):
+        Qb, eh, Om, Ph = parts(rb) if np.isfinite(rb) else (np.inf,) * 4
+    ell_bar = ellb(Qb)
+    ok = (np.isfinite(rb) and rho1 + Om + Ph <= rb * (1 + 1e-12) + 1e-300 and kappa * Qb <= 0.5
+          and ell_bar <= 2 * gA / RV ** 2 and a > 0)
+    rb = float(rb) if ok else np.inf
+    out = dict(rho1=rho1, a1=a, Q1=Q1, kappa=kappa, c_eps=c_eps, gamma_A=gA, R_A=RA, R_V=RV, R_N=RN,
+               R_Pi=RPi, ell_bar=float(ell_bar), rho_bar=rb, hN2=hN2, xs2=xs2)
+    if not ok:
+        out.update(Q_bar=np.inf, eps_hat=np.inf, Omega=np.inf, Phi=np.inf, pi_bar=np.inf, H2=np.inf,
+                   lam=gA / RA, D_a=np.inf, Delta_max=Dmax, c_minus=0.0, c_plus=np.inf)
+        return out
+    pi_bar = float(np.exp(eh + (RN + RV) * rb) * np.sum(off)) if N.any() else 0.0
+    Gc = RV ** 2 * rb + RV * np.expm1(eh) + RN * pi_bar
+    Xi = Om + Ph                                                           # sum of ||e_s||
+    r_bar = RV * np.expm1(eh) + RN * pi_bar
+    if ell_bar <= gA / RV ** 2 and pi_bar < 1:
+        D_a = (2 * RA * RV ** 2 * (rho1 ** 2 + 2 * rb * Xi + Xi ** 2) / (1 - pi_bar) + 2 * r_bar * gA * Xi) \
+            / (2 * gA ** 2)
+    else:
+        D_a = np.inf
+    out.update(Q_bar=float(Qb), eps_hat=float(eh), Omega=float(Om), Phi=float(Ph), pi_bar=pi_bar,
+               H2=(np.sqrt(xs2 + hN2) + rb) ** 2 + float(sys["hP2"]),
+               lam=max(gA / RA, 1 / np.sqrt(1 + Gc ** 2 / gA ** 2)), D_a=float(D_a), Delta_max=Dmax,
+               c_minus=float(np.exp(np.logaddexp.reduce(logw[S] - rstar[S]) - eh - RV * rb) / n),
+               c_plus=float(np.exp(np.logaddexp.reduce(lz) + eh + RPi * rb) / n))
+    return out
+
+
+def distinct_restart_bound(L, dc):
+    r"""The bound of ``thm-distinct-restart``: :math:`1 - \mathrm{corr}(W_t, W_{mm}) \le
+    H^2/(2a_{\mathrm{low}}^2)`, :math:`a_{\mathrm{low}} = a_{t_1} + \max(\lambda L, L - D_a)`, with
+    :math:`L = \sum_{t_1\le s<t}\ell_s` (``L``, any shape) and ``dc`` from
+    :func:`distinct_restart_constants` (``H2``, ``a1``, ``lam``, ``D_a``); ``inf`` where the
+    theorem does not apply."""
+    L = np.asarray(L, dtype=float)
+    with np.errstate(invalid="ignore"):
+        a_low = dc["a1"] + np.maximum(dc["lam"] * L, L - dc["D_a"])
+    return dc["H2"] / (2 * a_low ** 2)
+
+
+def distinct_gd_margin_bounds(t, lr, dc):
+    r"""GD's logarithmic bounds on :math:`a_t = \langle W_t, u^\star\rangle` of
+    ``thm-distinct-restart`` (part 3), at ``t`` :math:`- t_1` steps after the restart (any shape):
+
+    .. math::
+
+        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_A^2c_-\,(t - t_1)\big)
+        \le a_t \le
+        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_AR_Ac_+e^{\gamma_A\bar\ell}(t - t_1)\big);
+
+    returns ``(low, high)``."""
+    t = np.asarray(t, dtype=float)
+    gA, a1 = dc["gamma_A"], dc["a1"]
+    low = a1 + np.log1p(lr * gA ** 2 * dc["c_minus"] * t * np.exp(-gA * a1)) / gA
+    high = a1 + np.log1p(lr * gA * dc["R_A"] * dc["c_plus"] * np.exp(gA * dc["ell_bar"]) * t
+                         * np.exp(-gA * a1)) / gA
+    return low, high
