@@ -68,7 +68,7 @@ def prose_words(text: str) -> int:
 #: pages over the limit, each with a ceiling it must not reach: issue 38 split chapter 9 (about
 #: 15,000 words) into a chapter page and five parts; chapters 8 (6,643 words) and 16 (7,538, with
 #: the referee's fixes of its GD theorem) are the next to split
-LONG_PAGES = {"ch08_global.md": 6700, "ch16_ntp_attention.md": 7600}
+LONG_PAGES = {"ch08_global.md": 6700, "ch16_ntp_attention.md": 7450}
 PAGE_WORDS = 5000
 
 
