@@ -44,7 +44,7 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, keyed_stream
 from .devices import cpu_threads, resolve_device
 from .losses import LOSSES, get_loss, log_excess_loss
-from .norms import ball_norm, matrix_norm
+from .norms import matrix_norm
 from .tokens import optimal_tokens, token_scores
 
 __all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants"]
@@ -283,11 +283,11 @@ def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
         for b in range(B):
             for i in range(inits):
                 G = keyed_stream("regpath-start", seed, b, k, i).standard_normal((d, d))
-                nrm = ball_norm(G, norm)
+                nrm = matrix_norm(G, norm)
                 s = 1.0 if init_scale == "sphere" else float(init_scale)
                 W0[k, b, i] = G / nrm * Rk * s
             if W_svm is not None:
-                W0[k, b, I - 1] = W_svm[b] / ball_norm(W_svm[b], norm) * Rk
+                W0[k, b, I - 1] = W_svm[b] / matrix_norm(W_svm[b], norm) * Rk
     return W0
 
 
