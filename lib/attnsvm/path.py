@@ -452,8 +452,6 @@ def _bb_step(s, yv, lam, alpha):
 
 #: :func:`_spg` drops the converged runs from its batch once they are at least this fraction of it
 COMPACT_FRACTION = 0.05
-#: :func:`_converged` computes the residual only where the bound from the step cannot decide
-RESIDUAL_BOUND = True
 
 
 def _residual(W, g, R, norm):
@@ -471,9 +469,8 @@ def _converged(W, g, D, alpha, R, norm, tol):
     :math:`\phi(1) \ge \min(1, 1/\alpha)\,\|D\|`. Where that lower bound is at least
     ``2 * tol`` (plus 100 ulp of :math:`\|W\| + \|\nabla\|` for rounding) the run is not
     converged, as the residual itself would say; only the other runs (those near convergence)
-    have their residual computed. With ``RESIDUAL_BOUND = False`` every residual is computed."""
-    if not RESIDUAL_BOUND:
-        return _residual(W, g, R, norm) < tol
+    have their residual computed (the same decisions as ``_residual(W, g, R, norm) < tol``:
+    tests/test_ch03_regpath.py)."""
     nD = torch.linalg.matrix_norm(D)
     eps = torch.finfo(W.dtype).eps
     slack = 100 * eps * (torch.linalg.matrix_norm(W) + torch.linalg.matrix_norm(g))
