@@ -716,7 +716,7 @@ def test_chapter_result_object():
     claims = res.claims()
     assert len(claims) == 24 and all(bool(h) for h, _ in claims.values()), claims
     # strictly_complementary turns false on an instance whose delta is at the rounding level
-    assert s["sc_delta_min"] > rates.SC_FACTOR * np.finfo(float).eps
+    assert s["sc_delta_min"] > A.bounds.SC_FACTOR * np.finfo(float).eps
     saved = res.consts["sc_delta"].copy()
     res.consts["sc_delta"][1] = 1e3 * max(res.consts["sc_active_err"].max(), np.finfo(float).eps)
     res._cache = None
