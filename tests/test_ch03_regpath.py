@@ -450,7 +450,7 @@ def test_residual_bound_decides_as_the_residual(norm, monkeypatch):
     min(1, 1/alpha) ||P(W - alpha g) - W|| (Gafni-Bertsekas: ||P(W - a g) - W|| nondecreasing
     in a, divided by a nonincreasing) is below 2 tol. Checked: the bound holds on random points
     of the ball (both sides of alpha = 1, all scales of g); the decisions equal those of the
-    residual computed for every run (RESIDUAL_BOUND off), on runs at, near and far from
+    residual computed for every run (_residual(...) < tol), on runs at, near and far from
     convergence; and the residual is computed for the near runs only (a spy). The bound holds
     up to 100 ulp of ||W|| + ||g|| (the slack _converged adds; measured: violations of 1% at
     residuals of 3e-14, rounding) and is tight: multiplied by 1.01 it fails."""
@@ -473,7 +473,6 @@ def test_residual_bound_decides_as_the_residual(norm, monkeypatch):
     real = path._residual
     monkeypatch.setattr(path, "_residual", lambda W_, *a: calls.append(W_.shape[0]) or real(W_, *a))
     fast = path._converged(W, g, D, alpha, R, norm, tol)
-    monkeypatch.setattr(path, "RESIDUAL_BOUND", False)
-    full = path._converged(W, g, D, alpha, R, norm, tol)
+    full = path._residual(W, g, R, norm) < tol
     assert torch.equal(fast, full) and 0 < int(full.sum()) < M
     assert calls[0] < M / 2 and calls[1] == M

@@ -716,7 +716,7 @@ def test_chapter_result_object():
     claims = res.claims()
     assert len(claims) == 24 and all(bool(h) for h, _ in claims.values()), claims
     # strictly_complementary turns false on an instance whose delta is at the rounding level
-    assert s["sc_delta_min"] > rates.SC_FACTOR * np.finfo(float).eps
+    assert s["sc_delta_min"] > A.bounds.SC_FACTOR * np.finfo(float).eps
     saved = res.consts["sc_delta"].copy()
     res.consts["sc_delta"][1] = 1e3 * max(res.consts["sc_active_err"].max(), np.finfo(float).eps)
     res._cache = None
@@ -1198,9 +1198,7 @@ def test_restart_residual_near_limit(sc_inst):
     ||P_perp W_t1||."""
     (data, opt, W_mm, c, W0), sc = sc_inst
     rl = A.bounds.residual_limit(data, opt, sc)
-    # the Newton residual of residual_limit: 1e-16 to 1.5e-12 on the shared 2-core machine (its
-    # line search stalls at rounding on trial 1; attnsvm.reduced.limit_potential reaches 8e-17
-    # there), so the threshold is 1e-11 (it failed at 1e-12 at 74e9e46 on this machine too)
+    # the Newton residual of residual_limit (losses.lse_argmin): <= 1e-15 on these instances
     assert np.all(rl["grad"] < 1e-12)
     gA = sc["gamma_A"]
     eta = float(c["eta_ngd"].min())
@@ -1677,37 +1675,36 @@ def test_upper_orders_observed_on_reduced_dynamics():
 
 
 def test_limit_potential_beyond_equal_scores():
-    """attnsvm.reduced.limit_potential: with equal scores its minimizer x* equals the one of
-    thm-restart-residual (attnsvm.bounds.residual_limit) to 1e-10 on the fixture's instances
-    (measured <= 1.4e-12); with distinct scores (outside the equal-score model, where nothing of
-    the squared orders is proved) the limit (||x*||^2 + ||h_N(t)||^2 + ||P_perp W_0||^2) / 2 with
-    the per-constraint weights beta(gamma*_i) (gamma*_i - gamma_it) is where (1 - corr) ||W_t||^2
-    levels off along NGD (observed: score_instances(4, 3, 5, distinct=True, seed=6), trials 0
-    and 1, step 0.02, 2 * 10^4 steps on the reduced dynamics: relative gap 9e-6 and 2.8e-5 at
-    the end, asserted < 1e-3; the support part ||P_S h||^2 within 1e-4 of ||x*||^2). The
-    per-sequence weights of the equal-score formula (attnsvm.bounds.residual_limit, the smallest
-    gap of each sequence) give a limit off by 7.7% and 11.4% on these two trials (asserted > 1%),
-    so wrong weights are caught with a margin of about 300 over the observed gap."""
+    """attnsvm.bounds.residual_limit with per-constraint weights (weights="constraint"): with
+    equal scores its minimizer x* equals the one of thm-restart-residual (the per-sequence
+    weights) to 1e-10 on the fixture's instances (the weights agree there); with distinct scores
+    (outside the equal-score model, where nothing of the squared orders is proved) the limit
+    (||x*||^2 + ||h_N(t)||^2 + ||P_perp W_0||^2) / 2 with the per-constraint weights
+    beta(gamma*_i) (gamma*_i - gamma_it) is where (1 - corr) ||W_t||^2 levels off along NGD
+    (observed: score_instances(4, 3, 5, distinct=True, seed=6), trials 0 and 1, step 0.02,
+    2 * 10^4 steps on the reduced dynamics attnsvm.reduced: relative gap 9e-6 and 2.8e-5 at the
+    end, asserted < 1e-3; the support part ||P_S h||^2 within 1e-4 of ||x*||^2). The
+    per-sequence weights of the equal-score formula (the smallest gap of each sequence) give a
+    limit off by 7.7% and 11.4% on these two trials (asserted > 1%), so wrong weights are caught
+    with a margin of about 300 over the observed gap."""
     data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=2)           # the fixture's
-    W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
-    W0 = 8 * W_mm + 0.3 * np.random.default_rng(0).standard_normal(W_mm.shape)
     sc = A.bounds.support_constants(data, opt)
     rl = A.bounds.residual_limit(data, opt, sc)
-    for b in range(3):
-        S = sc["support"][b][np.arange(3)[None, :] != opt[b][:, None]]
-        sysm = A.reduced.margin_system(data.trial(b), W0[b], W_mm[b], opt=opt[b], support=S)
-        lp = A.reduced.limit_potential(sysm)
-        assert np.abs(lp["x_star"] - rl["x_star"][b]).max() < 1e-10 and lp["grad"] < 1e-12
+    rc = A.bounds.residual_limit(data, opt, sc, weights="constraint")
+    assert np.abs(rc["x_star"] - rl["x_star"]).max() < 1e-10 and np.all(rc["grad"] < 1e-12)
+    with pytest.raises(ValueError, match="weights"):
+        A.bounds.residual_limit(data, opt, sc, weights="token")
     data, opt = A.data.score_instances(4, 3, 5, trials=3, seed=6, distinct=True)
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0]
     sc = A.bounds.support_constants(data, opt)
     rl = A.bounds.residual_limit(data, opt, sc)                   # per-sequence weights
+    rc = A.bounds.residual_limit(data, opt, sc, weights="constraint")
     W0 = 8 * W_mm + 0.3 * np.random.default_rng(0).standard_normal(W_mm.shape)
     K = 20000
     for b in (0, 1):
         S = sc["support"][b][np.arange(3)[None, :] != opt[b][:, None]]
         sysm = A.reduced.margin_system(data.trial(b), W0[b], W_mm[b], opt=opt[b], support=S)
-        xs2 = np.linalg.norm(A.reduced.limit_potential(sysm)["x_star"]) ** 2
+        xs2 = np.linalg.norm(rc["x_star"][b]) ** 2
         r = A.reduced.reduced_run(sysm, optimizer="ngd", lr=0.02, steps=K, record=[K])
         res = A.reduced.residual_sq(sysm, r["r"], r["a"])
         x = (res["omc"] * res["norm"] ** 2)[-1]

@@ -18,8 +18,7 @@ def _problem(n, T, d, seed, b):
     sc = A.bounds.support_constants(data, opt)
     assert A.bounds.strictly_complementary(sc)[b]
     S = sc["support"][b][np.arange(T)[None, :] != opt[b][:, None]]
-    sys0 = A.reduced.margin_system(data.trial(b), W_mm, W_mm, opt=opt[b], support=S)
-    xs = A.reduced.limit_potential(sys0)["x_star"]                 # per-constraint weights
+    xs = A.bounds.residual_limit(data, opt, sc, weights="constraint")["x_star"][b]   # per constraint
     return data, opt, sc, W_mm, S, xs
 
 
@@ -247,7 +246,7 @@ def test_distinct_restart_equal_scores(b):
     W_mm = A.svm.att_svm_batch(data.X, data.Z, opt, strict=True)[0][b]
     sc = A.bounds.support_constants(data, opt)
     S = sc["support"][b][np.arange(3)[None, :] != opt[b][:, None]]
-    xs = A.reduced.limit_potential(A.reduced.margin_system(data.trial(b), W_mm, W_mm, opt=opt[b], support=S))["x_star"]
+    xs = A.bounds.residual_limit(data, opt, sc, weights="constraint")["x_star"][b]
     W0 = 400 * W_mm / np.linalg.norm(W_mm) + xs + 0.3 * np.random.default_rng(1).standard_normal(W_mm.shape)
     sysm = A.reduced.margin_system(data.trial(b), W0, W_mm, opt=opt[b], support=S)
     dc, run, res, bound = _check_run(sysm, xs, "ngd", 0.05, 40000)
@@ -270,10 +269,10 @@ def test_distinct_restart_on_the_notebook_draws():
     sc = A.bounds.support_constants(data, opt)
     assert np.all(A.bounds.strictly_complementary(sc))
     held, ratios = [], []
+    x_star = A.bounds.residual_limit(data, opt, sc, weights="constraint")["x_star"]
     for b in range(12):
         S = sc["support"][b][np.arange(T)[None, :] != opt[b][:, None]]
-        xs = A.reduced.limit_potential(A.reduced.margin_system(data.trial(b), W_mm[b], W_mm[b], opt=opt[b],
-                                                               support=S))["x_star"]
+        xs = x_star[b]
         W0 = 2000 * W_mm[b] / np.linalg.norm(W_mm[b]) + xs + 0.3 * np.random.default_rng(1).standard_normal((d, d))
         sysm = A.reduced.margin_system(data.trial(b), W0, W_mm[b], opt=opt[b], support=S)
         if not np.isfinite(_constants(sysm, xs, "ngd", 0.05)["rho_bar"]):

@@ -8,9 +8,7 @@ entrywise vector norms and the norm of a regularization path's ball.
   nuclear), numpy or torch;
 * :func:`dual_norm`: :math:`\|g\|_* = \max_{\|d\|\le 1}\langle g, d\rangle`, the matrix norm in the
   dual exponent :math:`q = p/(p-1)` (nuclear for spectral, :func:`dual_exponent`);
-* :func:`vector_norm`: the entrywise :math:`\ell_p` norm along one axis;
-* :func:`ball_norm`: the Frobenius or nuclear norm of one matrix, the constraint of the
-  regularization path (:mod:`attnsvm.path`).
+* :func:`vector_norm`: the entrywise :math:`\ell_p` norm along one axis.
 
 The step rules (:mod:`attnsvm.optim`), the max-margin problems (:mod:`attnsvm.svm`), the
 regularization path and the bounds import these; this module imports none of them.
@@ -25,7 +23,7 @@ import torch
 
 from ._checks import as_float_array
 
-__all__ = ["parse_norm", "matrix_norm", "dual_exponent", "dual_norm", "vector_norm", "ball_norm"]
+__all__ = ["parse_norm", "matrix_norm", "dual_exponent", "dual_norm", "vector_norm"]
 
 
 def parse_norm(norm, *, matrix=("spectral",), name="norm"):
@@ -103,9 +101,3 @@ def vector_norm(w, p, *, axis=-1):
     r"""Entrywise :math:`\ell_p` norm over ``axis`` (``p`` in :math:`[1, \infty]`)."""
     p = parse_norm(p, matrix=(), name="p")
     return np.linalg.norm(np.asarray(w, dtype=float), ord=p, axis=axis)
-
-
-def ball_norm(A, norm):
-    """The Frobenius (``"fro"``) or nuclear (``"nuc"``) norm of one matrix ``A`` (numpy): the
-    norm of the regularization path's ball (:mod:`attnsvm.path`)."""
-    return np.linalg.norm(A) if norm == "fro" else np.linalg.norm(A, "nuc")

@@ -44,7 +44,7 @@ from ._checks import as_float_array, check_choice, check_int, check_positive
 from .data import AttnData, keyed_stream
 from .devices import cpu_threads, resolve_device
 from .losses import LOSSES, get_loss, log_excess_loss
-from .norms import ball_norm, matrix_norm
+from .norms import matrix_norm
 from .tokens import optimal_tokens, token_scores
 
 __all__ = ["RegPath", "reg_path", "log_excess", "project_ball", "path_constants"]
@@ -283,11 +283,11 @@ def _starts(Rs, B, d, inits, W_svm, norm, init_scale, seed):
         for b in range(B):
             for i in range(inits):
                 G = keyed_stream("regpath-start", seed, b, k, i).standard_normal((d, d))
-                nrm = ball_norm(G, norm)
+                nrm = matrix_norm(G, norm)
                 s = 1.0 if init_scale == "sphere" else float(init_scale)
                 W0[k, b, i] = G / nrm * Rk * s
             if W_svm is not None:
-                W0[k, b, I - 1] = W_svm[b] / ball_norm(W_svm[b], norm) * Rk
+                W0[k, b, I - 1] = W_svm[b] / matrix_norm(W_svm[b], norm) * Rk
     return W0
 
 
@@ -452,8 +452,6 @@ def _bb_step(s, yv, lam, alpha):
 
 #: :func:`_spg` drops the converged runs from its batch once they are at least this fraction of it
 COMPACT_FRACTION = 0.05
-#: :func:`_converged` computes the residual only where the bound from the step cannot decide
-RESIDUAL_BOUND = True
 
 
 def _residual(W, g, R, norm):
@@ -471,9 +469,8 @@ def _converged(W, g, D, alpha, R, norm, tol):
     :math:`\phi(1) \ge \min(1, 1/\alpha)\,\|D\|`. Where that lower bound is at least
     ``2 * tol`` (plus 100 ulp of :math:`\|W\| + \|\nabla\|` for rounding) the run is not
     converged, as the residual itself would say; only the other runs (those near convergence)
-    have their residual computed. With ``RESIDUAL_BOUND = False`` every residual is computed."""
-    if not RESIDUAL_BOUND:
-        return _residual(W, g, R, norm) < tol
+    have their residual computed (the same decisions as ``_residual(W, g, R, norm) < tol``:
+    tests/test_ch03_regpath.py)."""
     nD = torch.linalg.matrix_norm(D)
     eps = torch.finfo(W.dtype).eps
     slack = 100 * eps * (torch.linalg.matrix_norm(W) + torch.linalg.matrix_norm(g))

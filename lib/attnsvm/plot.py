@@ -23,9 +23,11 @@ COLORS = {
     "W": "#1f77b4", "KQ": "#ff7f0e", "prompt": "#17becf", "theory": "#555555",
 }
 
-#: display name of each optimizer of Part III's figures (chapters 9 and 10)
+#: display name of each optimizer of the figures and tables (chapters 9 and 10; the stochastic
+#: optimizers of chapter 12)
 LABELS = {"gd": "GD", "ngd": "NGD", "polyak": "Polyak", "adam": "Adam",
-          "polyak_star": "Polyak $\\mathcal{L}-\\mathcal{L}^\\star$"}
+          "polyak_star": "Polyak $\\mathcal{L}-\\mathcal{L}^\\star$",
+          "sgd": "SGD", "sngd": "SNGD", "sps": "SPS"}
 
 #: the book's matplotlib settings. Figures are rendered at 200 dpi and shown in the book at
 #: :data:`CSS_PX_PER_INCH` CSS pixels per inch (at most the page width), so a font of ``f``

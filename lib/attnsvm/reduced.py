@@ -45,17 +45,18 @@ cancellation of the residual itself.
 Functions: :func:`margin_system` (one instance's Gram matrix, scores and start),
 :func:`reduced_step` (one step, the formula above), :func:`reduced_run` (a run with records),
 :func:`residual_sq` (the residual's parts from margins), :func:`reconstruct` (:math:`W` from its
-margins and invariant part).
+margins and invariant part). The limit potential of the residual on the support, with
+per-constraint weights: :func:`attnsvm.bounds.residual_limit` (``weights="constraint"``).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ._checks import as_float_array, check_choice, check_int
-from .losses import log_excess_loss, lse_argmin
+from .losses import log_excess_loss
 from .tokens import lifted_features, optimal_tokens
 
-__all__ = ["margin_system", "reduced_step", "reduced_run", "residual_sq", "reconstruct", "limit_potential"]
+__all__ = ["margin_system", "reduced_step", "reduced_run", "residual_sq", "reconstruct"]
 
 _RULES = ("gd", "ngd", "polyak_star")
 
@@ -235,48 +236,3 @@ def reconstruct(sys, m):
     the steps lie in :math:`\mathcal{A}` and :math:`P^\perp W` is invariant)."""
     alpha = sys["Gpinv"] @ np.asarray(m, dtype=float)
     return np.einsum("k,kde->de", alpha, sys["feat"]) + sys["perp"]
-
-
-
-def limit_potential(sys, *, iters=100):
-    r"""The minimizer of the limit potential of the residual on the support, with per-constraint
-    score weights:
-
-    .. math::
-
-        f(x) = \log\sum_{k\in S} w^\infty_k e^{-\langle A_k, x\rangle}\quad (x\in V =
-        \mathcal{A}_S\cap(u^\star)^\perp),\qquad
-        w^\infty_k = \beta(\gamma^\star_i)\,(\gamma^\star_i - \gamma_{it}),\ k = (i, t),
-
-    the limit, as the attention on the optimal tokens tends to 1, of the gradient's coefficients
-    :math:`w_k e^{m_k}` of the module docstring (:math:`s_{i,\mathrm{opt}_i}\to1`,
-    :math:`u_i\to\gamma^\star_i`). With equal scores the weights are per sequence and this is the
-    :math:`x^\star` of the book's ``thm-restart-residual`` (:func:`attnsvm.bounds.residual_limit`);
-    with distinct scores it is the candidate limit of the residual on the support, which the book
-    states as observed, not proved. Damped Newton on an orthonormal basis of :math:`V` (``f`` is
-    coercive on :math:`V` when :math:`W_{mm}` has positive multipliers on :math:`S`, and strictly
-    convex there). Needs the system's ``support`` and ``W_mm``.
-
-    Returns
-    -------
-    dict with ``x_star`` (d, d), ``grad`` the norm of the gradient left (about 1e-15), ``value``.
-    """
-    if sys.get("support") is None or sys.get("cu") is None:
-        raise ValueError("limit_potential needs a system built with W_mm and support")
-    S = sys["support"]
-    feat = sys["feat"]
-    K, d = feat.shape[0], feat.shape[-1]
-    F = feat.reshape(K, d * d)[S]
-    gs = sys["gs"][sys["seq"][S]]
-    logw = -np.logaddexp(0.0, gs) + np.log(sys["gap"][S])            # log beta(gamma*) Delta_k
-    _, sv, vt = np.linalg.svd(F, full_matrices=False)
-    QS = vt[sv > 1e-10 * sv[0]].T                                     # basis of A_S (d^2, r)
-    # u* in A_S: u* = sum_k lam_k A_k / ||.||; its coordinates: the least-squares fit of cu
-    u = QS @ np.linalg.lstsq(F @ QS, sys["cu"][S], rcond=None)[0]
-    _, _, vv = np.linalg.svd((QS.T @ u)[None, :])
-    QV = QS @ vv[1:].T                                                # basis of V
-    G = F @ QV
-    z, grad = lse_argmin(logw, G, iters=iters)
-    lg = logw - G @ z
-    value = float(lg.max() + np.log(np.sum(np.exp(lg - lg.max()))))
-    return dict(x_star=(QV @ z).reshape(d, d), grad=grad, value=value)

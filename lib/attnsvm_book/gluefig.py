@@ -160,28 +160,23 @@ def _notebook_caption(env, doc: str, key: str):
     _, path = env.relfn2path(doc, env.docname)
     env.note_dependency(path)  # a changed caption re-reads the chapter
     try:
-        cells = json.loads(Path(path).read_text())["cells"]
+        lines = _notebook_markdown(path, strict=True).splitlines()
     except (OSError, ValueError, KeyError) as exc:
         raise LookupError(f"cannot read the caption of {key!r} from {doc}: {exc}") from None
-    for cell in cells:
-        if cell.get("cell_type") != "markdown":
+    for k, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if not m or m.group(2) != key:
             continue
-        src = cell["source"]
-        lines = ("".join(src) if isinstance(src, list) else src).splitlines()
-        for k, line in enumerate(lines):
-            m = _FENCE.match(line)
-            if not m or m.group(2) != key:
-                continue
-            body = []
-            for rest in lines[k + 1:]:
-                if rest.strip() == m.group(1):
-                    break
-                body.append(rest)
-            while body and (body[0].startswith(":") or not body[0].strip()):
-                body.pop(0)
-            text = [_GLUE_ROLE.sub(lambda g: f"{{{g.group(1)}}}`{doc}::{_with_format(g.group(2))}`",
-                                   b) for b in body]
-            return StringList(text, source=str(path))
+        body = []
+        for rest in lines[k + 1:]:
+            if rest.strip() == m.group(1):
+                break
+            body.append(rest)
+        while body and (body[0].startswith(":") or not body[0].strip()):
+            body.pop(0)
+        text = [_GLUE_ROLE.sub(lambda g: f"{{{g.group(1)}}}`{doc}::{_with_format(g.group(2))}`",
+                               b) for b in body]
+        return StringList(text, source=str(path))
     raise LookupError(f"no {{glue:figure}} {key} in {doc} to take its caption from")
 
 
@@ -258,10 +253,14 @@ def figure_names(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _notebook_markdown(path: Path) -> str:
+def _notebook_markdown(path: Path, *, strict: bool = False) -> str:
+    """The markdown cells of the notebook at ``path``, joined by newlines: ``""`` for a file
+    that cannot be read as a notebook, or, with ``strict``, its OSError, ValueError or KeyError."""
     try:
         cells = json.loads(Path(path).read_text())["cells"]
     except (OSError, ValueError, KeyError):
+        if strict:
+            raise
         return ""
     return "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
                      for c in cells if c.get("cell_type") == "markdown")
@@ -278,8 +277,6 @@ def _same_numbers(app, env):
     the notebook that no chapter shows keep theirs. Returns the notebook pages to write again."""
     if not env.config.numfig:
         return []
-    import posixpath
-
     labels = env.get_domain("std").labels
     shown = {}                                   # (notebook docname, key) -> chapter's label
     for doc in sorted(env.found_docs):

@@ -18,7 +18,7 @@ from scipy.special import log_softmax, logsumexp
 from .. import metrics, svm
 from .._checks import as_float_array
 from ..data import NTPData, support_sets
-from ..losses import entropy
+from ..losses import entropy, lse_argmin
 from .squared import _sharpness_exact, _sharpness_lower
 
 __all__ = ["finite_part_bound", "ntp_path_constants", "ntp_path_bounds", "ntp_support_constants",
@@ -409,12 +409,15 @@ def ntp_support_minimizer(sc, *, iters=100):
     r"""The minimizer :math:`x_\infty` of the support potential
     :math:`\varphi(x) = \sum_{j\in S}\omega_je^{-\langle\bar A_j, x\rangle}` (:func:`ntp_support_potential`)
     on :math:`\mathcal{V} = \mathcal{A}_S\cap(W^G_{mm})^\perp` (book: ``thm-ntpattn-squared``, item 6),
-    by damped Newton in an orthonormal basis :math:`B` of :math:`\mathcal{V}`, from 0. :math:`\varphi`
+    in an orthonormal basis :math:`B` of :math:`\mathcal{V}`, from 0, by
+    :func:`attnsvm.losses.lse_argmin` on :math:`\log\varphi = \mathrm{lse}(\log\omega - \bar A_SBz)`
+    (same minimizer). :math:`\varphi`
     is strictly convex and coercive on :math:`\mathcal{V}` (its features span :math:`\mathcal{A}_S`
     and :math:`\sum_j\lambda_j\langle\bar A_j, x\rangle = 0` there with :math:`\lambda > 0`), so
     :math:`x_\infty` is unique. Nothing downstream needs the exact minimizer: the bounds of
     :func:`ntp_sharp_bounds` hold for the returned point :math:`\hat x`, with its gradient norm
-    :math:`\gamma = \|B^\top\nabla\varphi(\hat x)\|` carried along.
+    :math:`\gamma = \|B^\top\nabla\varphi(\hat x)\| = \varphi(\hat x)\|B^\top\nabla\log\varphi(\hat x)\|`
+    carried along.
 
     Returns a dict: ``x`` (d*d,) :math:`\hat x`; ``norm`` :math:`\|\hat x\|`; ``phi``
     :math:`\varphi(\hat x)`; ``grad`` :math:`\gamma`; ``B`` (d*d, dim V); ``AV`` the distinct support
@@ -427,21 +430,9 @@ def ntp_support_minimizer(sc, *, iters=100):
     Ub, sv, _ = np.linalg.svd(Bv, full_matrices=False)
     B = Ub[:, sv > 1e-10 * max(1.0, sv.max(initial=0.0))]
     AV = A @ B
-    z = np.zeros(B.shape[1])
-
-    def phi(z):
-        return float(om @ np.exp(-AV @ z))
-
-    for _ in range(iters if B.shape[1] else 0):
-        p = om * np.exp(-AV @ z)
-        gr, H = -AV.T @ p, (AV.T * p) @ AV
-        step = np.linalg.solve(H, gr)
-        t = 1.0
-        while phi(z - t * step) > phi(z) and t > 1e-12:               # backtracking (damped Newton)
-            t /= 2
-        z = z - t * step
-    gam = float(np.linalg.norm(AV.T @ (om * np.exp(-AV @ z))))
-    return dict(x=B @ z, norm=float(np.linalg.norm(z)), phi=phi(z), grad=gam, B=B, AV=AV)
+    z, glog = lse_argmin(np.log(om), AV, iters=iters)
+    phi = float(om @ np.exp(-AV @ z))
+    return dict(x=B @ z, norm=float(np.linalg.norm(z)), phi=phi, grad=phi * glog, B=B, AV=AV)
 
 
 def ntp_sharp_bounds(R, consts, sc, sm, *, iters=200):

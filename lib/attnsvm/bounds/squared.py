@@ -14,6 +14,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .. import svm, tokens
+from .._checks import check_choice
 from ..losses import lse_argmin
 from .model import _LOGISTIC, constants, lifted_factors
 from .rates import gd_error_constant, ngd_floorless_constants
@@ -293,7 +294,7 @@ def _sharpness_exact(A_S, Q_S, u):
     return 1 / best if best > 0 else np.inf
 
 
-def residual_limit(data, opt, sc):
+def residual_limit(data, opt, sc, *, weights="sequence"):
     r"""The limit of the residual in :math:`\mathcal{A}` and the constants of the restart theorem
     (book: ``thm-restart-residual``), per trial, for the support :math:`S` of
     :func:`support_constants`.
@@ -307,8 +308,17 @@ def residual_limit(data, opt, sc):
         f(x) = \log\sum_{k\in S}w^\infty_k e^{-\langle A_k, x\rangle}\quad (x\in V),\qquad
         x^\star = \operatorname{argmin}_V f,
 
-    (damped Newton on an orthonormal basis of :math:`V`; :math:`f` is coercive on :math:`V` by
-    ``lem-sharpness`` and strictly convex there, so :math:`x^\star` is unique), returns a dict:
+    (:func:`attnsvm.losses.lse_argmin` on an orthonormal basis of :math:`V`; :math:`f` is coercive
+    on :math:`V` by ``lem-sharpness`` and strictly convex there, so :math:`x^\star` is unique).
+
+    ``weights="constraint"`` takes the per-constraint weights
+    :math:`w^\infty_k = \beta(\gamma^\star_i)(\gamma^\star_i - \gamma_{it})` instead, identical with
+    equal scores within each sequence. With distinct scores these are the limit, as the attention
+    on the optimal tokens tends to 1, of the gradient's coefficients :math:`w_ke^{m_k}` of
+    :mod:`attnsvm.reduced` (:math:`s_{i,\mathrm{opt}_i}\to1`, :math:`u_i\to\gamma^\star_i`), and
+    :math:`x^\star` is the centre of the local restart theorem with distinct scores (book:
+    ``thm-distinct-restart``); that a run from an ordinary start reaches its condition is observed,
+    not proved (``ch09d``). Returns a dict:
     ``x_star`` (B, d, d); ``grad`` the norm of
     :math:`\nabla f(x^\star)` (B,) (the Newton residual, about 1e-15); ``pi_star`` (B, n, T)
     :math:`\pi^\star_k = w^\infty_ke^{-\langle A_k, x^\star\rangle}/\sum_{j\in S}w^\infty_j
@@ -321,8 +331,14 @@ def residual_limit(data, opt, sc):
     U, Zq = lifted_factors(data, opt)
     g, gs, mask, _ = tokens.opt_scores(data, opt)
     go = np.where(mask, g, np.inf).min(-1)
-    logw = np.log(_LOGISTIC.neg_deriv_np(gs)) + np.log(gs - go)                  # (B, n)
+    check_choice("weights", weights, ("sequence", "constraint"))
     B, n, T, d = U.shape
+    if weights == "sequence":                                                     # beta(gamma*_i) Delta_i
+        logw = np.broadcast_to((np.log(_LOGISTIC.neg_deriv_np(gs)) + np.log(gs - go))[..., None],
+                               (B, n, T))
+    else:                                                                         # beta(gamma*_i) Delta_it
+        gap = np.where(mask, gs[..., None] - g, 1.0)
+        logw = np.log(_LOGISTIC.neg_deriv_np(gs))[..., None] + np.log(gap)
     out = dict(x_star=np.empty((B, d, d)), grad=np.empty(B), pi_star=np.zeros((B, n, T)),
                delta_k=np.full((B, n, T), np.inf), R_V=np.empty(B), R_N=np.zeros(B),
                feat=np.einsum("bktd,bke->bktde", U, Zq))
@@ -330,7 +346,7 @@ def residual_limit(data, opt, sc):
         Af = out["feat"][b].reshape(n, T, d * d)
         S, N = sc["support"][b], mask[b] & ~sc["support"][b]
         u = sc["W_mm"][b].ravel() * sc["gamma_A"][b]
-        AS, lw = Af[S], np.broadcast_to(logw[b][:, None], (n, T))
+        AS, lw = Af[S], logw[b]
         QS = sc["Q_S"][b]
         _, _, vt = np.linalg.svd((QS.T @ u)[None, :])
         QV = QS @ vt[1:].T                                                        # basis of V
@@ -491,7 +507,7 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
     u^\star\rangle` the state at the restart :math:`t_1` (:func:`attnsvm.reduced.reduced_run`'s
     records); ``x_star`` (d, d) the minimizer of the limit potential with the per-constraint
     weights :math:`w^\infty_k = \beta(\gamma^\star_i)\Delta_{it}`
-    (:func:`attnsvm.reduced.limit_potential`); ``optimizer`` (``"ngd"``, ``"polyak_star"``,
+    (:func:`residual_limit` with ``weights="constraint"``); ``optimizer`` (``"ngd"``, ``"polyak_star"``,
     ``"gd"``) and ``lr`` (:math:`\eta`) give the bound :math:`\bar\ell` on the step lengths in the
     region :math:`\kappa\max_iq_i \le \frac12`: :math:`\eta`, :math:`3\eta/(2\gamma_A)`,
     :math:`\eta R_A\Delta_{\max}\bar Q` (with :math:`\bar Q` below).

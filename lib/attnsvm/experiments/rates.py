@@ -35,14 +35,6 @@ from ..runs import fit_settings, sensitivity_sweeps, trajectory_metrics
 
 __all__ = ["RatesRun", "rates_experiment"]
 
-#: claim ``strictly_complementary`` (book: ``thm-sc-generic``): every instance certified by
-#: :func:`attnsvm.bounds.strictly_complementary`: its support margins exact to
-#: ``bounds.SC_EXACT`` (1e-10; polished multipliers) and its :math:`\delta` above
-#: ``bounds.SC_FACTOR`` (1e4) times the rounding of the active margins and machine epsilon.
-#: Measured at the quick size (12 instances): smallest delta 1.5e-3 to 5.5e-3 at seeds 0-2,
-#: rounding <= 2e-15.
-SC_FACTOR = bounds.SC_FACTOR
-
 
 @dataclass
 class RatesRun:
@@ -296,12 +288,15 @@ class RatesRun:
                                    f"{s['margin_bound_holds']:.4f} of {a['lem_pairs']}"),
             "cx_violated": (bool(np.all(a["cross_min"] < 0)), "largest over the trials of min "
                             f"<A_it, A_js>: {s['cross_min_max']:.3g}"),
-            # thm-sc-generic: delta > 0 on every instance, far above the rounding of the active
-            # margins (threshold SC_FACTOR times the largest of active_err and eps)
+            # thm-sc-generic: every instance certified by bounds.strictly_complementary: its
+            # support margins exact to bounds.SC_EXACT (1e-10; polished multipliers) and its
+            # delta above bounds.SC_FACTOR (1e4) times the largest of active_err and eps.
+            # Measured at the quick size (12 instances): smallest delta 1.5e-3 to 5.5e-3 at
+            # seeds 0-2, rounding <= 2e-15.
             "strictly_complementary": (bool(np.all(bounds.strictly_complementary(
                 dict(delta=c["sc_delta"], active_err=c["sc_active_err"])))),
                                        f"smallest delta {s['sc_delta_min']:.3g} over {trials} "
-                                       f"instances; threshold {SC_FACTOR:.0e} x {sc_floor:.2e} "
+                                       f"instances; threshold {bounds.SC_FACTOR:.0e} x {sc_floor:.2e} "
                                        "(largest rounding of the active margins)"),
             "gd_bound_holds": (bool(ok_gd.mean() >= 0.75) and gb["fraction"] == 1.0
                                and gb_det["fraction"] == 1.0,
