@@ -240,7 +240,8 @@ def test_distinct_restart_reached_along_ngd(case):
     t1 every conclusion of parts 1 and 2 holds at every later record (_check_from). Measured
     there: min bound / (1 - corr) 1.041, 4.02, 1.885, 1.071; Omega = 5e-34, 0.070, 8e-21,
     1e-14 and Phi = 0.0558, 0, 0.0203, 0.0321; rho_t grows only on the first, by 0.088 of
-    Omega + Phi (Phi loose by about 11 there; asserted > 0.08), and decreases on the others; kappa Q_bar = 6e-36, 6.4e-4, 1e-22, 1.3e-16 (never binding); the
+    Omega + Phi (Phi loose by about 11 there; asserted > 0.08), and decreases on the others;
+    kappa Q_bar = 6e-36, 6.4e-4, 1e-22, 1.3e-16 (never binding); the
     least log-slack of the Q bound 0.231, 7.01, 3.53, 0.475. On the draws of (6, 4, 8), seed
     0, with small slack, trials 0 and 2 (delta = 0.0037, 0.029), no record within the horizon is
     a restart point (asserted), although rho_t1 is small (0.008, 0.001) and Q_1 is below 1e-44:
