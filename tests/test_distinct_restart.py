@@ -313,7 +313,8 @@ def test_distinct_weights_lemma(gamma_opt):
     """lem-distinct-weights on score_instances(distinct=True, gamma_opt=1, 3, 6), (4, 3, 5) seed
     6 and (6, 4, 8) seed 0, trials 0-2, at W = c W_mm + N(0, 1) (rng 3, c log-spaced in [1, 30],
     3 draws each; one rng for both sizes), kept where kappa Q <= 1/2 (258, 237, 203 points;
-    kappa Q from 6e-13 to 0.498 at gamma_opt = 1). The weights are those of the library's reduced dynamics, the gradient and E
+    kappa Q from 6e-13 to 0.498 at gamma_opt = 1). The weights are those of the library's
+    reduced dynamics, the gradient and E
     those of attnsvm.losses (risk_grad, excess_loss). Every weight is positive, and every bound
     holds. Measured (gamma_opt = 1, 3, 6): -log nu_k / ((1 + 2 kappa) Q) at most 0.49 at
     gamma_opt = 1 (the lower bound on log nu loose by a factor about 2: (1 + 2 kappa) / 2.05 is
