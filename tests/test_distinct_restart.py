@@ -59,7 +59,7 @@ def _check_from(sysm, xs, optimizer, lr, run, j=0):
     constants, the residuals, the bound, rho_t and the least log-slack of the Q bound."""
     from attnsvm.reduced import _coefficients
     dc = _constants(sysm, xs, optimizer, lr, j, run)
-    assert np.isfinite(dc["rho_bar"]), dc
+    assert np.isfinite(dc["rho_bar"]) and dc["rho1"] + dc["Omega"] + dc["Phi"] <= dc["rho_bar"], dc   # (C) exactly
     r, a, m, L = run["r"][j:], run["a"][j:], run["m"][j:], run["L"][j:] - run["L"][j]
     res = A.reduced.residual_sq(sysm, r, a)
     rho = _rho(sysm, r, xs, r[0])

@@ -526,7 +526,10 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
                \sum_{k\notin S}\pi^\star_ke^{-\gamma_A\delta_ka_{t_1}}\frac{e^{c_k\bar\ell}}{c_k},
 
     ``rho_bar`` is the least :math:`\bar\rho \ge \rho_{t_1}` with :math:`\rho_{t_1} + \Omega +
-    \Phi \le \bar\rho` (monotone iteration from :math:`\rho_{t_1}`), provided also
+    \Phi \le \bar\rho` (monotone iteration from :math:`\rho_{t_1}`, stopped when an iterate moves by
+    at most :math:`10^{-14}\max(1, \bar\rho)`, so just below the fixed point; it is then raised by a relative
+    :math:`10^{-12}`, :math:`10^{-9}` or :math:`10^{-6}`, the first at which the inequality holds
+    exactly in floating point, as checked on return), provided also
     :math:`\kappa\bar Q \le \frac12`, :math:`\bar\ell \le 2\gamma_A/R_V^2` and :math:`a_{t_1} > 0`;
     ``inf`` otherwise (the theorem does not apply from this :math:`t_1`).
 
@@ -615,8 +618,14 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
             rb = new
     with np.errstate(over="ignore", invalid="ignore"):
         Qb, eh, Om, Ph = parts(rb) if np.isfinite(rb) else (np.inf,) * 4
+        if np.isfinite(rb):                    # the iteration stops just below the fixed point:
+            for up in (1e-12, 1e-9, 1e-6):     # the least of these raises where (C) holds exactly
+                if rho1 + Om + Ph <= rb:
+                    break
+                rb = rb * (1 + up)
+                Qb, eh, Om, Ph = parts(rb)
     ell_bar = ellb(Qb)
-    ok = (np.isfinite(rb) and rho1 + Om + Ph <= rb * (1 + 1e-12) + 1e-300 and kappa * Qb <= 0.5
+    ok = (np.isfinite(rb) and rho1 + Om + Ph <= rb and kappa * Qb <= 0.5
           and ell_bar <= 2 * gA / RV ** 2 and a > 0)
     rb = float(rb) if ok else np.inf
     out = dict(rho1=rho1, a1=a, Q1=Q1, kappa=kappa, c_eps=c_eps, gamma_A=gA, R_A=RA, R_V=RV, R_N=RN,
