@@ -509,11 +509,11 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
     weights :math:`w^\infty_k = \beta(\gamma^\star_i)\Delta_{it}`
     (:func:`residual_limit` with ``weights="constraint"``); ``optimizer`` (``"ngd"``, ``"polyak_star"``,
     ``"gd"``) and ``lr`` (:math:`\eta`) give the bound :math:`\bar\ell` on the step lengths in the
-    region :math:`\kappa\max_iq_i \le \frac12`: :math:`\eta`, :math:`3\eta/(2\gamma_A)`,
+    region :math:`\kappa_\Delta\max_iq_i \le \frac12`: :math:`\eta`, :math:`3\eta/(2\gamma_A)`,
     :math:`\eta R_A\Delta_{\max}\bar Q` (with :math:`\bar Q` below).
 
-    With :math:`\kappa = \max_i\max_t\Delta_{it}/\min_t\Delta_{it}`, :math:`c_\varepsilon = 1 +
-    2\kappa + \Delta_{\max}`, :math:`Q_1 = \max_iq_i(W_{t_1})`, :math:`q_i = \sum_{t\ne
+    With :math:`\kappa_\Delta = \max_i\max_t\Delta_{it}/\min_t\Delta_{it}`, :math:`c_\varepsilon = 1 +
+    2\kappa_\Delta + \Delta_{\max}`, :math:`Q_1 = \max_iq_i(W_{t_1})`, :math:`q_i = \sum_{t\ne
     \mathrm{opt}_i}e^{-m_{it}}`, :math:`R_\Pi = \max_k\|A_k - \langle A_k, u^\star\rangle
     u^\star\|_F`, :math:`c_0 = \gamma_A^2/R_A`, :math:`c_k = \gamma_A^2\delta_k/R_A`, and for
     :math:`\bar\rho \ge 0`
@@ -526,29 +526,35 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
                \sum_{k\notin S}\pi^\star_ke^{-\gamma_A\delta_ka_{t_1}}\frac{e^{c_k\bar\ell}}{c_k},
 
     ``rho_bar`` is the least :math:`\bar\rho \ge \rho_{t_1}` with :math:`\rho_{t_1} + \Omega +
-    \Phi \le \bar\rho` (monotone iteration from :math:`\rho_{t_1}`), provided also
-    :math:`\kappa\bar Q \le \frac12`, :math:`\bar\ell \le 2\gamma_A/R_V^2` and :math:`a_{t_1} > 0`;
-    ``inf`` otherwise (the theorem does not apply from this :math:`t_1`).
+    \Phi \le \bar\rho` (monotone iteration from :math:`\rho_{t_1}`, stopped when an iterate moves by
+    at most :math:`10^{-14}\max(1, \bar\rho)`, so just below the fixed point; it is then raised by a relative
+    :math:`10^{-12}`, :math:`10^{-9}` or :math:`10^{-6}`, the first at which the inequality holds
+    exactly in floating point, as checked on return), provided also
+    :math:`\kappa_\Delta\bar Q \le \frac12`, :math:`\bar\ell \le 2\gamma_A/R_V^2` and :math:`a_{t_1} > 0`;
+    ``inf`` otherwise (the theorem does not apply from this :math:`t_1`). :math:`\kappa_\Delta\bar Q`
+    and :math:`\bar\ell` increase with :math:`\bar\rho`, so checking them at the least
+    :math:`\bar\rho` of the inequality decides them for all; for GD, :math:`\bar\ell` depends on :math:`\bar Q`, and
+    the step condition and (C) are one joint condition on :math:`\bar\rho`.
 
     Returns
     -------
     dict with floats ``rho1`` (:math:`\rho_{t_1} = \|P_Sh_{t_1} - x^\star\|_F`), ``a1``, ``Q1``,
-    ``kappa``, ``c_eps``, ``gamma_A``, ``R_A``, ``R_V``, ``R_N``, ``R_Pi``, ``ell_bar``,
+    ``kappa_Delta``, ``c_eps``, ``gamma_A``, ``R_A``, ``R_V``, ``R_N``, ``R_Pi``, ``ell_bar``,
     ``rho_bar``, ``Q_bar``, ``eps_hat``, ``Omega``, ``Phi``, ``pi_bar`` (the bound on the
     off-support mass), ``H2`` :math:`= (\sqrt{\|x^\star\|^2 + \|h_N(t_1)\|^2} + \bar\rho)^2 +
-    \|P^\perp W_{t_1}\|^2`, ``lam`` the slope of :math:`a_{\mathrm{low}}`,
+    \|P^\perp W_{t_1}\|^2`, ``lambda_a`` the slope of :math:`a_{\mathrm{low}}`,
     :math:`\max(\gamma_A/R_A, (1 + G^2/\gamma_A^2)^{-1/2})` with :math:`G = R_V^2\bar\rho +
-    R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi`, ``D_a`` the lag of the slope-one lower bound
-    :math:`a_t \ge a_{t_1} + L_t - D_a` (finite when :math:`\bar\ell \le \gamma_A/R_V^2` and
+    R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi`, ``D_lag`` the lag of the slope-one lower bound
+    :math:`a_t \ge a_{t_1} + L_t - D_{\mathrm{lag}}` (finite when :math:`\bar\ell \le \gamma_A/R_V^2` and
     :math:`\bar\pi < 1`),
 
     .. math::
 
-        D_a = \frac{1}{2\gamma_A^2}\Big(\frac{2R_AR_V^2(\rho_{t_1}^2 + 2\bar\rho\Xi + \Xi^2)}{1 - \bar\pi}
+        D_{\mathrm{lag}} = \frac{1}{2\gamma_A^2}\Big(\frac{2R_AR_V^2(\rho_{t_1}^2 + 2\bar\rho\Xi + \Xi^2)}{1 - \bar\pi}
               + 2\bar r\gamma_A\Xi\Big),\qquad \Xi = \Omega + \Phi,\quad
               \bar r = R_V(e^{\hat\varepsilon}-1) + R_N\bar\pi,
 
-    ``c_minus``, ``c_plus`` (the constants of GD's logarithmic bounds on :math:`a_t`), ``hN2``,
+    ``c_lo``, ``c_hi`` (the constants of GD's logarithmic bounds on :math:`a_t`), ``hN2``,
     ``xs2``, ``Delta_max``.
     """
     optimizer = str(optimizer)
@@ -615,42 +621,48 @@ def distinct_restart_constants(sys, m, a, r, x_star, *, optimizer, lr, iters=200
             rb = new
     with np.errstate(over="ignore", invalid="ignore"):
         Qb, eh, Om, Ph = parts(rb) if np.isfinite(rb) else (np.inf,) * 4
+        if np.isfinite(rb):                    # the iteration stops just below the fixed point:
+            for up in (1e-12, 1e-9, 1e-6):     # the least of these raises where (C) holds exactly
+                if rho1 + Om + Ph <= rb:
+                    break
+                rb = rb * (1 + up)
+                Qb, eh, Om, Ph = parts(rb)
     ell_bar = ellb(Qb)
-    ok = (np.isfinite(rb) and rho1 + Om + Ph <= rb * (1 + 1e-12) + 1e-300 and kappa * Qb <= 0.5
+    ok = (np.isfinite(rb) and rho1 + Om + Ph <= rb and kappa * Qb <= 0.5
           and ell_bar <= 2 * gA / RV ** 2 and a > 0)
     rb = float(rb) if ok else np.inf
-    out = dict(rho1=rho1, a1=a, Q1=Q1, kappa=kappa, c_eps=c_eps, gamma_A=gA, R_A=RA, R_V=RV, R_N=RN,
+    out = dict(rho1=rho1, a1=a, Q1=Q1, kappa_Delta=kappa, c_eps=c_eps, gamma_A=gA, R_A=RA, R_V=RV, R_N=RN,
                R_Pi=RPi, ell_bar=float(ell_bar), rho_bar=rb, hN2=hN2, xs2=xs2)
     if not ok:
         out.update(Q_bar=np.inf, eps_hat=np.inf, Omega=np.inf, Phi=np.inf, pi_bar=np.inf, H2=np.inf,
-                   lam=gA / RA, D_a=np.inf, Delta_max=Dmax, c_minus=0.0, c_plus=np.inf)
+                   lambda_a=gA / RA, D_lag=np.inf, Delta_max=Dmax, c_lo=0.0, c_hi=np.inf)
         return out
     pi_bar = float(np.exp(eh + (RN + RV) * rb) * np.sum(off)) if N.any() else 0.0
     Gc = RV ** 2 * rb + RV * np.expm1(eh) + RN * pi_bar
     Xi = Om + Ph                                                           # sum of ||e_s||
     r_bar = RV * np.expm1(eh) + RN * pi_bar
     if ell_bar <= gA / RV ** 2 and pi_bar < 1:
-        D_a = (2 * RA * RV ** 2 * (rho1 ** 2 + 2 * rb * Xi + Xi ** 2) / (1 - pi_bar) + 2 * r_bar * gA * Xi) \
+        D_lag = (2 * RA * RV ** 2 * (rho1 ** 2 + 2 * rb * Xi + Xi ** 2) / (1 - pi_bar) + 2 * r_bar * gA * Xi) \
             / (2 * gA ** 2)
     else:
-        D_a = np.inf
+        D_lag = np.inf
     out.update(Q_bar=float(Qb), eps_hat=float(eh), Omega=float(Om), Phi=float(Ph), pi_bar=pi_bar,
                H2=(np.sqrt(xs2 + hN2) + rb) ** 2 + float(sys["hP2"]),
-               lam=max(gA / RA, 1 / np.sqrt(1 + Gc ** 2 / gA ** 2)), D_a=float(D_a), Delta_max=Dmax,
-               c_minus=float(np.exp(np.logaddexp.reduce(logw[S] - rstar[S]) - eh - RV * rb) / n),
-               c_plus=float(np.exp(np.logaddexp.reduce(lz) + eh + RPi * rb) / n))
+               lambda_a=max(gA / RA, 1 / np.sqrt(1 + Gc ** 2 / gA ** 2)), D_lag=float(D_lag), Delta_max=Dmax,
+               c_lo=float(np.exp(np.logaddexp.reduce(logw[S] - rstar[S]) - eh - RV * rb) / n),
+               c_hi=float(np.exp(np.logaddexp.reduce(lz) + eh + RPi * rb) / n))
     return out
 
 
 def distinct_restart_bound(L, dc):
     r"""The bound of ``thm-distinct-restart``: :math:`1 - \mathrm{corr}(W_t, W_{mm}) \le
-    H^2/(2a_{\mathrm{low}}^2)`, :math:`a_{\mathrm{low}} = a_{t_1} + \max(\lambda L, L - D_a)`, with
+    H^2/(2a_{\mathrm{low}}^2)`, :math:`a_{\mathrm{low}} = a_{t_1} + \max(\lambda_a L, L - D_{\mathrm{lag}})`, with
     :math:`L = \sum_{t_1\le s<t}\ell_s` (``L``, any shape) and ``dc`` from
-    :func:`distinct_restart_constants` (``H2``, ``a1``, ``lam``, ``D_a``); ``inf`` where the
+    :func:`distinct_restart_constants` (``H2``, ``a1``, ``lambda_a``, ``D_lag``); ``inf`` where the
     theorem does not apply."""
     L = np.asarray(L, dtype=float)
     with np.errstate(invalid="ignore"):
-        a_low = dc["a1"] + np.maximum(dc["lam"] * L, L - dc["D_a"])
+        a_low = dc["a1"] + np.maximum(dc["lambda_a"] * L, L - dc["D_lag"])
     return dc["H2"] / (2 * a_low ** 2)
 
 
@@ -660,14 +672,14 @@ def distinct_gd_margin_bounds(t, lr, dc):
 
     .. math::
 
-        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_A^2c_-\,(t - t_1)\big)
+        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_A^2c_{\mathrm{lo}}\,(t - t_1)\big)
         \le a_t \le
-        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_AR_Ac_+e^{\gamma_A\bar\ell}(t - t_1)\big);
+        \frac1{\gamma_A}\log\big(e^{\gamma_Aa_{t_1}} + \eta\gamma_AR_Ac_{\mathrm{hi}}e^{\gamma_A\bar\ell}(t - t_1)\big);
 
     returns ``(low, high)``."""
     t = np.asarray(t, dtype=float)
     gA, a1 = dc["gamma_A"], dc["a1"]
-    low = a1 + np.log1p(lr * gA ** 2 * dc["c_minus"] * t * np.exp(-gA * a1)) / gA
-    high = a1 + np.log1p(lr * gA * dc["R_A"] * dc["c_plus"] * np.exp(gA * dc["ell_bar"]) * t
+    low = a1 + np.log1p(lr * gA ** 2 * dc["c_lo"] * t * np.exp(-gA * a1)) / gA
+    high = a1 + np.log1p(lr * gA * dc["R_A"] * dc["c_hi"] * np.exp(gA * dc["ell_bar"]) * t
                          * np.exp(-gA * a1)) / gA
     return low, high
