@@ -43,7 +43,10 @@ ONE_CALL_CPU_BYTES = 4 * 2 ** 20
 
 def _one_call(data, V, device):
     """Whether :func:`fit_rules` with ``calls="auto"`` runs its ``V`` optimizers as one call."""
-    if resolve_device(device).type != "cpu":
+    try:
+        if resolve_device(device).type != "cpu":
+            return True
+    except ValueError:        # e.g. CUDA asked for but absent: fit names the problem
         return True
     nbytes = sum(a.nbytes for a in data._fields() if isinstance(a, np.ndarray))
     return V * nbytes <= ONE_CALL_CPU_BYTES
