@@ -708,13 +708,28 @@ def test_ngd_no_floor(inst):
 def test_chapter_result_object():
     """The notebook's numbers and claims at small size (4 trials): every claim of
     :class:`rates.RatesRun` holds and the summary numbers sit in range. With a too-short run the
-    rate and theorem claims fail (NGD's slope, the theorem's region not reached)."""
+    rate and theorem claims fail (NGD's slope, the theorem's region not reached);
+    ``strictly_complementary`` and ``distinct_restart_bound`` fail on contradicting numbers."""
     res = rates.rates_experiment(6, 4, 8, trials=4, steps=5000, sweep_steps=1000, thm_steps=20000,
                                  seed=0, device="cpu")
     s = res.summary()
-    assert len(s) == 67 and all(isinstance(v, (int, float)) for v in s.values())
+    assert len(s) == 75 and all(isinstance(v, (int, float)) for v in s.values())
     claims = res.claims()
-    assert len(claims) == 24 and all(bool(h) for h, _ in claims.values()), claims
+    assert len(claims) == 25 and all(bool(h) for h, _ in claims.values()), claims
+    # distinct_restart_bound turns false where a draw's bound falls below the measured 1 - corr
+    # (a ratio of 0.99 on one draw), and where (C) holds on fewer than half of the draws
+    dr = res.distinct
+    assert dr["held"].sum() >= dr["held"].size / 2 and np.all(dr["ratio_min"][dr["held"]] >= 1)
+    for mutate in ("ratio", "held"):
+        saved_d = {k: v.copy() for k, v in dr.items()}
+        if mutate == "ratio":
+            dr["ratio_min"][np.flatnonzero(dr["held"])[0]] = 0.99
+        else:
+            dr["held"][: dr["held"].size // 2 + 1] = False
+        res._cache = None
+        assert not res.claims()["distinct_restart_bound"][0], mutate
+        dr.update(saved_d)
+    res._cache = None
     # strictly_complementary turns false on an instance whose delta is at the rounding level
     assert s["sc_delta_min"] > A.bounds.SC_FACTOR * np.finfo(float).eps
     saved = res.consts["sc_delta"].copy()

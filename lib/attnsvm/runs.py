@@ -9,7 +9,9 @@ r"""The chapters' shared runs, each one or more calls of :func:`attnsvm.train.fi
   (step-size sweeps run that way);
 * :func:`every_step` (one ``fit`` call recorded at every step) and :func:`global_run` /
   :func:`global_runs` (it, checked against the global theorem of :mod:`attnsvm.bounds`);
-* :func:`fit_margin` (Part IV: one parameter of a model under a margin loss, its iterates kept).
+* :func:`fit_margin` (Part IV: one parameter of a model under a margin loss, its iterates kept);
+* :func:`distinct_restart_runs` (the reduced dynamics of :mod:`attnsvm.reduced`, exact in margin
+  space, from a restart point, checked against the local restart theorem with distinct scores).
 
 The engine (:mod:`attnsvm.train`) knows nothing of these: it imports neither :mod:`attnsvm.bounds`
 nor :mod:`attnsvm.metrics`.
@@ -20,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import bounds, metrics, train
+from . import bounds, metrics, reduced, train
 from ._checks import check_choice, check_int
 from .devices import resolve_device
 from .history import NonFiniteError, record_grid
@@ -28,7 +30,7 @@ from .losses import excess_loss
 from .models import MarginObjective
 from .optim import OPTIMIZERS
 
-__all__ = ["fit_rules", "fit_settings", "trajectory_metrics", "tile_trials", "untile_trials",
+__all__ = ["fit_rules", "fit_settings", "distinct_restart_runs", "trajectory_metrics", "tile_trials", "untile_trials",
            "sensitivity_sweep", "sensitivity_sweeps",
            "every_step", "global_run", "global_runs", "fit_margin"]
 
@@ -452,3 +454,53 @@ def fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponentia
                    record_every=rec, snapshots=(name,), device=init[name].device, **kw)
     idx = np.searchsorted(h.steps, rec)
     return {"steps": rec, "iterates": h.trajectory[name][idx], "log_loss": h.log_loss[idx]}
+
+
+def distinct_restart_runs(data, opt, W_mm, *, scale=2000.0, noise=0.3, lr=0.05, steps=4000,
+                          n_records=60, seed=1):
+    r"""The local restart theorem with distinct scores (book: ``thm-distinct-restart``) on every
+    trial of ``data``: NGD at step ``lr`` for ``steps`` steps of the reduced dynamics
+    (:func:`attnsvm.reduced.reduced_run`, exact in margin space) from the restart point
+    :math:`W_{t_1} = \mathrm{scale}\,W_{mm}/\|W_{mm}\| + x^\star + \mathrm{noise}\cdot N(0, 1)`
+    (entries from ``numpy.random.default_rng(seed)``, one draw per trial in order), with
+    :math:`x^\star` of :func:`attnsvm.bounds.residual_limit` (per-constraint weights) and the
+    theorem's constants from :func:`attnsvm.bounds.distinct_restart_constants` at :math:`t_1`.
+    Where its condition (C) holds, the bound :math:`H^2/(2a_{\mathrm{low}}(t)^2)` of part 2
+    (:func:`attnsvm.bounds.distinct_restart_bound`) is compared with the measured
+    :math:`1 - \mathrm{corr}` at ``n_records`` log-spaced records.
+
+    Returns
+    -------
+    dict of (B,) arrays: ``sc`` (strictly complementary), ``delta``, ``held`` ((C) holds at
+    :math:`t_1`), and where it holds (NaN elsewhere) ``ratio_min`` (the least bound / measured
+    ratio over the records: at least 1 where the bound holds), ``H2`` (the proved :math:`H^2`)
+    and ``level`` (the measured :math:`2(1-\mathrm{corr})\|W_t\|_F^2` at the end, which the
+    theorem bounds by :math:`H^2` up to :math:`a_t \le \|W_t\|`).
+    """
+    sc = bounds.support_constants(data, opt)
+    ok = bounds.strictly_complementary(sc)
+    x_star = bounds.residual_limit(data, opt, sc, weights="constraint")["x_star"]
+    B, T = W_mm.shape[0], data.T
+    rng = np.random.default_rng(seed)
+    rec = record_grid(steps, "log", n_records)
+    out = dict(sc=ok, delta=np.asarray(sc["delta"], dtype=float), held=np.zeros(B, bool),
+               **{k: np.full(B, np.nan) for k in ("ratio_min", "H2", "level")})
+    for b in range(B):
+        W0 = (scale * W_mm[b] / np.linalg.norm(W_mm[b]) + x_star[b]
+              + noise * rng.standard_normal(W_mm[b].shape))
+        if not ok[b]:
+            continue
+        S = sc["support"][b][np.arange(T)[None, :] != opt[b][:, None]]
+        sysm = reduced.margin_system(data.trial(b), W0, W_mm[b], opt=opt[b], support=S)
+        run = reduced.reduced_run(sysm, optimizer="ngd", lr=lr, steps=steps, record=rec)
+        dc = bounds.distinct_restart_constants(sysm, run["m"][0], run["a"][0], run["r"][0],
+                                               x_star[b], optimizer="ngd", lr=lr)
+        if not np.isfinite(dc["rho_bar"]):
+            continue
+        res = reduced.residual_sq(sysm, run["r"], run["a"])
+        bound = bounds.distinct_restart_bound(run["L"], dc)
+        out["held"][b] = True
+        out["ratio_min"][b] = float(np.min(bound / res["omc"]))
+        out["H2"][b] = float(dc["H2"])
+        out["level"][b] = float(2 * res["omc"][-1] * res["norm"][-1] ** 2)
+    return out
