@@ -24,6 +24,7 @@ import numpy as np
 
 from . import bounds, metrics, reduced, train
 from ._checks import check_choice, check_int
+from .data.seeding import stream
 from .devices import resolve_device
 from .history import NonFiniteError, record_grid
 from .losses import excess_loss
@@ -457,12 +458,13 @@ def fit_margin(model, init, batch, *, steps, record_steps=None, loss="exponentia
 
 
 def distinct_restart_runs(data, opt, W_mm, *, scale=2000.0, noise=0.3, lr=0.05, steps=4000,
-                          n_records=60, seed=1):
+                          n_records=60, seed=0):
     r"""The local restart theorem with distinct scores (book: ``thm-distinct-restart``) on every
     trial of ``data``: NGD at step ``lr`` for ``steps`` steps of the reduced dynamics
     (:func:`attnsvm.reduced.reduced_run`, exact in margin space) from the restart point
     :math:`W_{t_1} = \mathrm{scale}\,W_{mm}/\|W_{mm}\| + x^\star + \mathrm{noise}\cdot N(0, 1)`
-    (entries from ``numpy.random.default_rng(seed)``, one draw per trial in order), with
+    (entries from the stream ``"restart-noise"`` of ``seed``, trial ``b``'s its own:
+    :func:`attnsvm.data.seeding.stream`), with
     :math:`x^\star` of :func:`attnsvm.bounds.residual_limit` (per-constraint weights) and the
     theorem's constants from :func:`attnsvm.bounds.distinct_restart_constants` at :math:`t_1`.
     Where its condition (C) holds, the bound :math:`H^2/(2a_{\mathrm{low}}(t)^2)` of part 2
@@ -481,13 +483,12 @@ def distinct_restart_runs(data, opt, W_mm, *, scale=2000.0, noise=0.3, lr=0.05, 
     ok = bounds.strictly_complementary(sc)
     x_star = bounds.residual_limit(data, opt, sc, weights="constraint")["x_star"]
     B, T = W_mm.shape[0], data.T
-    rng = np.random.default_rng(seed)
     rec = record_grid(steps, "log", n_records)
     out = dict(sc=ok, delta=np.asarray(sc["delta"], dtype=float), held=np.zeros(B, bool),
                **{k: np.full(B, np.nan) for k in ("ratio_min", "H2", "level")})
     for b in range(B):
         W0 = (scale * W_mm[b] / np.linalg.norm(W_mm[b]) + x_star[b]
-              + noise * rng.standard_normal(W_mm[b].shape))
+              + noise * stream(seed, "restart-noise", b).standard_normal(W_mm[b].shape))
         if not ok[b]:
             continue
         S = sc["support"][b][np.arange(T)[None, :] != opt[b][:, None]]

@@ -38,6 +38,7 @@ STREAMS = {
     "cone-start": 11,           # experiments.convergence.cone_experiment (perturbation)
     "prompt-head-init": 12,     # experiments.selection.prompt_joint (initial head)
     "trap-search": 13,          # experiments.globalconv.global_experiment (trap candidates)
+    "restart-noise": 14,        # runs.distinct_restart_runs (the restart point's perturbation)
 }
 if len(set(STREAMS.values())) != len(STREAMS):      # pragma: no cover - a table error
     raise RuntimeError("attnsvm.data.STREAMS: two stream names share a key")
