@@ -114,9 +114,9 @@ def fit_rules(data, settings, *, seed=0, calls="auto", **common):
     if not all(isinstance(c, str) and c == "auto" for c in caps):    # else fit's own "auto"
         kw["eta_max"] = np.concatenate([np.broadcast_to(np.asarray(
             _cap(rule[nm], c), dtype=float), (B,)) for nm, c in zip(names, caps)])
-    for key in ("init",):
-        if isinstance(kw.get(key), np.ndarray) and kw[key].ndim >= 1 and kw[key].shape[0] == B:
-            kw[key] = kw[key][idx]
+    init = kw.get("init")
+    if isinstance(init, np.ndarray) and init.ndim >= 1 and init.shape[0] == B:    # one per trial
+        kw["init"] = init[idx]
     if kw.get("refs"):
         kw["refs"] = {k: np.asarray(v)[idx] for k, v in kw["refs"].items()}
     try:
@@ -486,11 +486,9 @@ def distinct_restart_runs(data, opt, W_mm, *, scale=2000.0, noise=0.3, lr=0.05, 
     rec = record_grid(steps, "log", n_records)
     out = dict(sc=ok, delta=np.asarray(sc["delta"], dtype=float), held=np.zeros(B, bool),
                **{k: np.full(B, np.nan) for k in ("ratio_min", "H2", "level")})
-    for b in range(B):
+    for b in np.flatnonzero(ok):            # trial b's noise is its own stream: skipping is safe
         W0 = (scale * W_mm[b] / np.linalg.norm(W_mm[b]) + x_star[b]
-              + noise * stream(seed, "restart-noise", b).standard_normal(W_mm[b].shape))
-        if not ok[b]:
-            continue
+              + noise * stream(seed, "restart-noise", int(b)).standard_normal(W_mm[b].shape))
         S = sc["support"][b][np.arange(T)[None, :] != opt[b][:, None]]
         sysm = reduced.margin_system(data.trial(b), W0, W_mm[b], opt=opt[b], support=S)
         run = reduced.reduced_run(sysm, optimizer="ngd", lr=lr, steps=steps, record=rec)

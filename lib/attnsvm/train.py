@@ -316,9 +316,8 @@ class FitConfig:
         return (self.rule in rules) if self.rules is None else any(r in rules for r in self.rules)
 
     def trials_of(self, *rules):
-        """(B,) bool: the trials whose step rule is one of ``rules``."""
-        mine = (self.rule,) * self.trials if self.rules is None else self.rules
-        return np.array([r in rules for r in mine])
+        """(B,) bool: the trials whose step rule is one of ``rules`` (a run with rules per trial)."""
+        return np.array([r in rules for r in self.rules])
 
     def _check_polyak_options(self):
         r"""``eta_max`` and ``L_star``: only for the Polyak rules. ``eta_max="auto"`` is
