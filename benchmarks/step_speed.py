@@ -7,7 +7,9 @@ full update of every trial (scores, softmax Jacobian, log-scaled gradient, step 
 parameter update) for ``W``/NGD, ``W``/GD, ``(K,Q)``/NGD and the (L-L*) Polyak step
 (``polyak_star``, capped at 1), at ``B = 100`` and ``B = 1000``, from a state with score gaps of
 a few units (``W`` entries ~N(0, 25/d)), and ``W``/NGD also at saturation (entries ~N(0,
-300^2/d): most masses underflow, the regime of a long run).
+300^2/d): 89% of the non-top masses below e^-37, where the textbook Jacobian is rounding noise,
+none underflowing) and past underflow (entries ~N(0, 3000^2/d): 76% of them below e^-745, the
+regime of a long NGD run).
 
 * The reference is a frozen copy of the step at attnsvm 74e9e46
   (``benchmarks/step_74e9e46.py``, verbatim; bitwise equal to that commit's engine).
@@ -175,6 +177,7 @@ CASES = [(f"{m}/{r}" if lab is None else lab, m, r, extra, shape, B, scale)
              (None, "KQ", "ngd", {}, (N, T, D), 5.0),
              ("W/(L-L*)polyak", "W", "polyak_star", {"eta_max": 1.0}, (N, T, D), 5.0))] + [
     ("W/ngd saturated", "W", "ngd", {}, (N, T, D), 1000, 300.0),
+    ("W/ngd underflow", "W", "ngd", {}, (N, T, D), 1000, 3000.0),
     ("ch09 W/ngd", "W", "ngd", {}, (20, 8, 32), 100, 5.0),
     ("ch09 W/gd", "W", "gd", {}, (20, 8, 32), 100, 5.0)]
 
@@ -190,6 +193,25 @@ def _start(params, model, scale, seed=0):
             f = scale if k == "W" else math.sqrt(scale)
             out[k] = torch.randn(out[k].shape, generator=g, dtype=out[k].dtype) * (f / math.sqrt(d))
     return out
+
+
+#: the matrix products of a step (torch.profiler names): what the closed form itself issues
+PRODUCTS = frozenset({"aten::bmm", "aten::mm", "aten::baddbmm", "aten::addmm", "aten::addbmm"})
+
+
+def products_share(fn, calls=20):
+    """The share of ``fn``'s CPU time (torch.profiler, self times) spent in matrix products
+    (:data:`PRODUCTS`): times the step's own time, the time a step would take if every other op
+    were free, and the frozen step's time over that, the largest speedup any step that issues
+    the same products in the same form can have."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+    ev = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in ev)
+    return sum(e.self_cpu_time_total for e in ev if e.key in PRODUCTS) / total
 
 
 def compare(case, steps, repeats):
@@ -221,6 +243,7 @@ def compare(case, steps, repeats):
     ops = [count_ops(ref), count_ops(new)]
     t_ref, t_new = _time_pair(ref, new, steps, repeats)
     return dict(label=label, B=B, shape=(n, t, d), t_ref=t_ref, t_new=t_new, rel=rel,
+                t_products=t_new * products_share(new),
                 ops_ref=ops[0]["compute"], ops_new=ops[1]["compute"],
                 sync_ref=ops[0]["syncs"], sync_new=ops[1]["syncs"])
 
@@ -243,9 +266,12 @@ def main():
           f"alike; the ratio is compared); torch {torch.__version__}, 1 CPU thread, float64")
     print(f"frozen = the step of attnsvm 74e9e46; new = the engine's step. Process CPU time per "
           f"step, best of {args.repeats} interleaved blocks of {args.steps} steps; ops = compute "
-          f"ops per step (torch.profiler), syncs = host synchronizations per step")
+          f"ops per step (torch.profiler), syncs = host synchronizations per step; products ms = "
+          f"the new step's time in its matrix products (profiler share), bound = frozen ms / "
+          f"products ms (the speedup if every other op were free)")
     print(f"{'case':18s} {'n,T,d':9s} {'B':>5s} {'ops frozen':>10s} {'ops new':>8s} "
-          f"{'syncs':>7s} {'frozen ms':>10s} {'new ms':>8s} {'speedup':>8s} {'rel. diff':>9s}")
+          f"{'syncs':>7s} {'frozen ms':>10s} {'new ms':>8s} {'speedup':>8s} {'rel. diff':>9s} "
+          f"{'products ms':>11s} {'bound':>6s}")
     rows = []
     for case in cases:
         r = compare(case, args.steps, args.repeats)
@@ -253,7 +279,7 @@ def main():
         print(f"{r['label']:18s} {','.join(map(str, r['shape'])):9s} {r['B']:5d} "
               f"{r['ops_ref']:10.0f} {r['ops_new']:8.0f} {r['sync_ref']:3.0f}->{r['sync_new']:<3.0f}"
               f" {r['t_ref'] * 1e3:10.3f} {r['t_new'] * 1e3:8.3f} {r['t_ref'] / r['t_new']:8.2f} "
-              f"{r['rel']:9.1e}")
+              f"{r['rel']:9.1e} {r['t_products'] * 1e3:11.3f} {r['t_ref'] / r['t_products']:6.2f}")
 
     def get(label, B):
         return next((r for r in rows if r["label"] == label and r["B"] == B), None)
@@ -264,6 +290,7 @@ def main():
                            ("W/(L-L*)polyak", 100, "polyak_star_B100"),
                            ("W/(L-L*)polyak", 1000, "polyak_star_B1000"),
                            ("W/ngd saturated", 1000, "W_ngd_saturated_B1000"),
+                           ("W/ngd underflow", 1000, "W_ngd_underflow_B1000"),
                            ("ch09 W/ngd", 100, "ch09_W_ngd"), ("ch09 W/gd", 100, "ch09_W_gd")):
         r = get(label, B)
         if r is not None:
