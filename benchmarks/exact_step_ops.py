@@ -29,7 +29,8 @@ The groups:
     the textbook :math:`c\\,s_t(u - g_t)` (log-scaled as above) instead of
     :math:`P - s\\sum P` with :math:`P_{t^\\star} = 0` exactly.
 ``flush``
-    no :data:`attnsvm.jacobian.EXP_FLUSH` clamps before the two ``exp``.
+    no :data:`attnsvm.jacobian.EXP_FLUSH` clamps before the two ``exp`` (what the library does
+    on CUDA: :data:`attnsvm.jacobian.FLUSH_DEVICES` is the CPU only).
 
 Usage: ``python benchmarks/exact_step_ops.py`` (about a minute). The last line lists, per
 group, the ops saved and the number of failing tests.
@@ -52,27 +53,13 @@ GROUPS = ("none", "tie-mask", "log-space", "top-relative", "flush")
 
 
 def _mutant(group):
-    """``(jacobian_products, softmax_parts)`` with ``group`` removed (the library's for "none")."""
+    """``(jacobian_products, softmax_parts)`` with ``group`` removed (the library's for "none"
+    and "flush": the flush clamps are the library's own switch,
+    :data:`attnsvm.jacobian.FLUSH_DEVICES`, set by :func:`apply`)."""
     from attnsvm import jacobian as J
     FLUSH = J.EXP_FLUSH
     if group in ("none", "flush"):
-        jp, sp = J.jacobian_products, J.softmax_parts
-        if group == "flush":
-            def sp(a):
-                a_top, top = a.max(-1, keepdim=True)
-                e = a - a_top
-                E = torch.exp(e)
-                S = E.sum(-1, keepdim=True)
-                return top, e, S, E.div_(S)
-
-            def jp(e, log_S, s, top, Gam, nlc, dims):
-                dG = Gam.gather(-1, top) - Gam
-                m = e - (log_S + nlc)
-                m = torch.where(dG == 0, torch.finfo(m.dtype).min, m)
-                sigma = m.amax(dims, keepdim=True)
-                P = torch.exp(m - sigma).mul_(dG)
-                return torch.addcmul(P, s, P.sum(-1, keepdim=True), value=-1), sigma.squeeze(dims)
-        return jp, sp
+        return J.jacobian_products, J.softmax_parts
     sp = J.softmax_parts
     if group == "tie-mask":
         def jp(e, log_S, s, top, Gam, nlc, dims):
@@ -111,6 +98,7 @@ def apply(group):
     jp, sp = _mutant(group)
     for mod in (jacobian, losses, attention):
         mod.jacobian_products, mod.softmax_parts = jp, sp
+    jacobian.FLUSH_DEVICES = frozenset() if group == "flush" else frozenset({"cpu"})
 
 
 def _ops():

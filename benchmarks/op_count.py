@@ -12,8 +12,10 @@ on the margin model of ``benchmarks/step_speed.py``) for each rule, on the CPU o
 
     python benchmarks/op_count.py [--device cuda] [--trials 100] [--branch-free]
 
-(``--branch-free``: the CPU count of the norm that CUDA and compiled runs take,
-:func:`attnsvm.optim.unit_scaled`, instead of the CPU's checked plain norm.)
+(``--branch-free``: the CUDA path's count on the CPU: the norm that CUDA and compiled runs
+take, :func:`attnsvm.optim.unit_scaled`, instead of the CPU's checked plain norm, and no
+``exp`` flush clamps, which the library applies on the CPU only,
+:data:`attnsvm.jacobian.FLUSH_DEVICES`.)
 
 The last line is ``ops <rule>=<count> ...`` (``W`` unless named ``KQ/...``).
 """
@@ -101,13 +103,15 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--branch-free", action="store_true",
-                    help="on the CPU, count the norm of the CUDA and compiled paths (no plain-norm "
-                         "check: attnsvm.optim.unit_scaled always)")
+                    help="on the CPU, count the CUDA path: the branch-free norm "
+                         "(attnsvm.optim.unit_scaled always) and no exp flush clamps")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.branch_free:
+        import attnsvm.jacobian as jacobian
         import attnsvm.optim as optim
         optim._plain_norm = lambda grads, batch_ndim: None
+        jacobian.FLUSH_DEVICES = frozenset()
     data = random_unit(6, 8, 10, trials=args.trials, seed=0)
     counts = {}
     for label, model, optimizer, extra in RULES:

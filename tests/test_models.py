@@ -443,6 +443,8 @@ def _with_mutant(monkeypatch, group):
     for mod in (jacobian, losses, attention):
         monkeypatch.setattr(mod, "jacobian_products", jp)
         monkeypatch.setattr(mod, "softmax_parts", sp)
+    if group == "flush":
+        monkeypatch.setattr(jacobian, "FLUSH_DEVICES", frozenset())
 
 
 @pytest.mark.parametrize("group", ["tie-mask", "log-space", "top-relative"])
@@ -465,8 +467,10 @@ def test_each_exactness_group_of_the_step_is_needed(group, monkeypatch):
 def test_exp_flush_changes_no_value_only_speed(monkeypatch):
     """The two :data:`attnsvm.jacobian.EXP_FLUSH` clamps (2 of the 32 ops) are for the CPU's
     speed only (torch's ``exp`` of an underflowing argument takes a slow path: 1.5x per step at
-    score gaps ~10^3, ``benchmarks/exact_step_ops.py``): without them the step's gradient at
-    ||W|| ~ 1e6 agrees with the library's to 1e-12 (measured: equal)."""
+    score gaps ~10^3, ``benchmarks/exact_step_ops.py``), so the library leaves them out on CUDA
+    (:data:`attnsvm.jacobian.FLUSH_DEVICES`): that path, run here on the CPU, gives the step's
+    gradient at ||W|| ~ 1e6 equal to the library's to 1e-12 (measured: bitwise equal), though
+    its attention weights differ (exact 0 or subnormal against ~1e-304: asserted)."""
     from attnsvm.data import random_unit
     ref = _step_speed_module()
     loss = get_loss("logistic")
@@ -474,7 +478,12 @@ def test_exp_flush_changes_no_value_only_speed(monkeypatch):
     step, full, params0 = ref.engine_step(data, "W", "ngd", 0.1)
     params0["W"] = torch.tensor(np.random.default_rng(1).standard_normal((10, 10, 10))) * 1e6
     u, g, s = step.net.grad(params0, full, loss)
+    w = AttentionClassifier("W")
+    a = w.scores(params0, full)
+    from attnsvm.jacobian import softmax_parts
+    s_flushed = softmax_parts(a)[3]
     _with_mutant(monkeypatch, "flush")
+    assert not torch.equal(softmax_parts(a)[3], s_flushed)
     u2, g2, s2 = step.net.grad(params0, full, loss)
     assert torch.equal(u, u2) and torch.equal(s["W"], s2["W"])
     assert _rel(g2["W"], g["W"]) <= 1e-12

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["EXP_FLUSH", "softmax_parts", "jacobian_products"]
+__all__ = ["EXP_FLUSH", "FLUSH_DEVICES", "softmax_parts", "jacobian_products"]
 
 
 #: exponents below this are raised to it before ``exp`` (e^-700 ~ 1e-304): torch's ``exp`` takes a
@@ -19,6 +19,10 @@ __all__ = ["EXP_FLUSH", "softmax_parts", "jacobian_products"]
 #: weight :math:`e^0` of a trial's log-space weights), where a term below 1e-304 is below
 #: rounding
 EXP_FLUSH = -700.0
+#: the device types whose ``exp`` takes that slow path, where the flush clamps are applied (two ops
+#: of the step; on CUDA they would be two kernels that change no value: the values are bitwise
+#: equal without them, ``tests/test_models.py::test_exp_flush_changes_no_value_only_speed``)
+FLUSH_DEVICES = frozenset({"cpu"})
 
 
 def softmax_parts(a):
@@ -26,10 +30,11 @@ def softmax_parts(a):
     :math:`t^\star` (largest score, first on ties) ``top`` (..., 1), :math:`e = a - a_{t^\star}
     \le 0`, :math:`\Sigma = \sum_t e^{e_t} \ge 1` (..., 1) and :math:`s = e^{e}/\Sigma`; then
     :math:`\log s_t = e_t - \log\Sigma` exactly in log space, however large the gaps (the
-    exponent is raised to :data:`EXP_FLUSH` only for ``s`` and :math:`\Sigma`)."""
+    exponent is raised to :data:`EXP_FLUSH` only for ``s`` and :math:`\Sigma`, on the devices of
+    :data:`FLUSH_DEVICES`)."""
     a_top, top = a.max(-1, keepdim=True)
     e = a - a_top
-    E = torch.exp(e.clamp(min=EXP_FLUSH))
+    E = torch.exp(e.clamp(min=EXP_FLUSH) if a.device.type in FLUSH_DEVICES else e)
     S = E.sum(-1, keepdim=True)
     return top, e, S, E.div_(S)
 
@@ -60,7 +65,8 @@ def jacobian_products(e, log_S, s, top, Gam, nlc, dims):
     (the exponent is at most 0 outside :math:`U`, and :math:`\Delta = 0` on it), and none of the
     terms that matter underflows, at any score gap (the masses of the tokens outside :math:`U`
     underflow past gaps of ~745; their products with :math:`e^{-\sigma}` do not); exponents
-    below :data:`EXP_FLUSH` are raised to it, a change below rounding of the largest term. The
+    below :data:`EXP_FLUSH` are raised to it on the devices of :data:`FLUSH_DEVICES`, a change
+    below rounding of the largest term. The
     tie group is left out of :math:`\sigma` because its :math:`\Delta` is 0: its probabilities
     can be :math:`e^{1000}` times the informative ones, which would then underflow against them
     (an NGD run on ch08's equal-score instances froze at :math:`\|W\| \approx 1190` that way).
@@ -90,5 +96,8 @@ def jacobian_products(e, log_S, s, top, Gam, nlc, dims):
     m = e - (log_S + nlc)                                    # log c + log s_t
     m = torch.where(dG == 0, torch.finfo(m.dtype).min, m)   # the tie group: no scale of its own
     sigma = m.amax(dims, keepdim=True)
-    P = torch.exp((m - sigma).clamp_(min=EXP_FLUSH)).mul_(dG)
+    x = m - sigma
+    if x.device.type in FLUSH_DEVICES:
+        x.clamp_(min=EXP_FLUSH)
+    P = torch.exp(x).mul_(dG)
     return torch.addcmul(P, s, P.sum(-1, keepdim=True), value=-1), sigma.squeeze(dims)
