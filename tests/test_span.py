@@ -8,7 +8,7 @@ import torch
 from attnsvm.data import random_unit
 from attnsvm.models.parameterizations import span_coordinates
 from attnsvm.svm import att_svm
-from attnsvm.train import SPAN_RULES, fit
+from attnsvm.train import SPAN_MIN_D, SPAN_RULES, fit
 
 #: the largest relative difference allowed between the two coordinates (records and final W);
 #: measured 2e-15 (GD, NGD, Polyak) and 1.3e-12 (the (L - L*) Polyak step, whose step size is
@@ -24,7 +24,7 @@ def _rel(a, b):
 def _pair(data, optimizer, **kw):
     opts = dict(model="W", optimizer=optimizer, steps=2000, init="random", init_scale=0.5,
                 progress=False, **kw)
-    return fit(data, **opts), fit(data, coordinates="span", **opts)
+    return fit(data, coordinates="matrix", **opts), fit(data, coordinates="span", **opts)
 
 
 @pytest.mark.parametrize("optimizer,kw", [
@@ -122,3 +122,27 @@ def test_span_refused_without_fewer_sequences_than_dimensions():
     with pytest.raises(ValueError, match=r"n < d.*n=8, d=8"):
         fit(data, model="W", optimizer="gd", steps=5, progress=False, coordinates="span")
     assert SPAN_RULES == {"gd", "ngd", "polyak", "polyak_star"}
+
+
+@pytest.mark.parametrize("shape,kw,want", [
+    ((6, 4, 16), dict(optimizer="ngd"), "span"),
+    ((6, 4, 16), dict(optimizer=["gd", "polyak_star"]), "span"),
+    ((6, 4, 10), dict(optimizer="ngd"), "matrix"),            # d below SPAN_MIN_D
+    ((20, 4, 16), dict(optimizer="ngd"), "matrix"),           # n >= d
+    ((6, 4, 16), dict(optimizer="adam"), "matrix"),
+    ((6, 4, 16), dict(optimizer=["gd", "adam"]), "matrix"),
+    ((6, 4, 16), dict(optimizer="ngd", model="KQ", init="random"), "matrix"),
+    ((6, 4, 16), dict(optimizer="ngd", train_v=True), "matrix"),
+    ((6, 4, 16), dict(optimizer="gd", penalty=0.01), "matrix"),
+    ((6, 4, 16), dict(optimizer="sngd", batch_size=3), "matrix"),
+])
+def test_auto_takes_the_span_where_it_applies_and_gains(shape, kw, want):
+    """``coordinates="auto"`` (the default) resolves to "span" exactly where the span applies
+    and ``d >= SPAN_MIN_D`` (the threshold of ``benchmarks/span_speed.py``), and says so in
+    ``History.config``."""
+    n, t, d = shape
+    data = random_unit(n, t, d, trials=2, seed=0)
+    opts = dict(model="W", steps=3, progress=False)
+    opts.update(kw)
+    assert fit(data, **opts).config["coordinates"] == want
+    assert SPAN_MIN_D == 16

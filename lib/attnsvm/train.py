@@ -65,6 +65,11 @@ ENGINES = ("auto", "eager", "graph", "compiled")
 #: gradient, with the Frobenius norm where it normalizes (invariant under the rotation of
 #: :class:`attnsvm.models.parameterizations.WSpanScores`)
 SPAN_RULES = frozenset({"gd", "ngd", "polyak", "polyak_star"})
+#: ``coordinates="auto"`` takes the span coordinates from this dimension on (with ``n < d``):
+#: measured by ``benchmarks/span_speed.py`` on the 2-core AMD EPYC CPU (B = 100, one thread):
+#: slower at d = 10 (the small batched products' per-item costs), faster at every measured shape
+#: with d >= 16 and n < d (1.1-1.6x per step)
+SPAN_MIN_D = 16
 #: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
 GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 #: steps per captured block of the graph path
@@ -215,7 +220,7 @@ class FitConfig:
     progress: bool | None = None
     num_threads: int | None = None
     engine: str = "auto"
-    coordinates: str = "matrix"
+    coordinates: str = "auto"
     # derived by build() (not options of fit)
     rule: str = field(default="", repr=False, init=False)
     rule_obj: object = field(default=None, repr=False, init=False)
@@ -381,8 +386,18 @@ class FitConfig:
 
     def _check_coordinates(self, data):
         """``coordinates``: "matrix", or "span" where the run moves ``W`` in the queries' span
-        by a rotation-invariant rule (:data:`SPAN_RULES`)."""
-        check_choice("coordinates", self.coordinates, ("matrix", "span"))
+        by a rotation-invariant rule (:data:`SPAN_RULES`); "auto" resolves to "span" where it
+        applies and ``d >=`` :data:`SPAN_MIN_D`, else "matrix"."""
+        check_choice("coordinates", self.coordinates, ("auto", "matrix", "span"))
+        if self.coordinates == "auto":
+            self.coordinates = "span"
+            try:
+                self._check_coordinates(data)
+            except ValueError:
+                self.coordinates = "matrix"
+            if self.coordinates == "span" and data.d < SPAN_MIN_D:
+                self.coordinates = "matrix"
+            return
         if self.coordinates == "matrix":
             return
         rules = set(self.rules) if self.rules is not None else {self.rule}
@@ -793,6 +808,20 @@ def fit(data, **options):
         ``History.config["engine"]`` says which path ran (``"cuda-graph"``, ``"graph-eager"``,
         ``"cuda-graph-compiled"``, ``"compiled"``, ``"eager"``); ``ATTNSVM_CUDA_GRAPH=0`` turns
         the CUDA-graph path of ``"auto"`` off.
+    coordinates : {"auto", "matrix", "span"}
+        How the ``W`` model holds its matrix. ``"matrix"``: ``W`` itself. ``"span"``:
+        :math:`W = W_0 + B^\top\hat Z` with :math:`\hat Z` an orthonormal basis of the queries'
+        span and ``B`` (B, n, d) trained
+        (:class:`attnsvm.models.parameterizations.WSpanScores`): every rule of
+        :data:`SPAN_RULES` moves ``W`` by multiples of the gradient, which lies in that span, so
+        the run is the same (equal to rounding, ``tests/test_span.py``) and its step needs two
+        :math:`n\times n` products instead of two :math:`d\times d` ones. Needs ``model="W"``
+        with a fixed linear head, full batches, no penalty, a rule of :data:`SPAN_RULES` (per
+        trial too) and ``n < d`` (else ValueError naming ``coordinates``). ``"auto"`` (default):
+        ``"span"`` where it applies and ``d >=`` :data:`SPAN_MIN_D` (where
+        ``benchmarks/span_speed.py`` measures it faster), else ``"matrix"``. Records, snapshots and
+        ``History.params["W"]`` are the matrix either way; ``History.config["coordinates"]``
+        says which ran.
 
     Returns
     -------
