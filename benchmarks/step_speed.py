@@ -16,6 +16,11 @@ regime of a long NGD run).
 * The new step is the engine's own (:class:`attnsvm.train._Step` on
   :class:`attnsvm.train._MarginTerms`, built from the options of :func:`attnsvm.train.fit`):
   the eager torch path that the CUDA-graph and compiled paths capture.
+* At ch09's shape the engine's own step (``coordinates="auto"``) holds ``W`` in the span of
+  the queries (:class:`attnsvm.models.parameterizations.WSpanScores`; ``d = 32 >= 16``, ``n = 20
+  < d``): the rows marked "span" time it from the same ``W`` (``W0 = W``, ``B = 0``), the
+  unmarked ch09 rows the step in the matrix coordinates; the frozen step is the same
+  mathematical step either way (relative difference after one step printed).
 * :func:`reference_step` / :func:`reference_grad` are the older reference (the step of
   0da19a8, before the first rewrite), kept for ``tests/test_models.py``.
 
@@ -224,8 +229,10 @@ def compare(case, steps, repeats):
     label, model, rule, extra, (n, t, d), B, scale = case
     data = random_unit(n, t, d, trials=B, seed=0)
     span = extra.get("coordinates") == "span"
+    if model == "W":
+        extra = {"coordinates": "matrix", **extra}   # the rows not marked "span": W itself
     step, full, params0 = build(data, model, rule, **extra)
-    matrix_step = build(data, model, rule)[0] if span else step
+    matrix_step = build(data, model, rule, coordinates="matrix")[0] if span else step
     ref0 = _start(matrix_step.terms.params, model, scale)   # the frozen step's state: W itself
     new0 = ref0
     if span:                 # the same W in the span coordinates: W0 = W, B = 0

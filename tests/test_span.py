@@ -146,3 +146,17 @@ def test_auto_takes_the_span_where_it_applies_and_gains(shape, kw, want):
     opts.update(kw)
     assert fit(data, **opts).config["coordinates"] == want
     assert SPAN_MIN_D == 16
+
+
+def test_span_on_the_block_path():
+    """The block path (``engine="graph"``: off CUDA each block executed eagerly with the same
+    static buffers as a captured graph) runs the span coordinates like the eager loop: its
+    fixed tensors stay untouched, the records equal the eager run's to rounding."""
+    data = random_unit(6, 4, 16, trials=3, seed=2)
+    opts = dict(model="W", optimizer="ngd", steps=300, init="random", init_scale=0.5,
+                progress=False, coordinates="span")
+    h1 = fit(data, engine="eager", **opts)
+    h2 = fit(data, engine="graph", **opts)
+    assert h2.config["engine"] == "graph-eager"
+    assert _rel(h2.params["W"], h1.params["W"]) <= RTOL
+    assert _rel(h2.log_loss, h1.log_loss) <= RTOL
