@@ -16,6 +16,11 @@ regime of a long NGD run).
 * The new step is the engine's own (:class:`attnsvm.train._Step` on
   :class:`attnsvm.train._MarginTerms`, built from the options of :func:`attnsvm.train.fit`):
   the eager torch path that the CUDA-graph and compiled paths capture.
+* At ch09's shape the engine's own step (``coordinates="auto"``) holds ``W`` in the span of
+  the queries (:class:`attnsvm.models.parameterizations.WSpanScores`; ``d = 32 >= 16``, ``n = 20
+  < d``): the rows marked "span" time it from the same ``W`` (``W0 = W``, ``B = 0``), the
+  unmarked ch09 rows the step in the matrix coordinates; the frozen step is the same
+  mathematical step either way (relative difference after one step printed).
 * :func:`reference_step` / :func:`reference_grad` are the older reference (the step of
   0da19a8, before the first rewrite), kept for ``tests/test_models.py``.
 
@@ -179,7 +184,9 @@ CASES = [(f"{m}/{r}" if lab is None else lab, m, r, extra, shape, B, scale)
     ("W/ngd saturated", "W", "ngd", {}, (N, T, D), 1000, 300.0),
     ("W/ngd underflow", "W", "ngd", {}, (N, T, D), 1000, 3000.0),
     ("ch09 W/ngd", "W", "ngd", {}, (20, 8, 32), 100, 5.0),
-    ("ch09 W/gd", "W", "gd", {}, (20, 8, 32), 100, 5.0)]
+    ("ch09 W/gd", "W", "gd", {}, (20, 8, 32), 100, 5.0),
+    ("ch09 W/ngd span", "W", "ngd", {"coordinates": "span"}, (20, 8, 32), 100, 5.0),
+    ("ch09 W/gd span", "W", "gd", {"coordinates": "span"}, (20, 8, 32), 100, 5.0)]
 
 
 def _start(params, model, scale, seed=0):
@@ -221,17 +228,28 @@ def compare(case, steps, repeats):
     from op_count import count_ops, engine_step as build
     label, model, rule, extra, (n, t, d), B, scale = case
     data = random_unit(n, t, d, trials=B, seed=0)
+    span = extra.get("coordinates") == "span"
+    if model == "W":
+        extra = {"coordinates": "matrix", **extra}   # the rows not marked "span": W itself
     step, full, params0 = build(data, model, rule, **extra)
-    params0 = _start(params0, model, scale)
+    matrix_step = build(data, model, rule, coordinates="matrix")[0] if span else step
+    ref0 = _start(matrix_step.terms.params, model, scale)   # the frozen step's state: W itself
+    new0 = ref0
+    if span:                 # the same W in the span coordinates: W0 = W, B = 0
+        from attnsvm.models.parameterizations import span_coordinates
+        new0 = dict(params0, **span_coordinates(ref0["W"], full["Z"]))
     cfg_lr, eta_max = step.ctx.lr, step.ctx.eta_max
-    net = frozen.FrozenNet(step.net)
+    net = frozen.FrozenNet(matrix_step.net)
     loss = get_loss("logistic")
-    ref_p, _ = frozen.frozen_step(net, rule, cfg_lr, params0, full, loss, {"k": 0}, eta_max)
-    new_p = dict(params0)
+    ref_p, _ = frozen.frozen_step(net, rule, cfg_lr, ref0, full, loss, {"k": 0}, eta_max)
+    new_p = dict(new0)
     step(new_p, 0)
+    if span:
+        new_p = {"W": step.net.matrix(new_p)}
     rel = max(float(((new_p[k] - ref_p[k]).flatten(1).abs().amax(1)
-                     / ref_p[k].flatten(1).abs().amax(1)).max()) for k in step.trainable)
-    p_ref, p_new, st = dict(params0), dict(params0), {"k": 0}
+                     / ref_p[k].flatten(1).abs().amax(1)).max()) for k in new_p if k in ref_p
+              and k in ("W", "K", "Q"))
+    p_ref, p_new, st = dict(ref0), dict(new0), {"k": 0}
 
     def ref():
         nonlocal p_ref
@@ -291,7 +309,9 @@ def main():
                            ("W/(L-L*)polyak", 1000, "polyak_star_B1000"),
                            ("W/ngd saturated", 1000, "W_ngd_saturated_B1000"),
                            ("W/ngd underflow", 1000, "W_ngd_underflow_B1000"),
-                           ("ch09 W/ngd", 100, "ch09_W_ngd"), ("ch09 W/gd", 100, "ch09_W_gd")):
+                           ("ch09 W/ngd", 100, "ch09_W_ngd"), ("ch09 W/gd", 100, "ch09_W_gd"),
+                           ("ch09 W/ngd span", 100, "ch09_W_ngd_span"),
+                           ("ch09 W/gd span", 100, "ch09_W_gd_span")):
         r = get(label, B)
         if r is not None:
             parts.append(f"{name}={r['t_ref'] / r['t_new']:.2f}x")

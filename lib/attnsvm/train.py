@@ -51,6 +51,7 @@ from ._env import ENGINE_LOG_ENV
 from .data import AttnData, LinearData, keyed_stream
 from .losses import get_loss, log_excess_loss, log_mean_loss
 from .models import AttentionClassifier, LinearClassifier, is_objective_model
+from .models.parameterizations import SPAN_FIXED, span_coordinates
 from .optim import OPTIMIZERS, Context, Descent, PerTrial, make_rule
 from .devices import resolve_device
 from .history import History, NonFiniteError, record_grid
@@ -60,6 +61,15 @@ __all__ = ["fit", "run", "FitConfig", "History", "NonFiniteError", "record_grid"
 
 #: the engine paths :func:`fit` may take (``engine=``; ``History.config["engine"]`` says which ran)
 ENGINES = ("auto", "eager", "graph", "compiled")
+#: the rules that ``coordinates="span"`` takes: each increment a per-trial multiple of the
+#: gradient, with the Frobenius norm where it normalizes (invariant under the rotation of
+#: :class:`attnsvm.models.parameterizations.WSpanScores`)
+SPAN_RULES = frozenset({"gd", "ngd", "polyak", "polyak_star"})
+#: ``coordinates="auto"`` takes the span coordinates from this dimension on (with ``n < d``):
+#: measured by ``benchmarks/span_speed.py`` on the 2-core AMD EPYC CPU (B = 100, one thread):
+#: slower at d = 10 (the small batched products' per-item costs), faster at every measured shape
+#: with d >= 16 and n < d (1.1-1.6x per step)
+SPAN_MIN_D = 16
 #: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
 GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 #: steps per captured block of the graph path
@@ -210,6 +220,7 @@ class FitConfig:
     progress: bool | None = None
     num_threads: int | None = None
     engine: str = "auto"
+    coordinates: str = "auto"
     # derived by build() (not options of fit)
     rule: str = field(default="", repr=False, init=False)
     rule_obj: object = field(default=None, repr=False, init=False)
@@ -258,6 +269,7 @@ class FitConfig:
         self._check_rule_options()
         self._check_run_options()
         self._check_init_and_penalty()
+        self._check_coordinates(data)
         self.refs = {} if self.refs is None else dict(self.refs)
         self.snapshots = _snapshot_names(self.snapshots, self.model, self.net)
         self._check_records()
@@ -371,6 +383,34 @@ class FitConfig:
         if self.progress is None:
             self.progress = self.steps >= 20000 and sys.stderr.isatty()
         check_choice("engine", self.engine, ENGINES)
+
+    def _check_coordinates(self, data):
+        """``coordinates``: "matrix", or "span" where the run moves ``W`` in the queries' span
+        by a rotation-invariant rule (:data:`SPAN_RULES`); "auto" resolves to "span" where it
+        applies and ``d >=`` :data:`SPAN_MIN_D`, else "matrix"."""
+        check_choice("coordinates", self.coordinates, ("auto", "matrix", "span"))
+        if self.coordinates == "auto":
+            self.coordinates = "span"
+            try:
+                self._check_coordinates(data)
+            except ValueError:
+                self.coordinates = "matrix"
+            if self.coordinates == "span" and data.d < SPAN_MIN_D:
+                self.coordinates = "matrix"
+            return
+        if self.coordinates == "matrix":
+            return
+        rules = set(self.rules) if self.rules is not None else {self.rule}
+        why = ("model='W' with a fixed linear head" if self.objective or self.model != "W"
+               or self.head != "linear" or self.train_v else
+               f"the full-batch rules {sorted(SPAN_RULES)}" if self.stochastic
+               or self.batch_size is not None or not rules <= SPAN_RULES else
+               "no penalty" if self.penalty else
+               f"fewer sequences than dimensions (n < d), got n={data.n}, d={data.d}"
+               if data.n >= data.d else None)
+        if why is not None:
+            raise ValueError(f"coordinates='span' needs {why} (optimizer={self.optimizer!r}, "
+                             f"model={self.model!r})")
 
     def _check_init_and_penalty(self):
         if self.init_scale is not None:
@@ -500,7 +540,7 @@ class FitConfig:
                     eta_max=eta_max, steps=self.steps, batch_size=self.batch_size,
                     penalty=self.penalty, init=init, init_scale=self.init_scale, seed=self.seed,
                     device=str(self.dev), dtype=str(self.dtype), records=self.records,
-                    trials=trials, **opts)
+                    coordinates=self.coordinates, trials=trials, **opts)
 
 
 def _main_name(model):
@@ -768,6 +808,20 @@ def fit(data, **options):
         ``History.config["engine"]`` says which path ran (``"cuda-graph"``, ``"graph-eager"``,
         ``"cuda-graph-compiled"``, ``"compiled"``, ``"eager"``); ``ATTNSVM_CUDA_GRAPH=0`` turns
         the CUDA-graph path of ``"auto"`` off.
+    coordinates : {"auto", "matrix", "span"}
+        How the ``W`` model holds its matrix. ``"matrix"``: ``W`` itself. ``"span"``:
+        :math:`W = W_0 + B^\top\hat Z` with :math:`\hat Z` an orthonormal basis of the queries'
+        span and ``B`` (B, n, d) trained
+        (:class:`attnsvm.models.parameterizations.WSpanScores`): every rule of
+        :data:`SPAN_RULES` moves ``W`` by multiples of the gradient, which lies in that span, so
+        the run is the same (equal to rounding, ``tests/test_span.py``) and its step needs two
+        :math:`n\times n` products instead of two :math:`d\times d` ones. Needs ``model="W"``
+        with a fixed linear head, full batches, no penalty, a rule of :data:`SPAN_RULES` (per
+        trial too) and ``n < d`` (else ValueError naming ``coordinates``). ``"auto"`` (default):
+        ``"span"`` where it applies and ``d >=`` :data:`SPAN_MIN_D` (where
+        ``benchmarks/span_speed.py`` measures it faster), else ``"matrix"``. Records, snapshots and
+        ``History.params["W"]`` are the matrix either way; ``History.config["coordinates"]``
+        says which ran.
 
     Returns
     -------
@@ -1093,6 +1147,11 @@ class _MarginTerms:
         self.cfg, self.net = cfg, cfg.net
         self.full, self.params, self.ref_t, self.opt_t, self.keys32 = _tensors(cfg, data)
         self.trials, self.n = data.trials, data.n
+        if cfg.coordinates == "span":        # W = W0 + B^T Zh (models.parameterizations)
+            self.net = self.net.in_span()
+            W0 = self.params.pop("W")
+            self.params = {"B": W0.new_zeros(W0.shape[:1] + (data.n, data.d)),
+                           **span_coordinates(W0, self.full["Z"]), **self.params}
         self.trainable = tuple(self.net.trainable)
         self.main = _main_name(cfg.model)
         self.ar_n = torch.arange(data.n, device=cfg.dev)
@@ -1164,6 +1223,11 @@ class _MarginTerms:
         return out
 
     def final_params(self, params):
+        span = self.cfg.coordinates == "span"
+        if span:                             # the matrix, not its coordinates
+            return {"W": self.net.matrix(params).cpu().numpy(),
+                    **{k: p.cpu().numpy() for k, p in params.items()
+                       if k not in ("B",) + SPAN_FIXED}}
         final = {k: p.cpu().numpy() for k, p in params.items()}
         if self.cfg.model == "KQ":
             final["W"] = self.net.matrix(params).cpu().numpy()

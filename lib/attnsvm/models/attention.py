@@ -4,6 +4,7 @@ the forward pass and the hand-derived, cancellation-free gradient (see :mod:`att
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -13,7 +14,7 @@ from ..jacobian import EXP_FLUSH, jacobian_products, softmax_parts  # noqa: F401
 from ..losses import grad_coefficients
 from ._init import _broadcast_init, _stack
 from .heads import HEADS
-from .parameterizations import PARAMETERIZATIONS, token_products, token_sums
+from .parameterizations import PARAMETERIZATIONS, SPAN_FIXED, WSpanScores, token_products, token_sums
 
 __all__ = ["AttentionClassifier", "softmax_jacobian"]
 
@@ -221,8 +222,7 @@ class AttentionClassifier:
         X, y = batch["X"], batch["y"]
         Xt = batch.get("Xt")                 # the tokens transposed, when the engine has them
         h = None
-        W = self.matrix(params) if self.scoring.query else None
-        top, e, S, s = softmax_parts(self.scores(params, batch, W))
+        top, e, S, s = softmax_parts(self.scores(params, batch))
         if self.head == "linear":
             Gam = None if self.train_v else batch.get("Gy")     # y g, when the engine has it
             if Gam is None:
@@ -266,6 +266,19 @@ class AttentionClassifier:
             coef, sig = grad_coefficients(loss, u.detach())
             gs = torch.autograd.grad((coef * u).sum(), [leaves[k] for k in self.trainable])
         return u.detach(), dict(zip(self.trainable, gs)), {k: sig for k in self.trainable}
+
+    def in_span(self):
+        r"""This classifier with ``W`` held in the coordinates of the queries' span
+        (:class:`attnsvm.models.parameterizations.WSpanScores`): trainable ``B``, the fixed
+        tensors of :func:`attnsvm.models.parameterizations.span_coordinates` among the
+        parameters. For the ``W`` model with a fixed linear head only."""
+        if self.param != "W" or self.head != "linear" or self.train_v:
+            raise ValueError("the span coordinates apply to model='W' with a fixed linear head")
+        net = copy.copy(self)
+        net.scoring = WSpanScores()
+        net.param_names = WSpanScores.names + SPAN_FIXED + self.psi.names
+        net.trainable = WSpanScores.names
+        return net
 
     def token_scores(self, params, batch):
         r""":math:`\gamma_{it} = y_i \psi(x_{it})` (B,n,T); the optimal token is its argmax."""

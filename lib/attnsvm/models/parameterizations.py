@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["WScores", "KQScores", "PromptScores", "PARAMETERIZATIONS", "token_products",
-           "token_sums"]
+__all__ = ["WScores", "KQScores", "PromptScores", "WSpanScores", "PARAMETERIZATIONS",
+           "SPAN_FIXED", "span_coordinates", "token_products", "token_sums"]
 
 
 def _bilinear_scores(X, Z, W):
@@ -124,6 +124,67 @@ class PromptScores:
     @staticmethod
     def grads(params, xbar, batch, sig):
         return {"p": xbar.sum(-2)}, {"p": sig}
+
+
+#: the fixed tensors of :class:`WSpanScores` (held with the parameters, never trained)
+SPAN_FIXED = ("W0", "Zh", "Cz", "CzT", "U0")
+
+
+def span_coordinates(W0, Z):
+    r"""The fixed tensors of :class:`WSpanScores` for the start ``W0`` (B,d,d) and the queries
+    ``Z`` (B,n,d), ``n < d``: an orthonormal basis ``Zh`` (B,n,d) of the span of the
+    :math:`z_i` (rows; from the QR factorization of :math:`Z^\top`), the queries' coordinates
+    ``Cz`` :math:`= Z\hat Z^\top` (B,n,n) (so :math:`Z = C_z\hat Z`), its transpose ``CzT``
+    (contiguous) and ``U0`` :math:`= Z W_0^\top` (rows :math:`W_0 z_i`)."""
+    Qm = torch.linalg.qr(Z.transpose(-1, -2)).Q              # (B,d,n), orthonormal columns
+    Cz = torch.matmul(Z, Qm)
+    return {"W0": W0, "Zh": Qm.transpose(-1, -2).contiguous(), "Cz": Cz,
+            "CzT": Cz.transpose(-1, -2).contiguous(), "U0": torch.matmul(Z, W0.transpose(-1, -2))}
+
+
+class WSpanScores:
+    r""":math:`a = X W z` with :math:`W = W_0 + B^\top\hat Z` held by ``B`` (B,n,d): the
+    coordinates of the queries' span (:func:`span_coordinates`), for the runs whose every step
+    is a multiple of the gradient.
+
+    Every gradient of the ``W`` model is :math:`\tilde\nabla_W = \sum_i\bar x_i z_i^\top =
+    \bar X^\top Z` (:class:`WScores`), so a rule whose increment is a per-trial multiple of it
+    (gradient descent, normalized GD, both Polyak steps) keeps :math:`W_t - W_0` in
+    :math:`\{A^\top Z\} = \{B^\top\hat Z\}` (:math:`\hat Z` an orthonormal basis of the rows
+    of :math:`Z`). With :math:`W = W_0 + B^\top\hat Z`, :math:`\partial L/\partial B =
+    \hat Z\tilde\nabla_W^\top = C_z^\top\bar X` (:math:`Z = C_z\hat Z`) and, as
+    :math:`\hat Z\hat Z^\top = I`, :math:`\|\partial L/\partial B\|_F = \|\nabla_W L\|_F` and
+    the step :math:`B \leftarrow B - \eta\,\partial L/\partial B` moves :math:`W` by
+    :math:`-\eta(C_z^\top\bar X)^\top\hat Z = -\eta\bar X^\top Z = -\eta\nabla_W L`: the same rule in other coordinates, equal
+    in exact arithmetic (and to rounding in floating point, ``tests/test_span.py``). Adam, sign
+    and steepest descent in other norms are not invariant under the rotation and do not apply.
+
+    The step then needs :math:`U = ZW^\top = U_0 + C_zB` (one ``baddbmm``,
+    :math:`n^2 d` per trial) and :math:`C_z^\top\bar X` (:math:`n^2 d`) instead of
+    :math:`ZW^\top` and :math:`\bar X^\top Z` (:math:`n d^2` each): fewer operations when
+    :math:`n < d` (``benchmarks/step_speed.py``: the rows marked "span"). :meth:`matrix`
+    gives :math:`W` itself (records, snapshots, the final iterate)."""
+
+    name = "W"
+    names = ("B",)
+    fixed = SPAN_FIXED
+    query = True
+
+    @staticmethod
+    def matrix(params):
+        return torch.baddbmm(params["W0"], params["B"].transpose(-1, -2), params["Zh"])
+
+    @staticmethod
+    def scores(params, batch, W=None):
+        if W is not None:
+            return _bilinear_scores(batch["X"], batch["Z"], W)
+        return token_products(batch["X"], torch.baddbmm(params["U0"], params["Cz"], params["B"]))
+
+    @staticmethod
+    def grads(params, xbar, batch, sig):
+        r""":math:`\partial L/\partial B = C_z^\top\bar X` (B,n,d), log-scaled like
+        :math:`\tilde\nabla_W`."""
+        return {"B": torch.bmm(params["CzT"], xbar)}, {"B": sig}
 
 
 #: model name -> parameterization
