@@ -4,8 +4,8 @@
 WSpanScores`): the step's two ``d x d`` products (``Z W^T``, ``Xbar^T Z``, ``n d^2`` each per
 trial) become two ``n x n`` ones (``n^2 d``). Which shapes gain is an empirical question on a
 given CPU (small batched products have per-item costs of their own), and ``coordinates="auto"``
-takes the span where this benchmark shows a gain: ``n < d`` and ``d >= SPAN_MIN_D``
-(:data:`attnsvm.train.SPAN_MIN_D`).
+takes the span where this benchmark shows a gain: ``d >= SPAN_MIN_D`` and
+``n <= SPAN_MAX_RATIO d`` (:data:`attnsvm.train.SPAN_MIN_D`, :data:`attnsvm.train.SPAN_MAX_RATIO`).
 
 For each ``(n, T, d)`` and rule (NGD, GD), ``B`` trials, one CPU thread, float64, random unit
 tokens, ``W`` entries ~N(0, 25/d): process CPU time per step of the engine's step
@@ -13,8 +13,8 @@ tokens, ``W`` entries ~N(0, 25/d): process CPU time per step of the engine's ste
 ``--steps`` steps, the ratio matrix/span, and the relative difference of ``W`` after 20 steps.
 
 Usage: ``python benchmarks/span_speed.py [--trials 100] [--steps 50] [--repeats 5]``. The last
-line names the ratios and the smallest ``d`` from which every measured shape with ``n < d``
-gains.
+line names the ratios, the smallest among the shapes that ``"auto"`` takes into the span and the
+largest among those it leaves in the matrix.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SHAPES = [(6, 8, 10), (6, 8, 12), (10, 8, 16), (20, 8, 16), (6, 8, 32), (10, 8, 32), (20, 8, 32),
+SHAPES = [(6, 8, 10), (6, 8, 12), (9, 8, 12), (10, 8, 16), (12, 8, 16), (6, 8, 32), (10, 8, 32), (20, 8, 32),
           (30, 8, 32), (20, 8, 64)]
 
 
@@ -39,7 +39,7 @@ def row(shape, rule, B, steps, repeats):
     from attnsvm.models.parameterizations import span_coordinates
     n, t, d = shape
     data = random_unit(n, t, d, trials=B, seed=0)
-    m_step, full, p0 = engine_step(data, "W", rule)
+    m_step, full, p0 = engine_step(data, "W", rule, coordinates="matrix")
     s_step, _, s0 = engine_step(data, "W", rule, coordinates="span")
     pm = _start(p0, "W", 5.0)
     ps = dict(s0, **span_coordinates(pm["W"], full["Z"]))
@@ -54,7 +54,7 @@ def row(shape, rule, B, steps, repeats):
 
 
 def main(argv=None):
-    from attnsvm.train import SPAN_MIN_D
+    from attnsvm.train import SPAN_MAX_RATIO, SPAN_MIN_D
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--steps", type=int, default=50)
@@ -65,18 +65,19 @@ def main(argv=None):
           f"{torch.__version__}, 1 thread, float64, B = {args.trials}; process CPU ms per step, "
           f"best of {args.repeats} interleaved blocks of {args.steps}")
     print(f"{'n,T,d':10s} {'rule':5s} {'matrix ms':>10s} {'span ms':>8s} {'ratio':>6s} {'rel. diff':>9s}")
-    ratios, gains = [], {}
+    ratios, taken, left = [], [], []
     for shape in SHAPES:
+        n, _, d = shape
         for rule in ("ngd", "gd"):
             t_m, t_s, rel = row(shape, rule, args.trials, args.steps, args.repeats)
             r = t_m / t_s
             print(f"{','.join(map(str, shape)):10s} {rule:5s} {t_m * 1e3:10.3f} {t_s * 1e3:8.3f} "
                   f"{r:6.2f} {rel:9.1e}")
             ratios.append(f"{'x'.join(map(str, shape))}_{rule}={r:.2f}x")
-            gains.setdefault(shape[2], []).append(r > 1.0 if shape[0] < shape[2] else True)
-    from_d = min((d for d in gains if all(all(gains[e]) for e in gains if e >= d)), default=None)
+            (taken if d >= SPAN_MIN_D and n <= SPAN_MAX_RATIO * d else left).append(r)
     print("ratios (matrix/span CPU time): " + " ".join(ratios)
-          + f"; every shape with n < d gains from d = {from_d} (SPAN_MIN_D = {SPAN_MIN_D})")
+          + f"; auto (d >= {SPAN_MIN_D}, n <= {SPAN_MAX_RATIO} d) takes the span where the smallest "
+          f"ratio is {min(taken):.2f}x and leaves the matrix where the largest is {max(left):.2f}x")
 
 
 if __name__ == "__main__":

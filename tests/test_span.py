@@ -8,7 +8,7 @@ import torch
 from attnsvm.data import random_unit
 from attnsvm.models.parameterizations import span_coordinates
 from attnsvm.svm import att_svm
-from attnsvm.train import SPAN_MIN_D, SPAN_RULES, fit
+from attnsvm.train import SPAN_MAX_RATIO, SPAN_MIN_D, SPAN_RULES, fit
 
 #: the largest relative difference allowed between the two coordinates (records and final W);
 #: measured 2e-15 (GD, NGD, Polyak) and 1.3e-12 (the (L - L*) Polyak step, whose step size is
@@ -129,6 +129,9 @@ def test_span_refused_without_fewer_sequences_than_dimensions():
     ((6, 4, 16), dict(optimizer=["gd", "polyak_star"]), "span"),
     ((6, 4, 10), dict(optimizer="ngd"), "matrix"),            # d below SPAN_MIN_D
     ((20, 4, 16), dict(optimizer="ngd"), "matrix"),           # n >= d
+    ((13, 4, 16), dict(optimizer="ngd"), "matrix"),           # n > 3d/4: no gain measured
+    ((9, 4, 12), dict(optimizer="gd"), "span"),
+    ((6, 4, 11), dict(optimizer="gd"), "matrix"),
     ((6, 4, 16), dict(optimizer="adam"), "matrix"),
     ((6, 4, 16), dict(optimizer=["gd", "adam"]), "matrix"),
     ((6, 4, 16), dict(optimizer="ngd", model="KQ", init="random"), "matrix"),
@@ -137,15 +140,15 @@ def test_span_refused_without_fewer_sequences_than_dimensions():
     ((6, 4, 16), dict(optimizer="sngd", batch_size=3), "matrix"),
 ])
 def test_auto_takes_the_span_where_it_applies_and_gains(shape, kw, want):
-    """``coordinates="auto"`` (the default) resolves to "span" exactly where the span applies
-    and ``d >= SPAN_MIN_D`` (the threshold of ``benchmarks/span_speed.py``), and says so in
-    ``History.config``."""
+    """``coordinates="auto"`` (the default) resolves to "span" exactly where the span applies,
+    ``d >= SPAN_MIN_D`` and ``n <= SPAN_MAX_RATIO d`` (the thresholds of
+    ``benchmarks/span_speed.py``), and says so in ``History.config``."""
     n, t, d = shape
     data = random_unit(n, t, d, trials=2, seed=0)
     opts = dict(model="W", steps=3, progress=False)
     opts.update(kw)
     assert fit(data, **opts).config["coordinates"] == want
-    assert SPAN_MIN_D == 16
+    assert (SPAN_MIN_D, SPAN_MAX_RATIO) == (12, 0.75)
 
 
 def test_span_on_the_block_path():

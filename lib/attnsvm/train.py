@@ -65,11 +65,13 @@ ENGINES = ("auto", "eager", "graph", "compiled")
 #: gradient, with the Frobenius norm where it normalizes (invariant under the rotation of
 #: :class:`attnsvm.models.parameterizations.WSpanScores`)
 SPAN_RULES = frozenset({"gd", "ngd", "polyak", "polyak_star"})
-#: ``coordinates="auto"`` takes the span coordinates from this dimension on (with ``n < d``):
-#: measured by ``benchmarks/span_speed.py`` on the 2-core AMD EPYC CPU (B = 100, one thread):
-#: slower at d = 10 (the small batched products' per-item costs), faster at every measured shape
-#: with d >= 16 and n < d (1.1-1.6x per step)
-SPAN_MIN_D = 16
+#: ``coordinates="auto"`` takes the span coordinates from this dimension on, where ``n`` is at most
+#: :data:`SPAN_MAX_RATIO` ``d``: measured by ``benchmarks/span_speed.py`` on the 2-core AMD EPYC
+#: CPU (B = 100, one thread): 0.9x at (n, d) = (6, 10) (the small batched products' per-item
+#: costs), 1.06-1.6x at every measured shape with d >= 12 and n <= 3d/4, 1.0x at (30, 32)
+SPAN_MIN_D = 12
+#: see :data:`SPAN_MIN_D`
+SPAN_MAX_RATIO = 0.75
 #: ``ATTNSVM_CUDA_GRAPH=0`` turns the CUDA-graph path off (``engine="auto"`` then runs eager)
 GRAPH_ENV = "ATTNSVM_CUDA_GRAPH"
 #: steps per captured block of the graph path
@@ -387,7 +389,8 @@ class FitConfig:
     def _check_coordinates(self, data):
         """``coordinates``: "matrix", or "span" where the run moves ``W`` in the queries' span
         by a rotation-invariant rule (:data:`SPAN_RULES`); "auto" resolves to "span" where it
-        applies and ``d >=`` :data:`SPAN_MIN_D`, else "matrix"."""
+        applies, ``d >=`` :data:`SPAN_MIN_D` and ``n <=`` :data:`SPAN_MAX_RATIO` ``d``, else
+        "matrix"."""
         check_choice("coordinates", self.coordinates, ("auto", "matrix", "span"))
         if self.coordinates == "auto":
             self.coordinates = "span"
@@ -395,7 +398,8 @@ class FitConfig:
                 self._check_coordinates(data)
             except ValueError:
                 self.coordinates = "matrix"
-            if self.coordinates == "span" and data.d < SPAN_MIN_D:
+            if self.coordinates == "span" and (data.d < SPAN_MIN_D
+                                               or data.n > SPAN_MAX_RATIO * data.d):
                 self.coordinates = "matrix"
             return
         if self.coordinates == "matrix":
@@ -818,8 +822,9 @@ def fit(data, **options):
         :math:`n\times n` products instead of two :math:`d\times d` ones. Needs ``model="W"``
         with a fixed linear head, full batches, no penalty, a rule of :data:`SPAN_RULES` (per
         trial too) and ``n < d`` (else ValueError naming ``coordinates``). ``"auto"`` (default):
-        ``"span"`` where it applies and ``d >=`` :data:`SPAN_MIN_D` (where
-        ``benchmarks/span_speed.py`` measures it faster), else ``"matrix"``. Records, snapshots and
+        ``"span"`` where it applies, ``d >=`` :data:`SPAN_MIN_D` and ``n <=``
+        :data:`SPAN_MAX_RATIO` ``d`` (where ``benchmarks/span_speed.py`` measures it faster),
+        else ``"matrix"``. Records, snapshots and
         ``History.params["W"]`` are the matrix either way; ``History.config["coordinates"]``
         says which ran.
 
