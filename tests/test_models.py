@@ -190,15 +190,20 @@ def test_bad_model_arguments():
 
 
 # ----------------------------------------------------------------------------- the fast step
-def _step_speed_module():
-    """``benchmarks/step_speed.py``, which keeps the step before the rewrite as its reference."""
+def _benchmark_module(name):
+    """``benchmarks/<name>.py`` as a module (``step_speed`` keeps the step before the rewrite as
+    its reference; ``exact_step_ops`` the mutants that remove one exactness group each)."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "step_speed.py"
-    spec = importlib.util.spec_from_file_location("_step_speed", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _step_speed_module():
+    return _benchmark_module("step_speed")
 
 
 def _rel(new, ref):
@@ -319,16 +324,22 @@ def test_ngd_does_not_freeze_on_a_sequence_stuck_on_a_tied_token():
     assert abs(float(np.linalg.norm(h.W[0] - W)) - 200.0) < 1e-2
 
 
+def _huge_norm_case():
+    """The engine's W/NGD step on (6, 8, 10), 10 trials, at ||W|| ~ 1e6 (every non-top mass
+    underflows): ``(step, batch, params, loss)``."""
+    from attnsvm.data import random_unit
+    data = random_unit(6, 8, 10, trials=10, seed=4)
+    step, full, params0 = _step_speed_module().engine_step(data, "W", "ngd", 0.1)
+    params0["W"] = torch.tensor(np.random.default_rng(1).standard_normal((10, 10, 10))) * 1e6
+    return step, full, params0, get_loss("logistic")
+
+
 def test_step_finite_at_huge_norm_and_close_to_reference():
     """At ||W|| ~ 1e6 (every non-top mass underflows) the step stays finite and agrees with the
     reference to the conditioning of the scores (rounding of a ~ 1e7 moves exp(a_t - a_2) by
     ~1e-9 relative in either implementation)."""
-    from attnsvm.data import random_unit
     ref = _step_speed_module()
-    loss = get_loss("logistic")
-    data = random_unit(6, 8, 10, trials=10, seed=4)
-    step, full, params0 = ref.engine_step(data, "W", "ngd", 0.1)
-    params0["W"] = torch.tensor(np.random.default_rng(1).standard_normal((10, 10, 10))) * 1e6
+    step, full, params0, loss = _huge_norm_case()
     u, g, s = step.net.grad(params0, full, loss)
     u_ref, g_ref, s_ref = ref.reference_grad("W", params0, full, loss)
     assert torch.isfinite(g["W"]).all() and torch.isfinite(s["W"]).all() and torch.isfinite(u).all()
@@ -425,21 +436,10 @@ def test_mlp_head_gradient_exact_at_saturation(method, model, gap_scale):
 
 
 # -- each exactness op of the step is caught ------------------------------------------------------
-def _exact_ops_module():
-    """``benchmarks/exact_step_ops.py``, whose mutants remove one exactness group each."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "exact_step_ops.py"
-    spec = importlib.util.spec_from_file_location("_exact_step_ops", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _with_mutant(monkeypatch, group):
     from attnsvm import jacobian, losses
     from attnsvm.models import attention
-    jp, sp = _exact_ops_module()._mutant(group)
+    jp, sp = _benchmark_module("exact_step_ops")._mutant(group)
     for mod in (jacobian, losses, attention):
         monkeypatch.setattr(mod, "jacobian_products", jp)
         monkeypatch.setattr(mod, "softmax_parts", sp)
@@ -471,12 +471,7 @@ def test_exp_flush_changes_no_value_only_speed(monkeypatch):
     (:data:`attnsvm.jacobian.FLUSH_DEVICES`): that path, run here on the CPU, gives the step's
     gradient at ||W|| ~ 1e6 equal to the library's to 1e-12 (measured: bitwise equal), though
     its attention weights differ (exact 0 or subnormal against ~1e-304: asserted)."""
-    from attnsvm.data import random_unit
-    ref = _step_speed_module()
-    loss = get_loss("logistic")
-    data = random_unit(6, 8, 10, trials=10, seed=4)
-    step, full, params0 = ref.engine_step(data, "W", "ngd", 0.1)
-    params0["W"] = torch.tensor(np.random.default_rng(1).standard_normal((10, 10, 10))) * 1e6
+    step, full, params0, loss = _huge_norm_case()
     u, g, s = step.net.grad(params0, full, loss)
     w = AttentionClassifier("W")
     a = w.scores(params0, full)

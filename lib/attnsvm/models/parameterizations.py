@@ -143,7 +143,7 @@ def span_coordinates(W0, Z):
 
 
 class WSpanScores:
-    r""":math:`a = X W z` with :math:`W = W_0 + B^\top\hat Z` held by ``B`` (B,n,d): the
+    r""":math:`a = X W z` with :math:`W = W_0 + B^\top\hat Z` held by ``B`` (trials, n, d): the
     coordinates of the queries' span (:func:`span_coordinates`), for the runs whose every step
     is a multiple of the gradient.
 
@@ -155,14 +155,16 @@ class WSpanScores:
     \hat Z\tilde\nabla_W^\top = C_z^\top\bar X` (:math:`Z = C_z\hat Z`) and, as
     :math:`\hat Z\hat Z^\top = I`, :math:`\|\partial L/\partial B\|_F = \|\nabla_W L\|_F` and
     the step :math:`B \leftarrow B - \eta\,\partial L/\partial B` moves :math:`W` by
-    :math:`-\eta(C_z^\top\bar X)^\top\hat Z = -\eta\bar X^\top Z = -\eta\nabla_W L`: the same rule in other coordinates, equal
-    in exact arithmetic (and to rounding in floating point, ``tests/test_span.py``). Adam, sign
-    and steepest descent in other norms are not invariant under the rotation and do not apply.
+    :math:`-\eta(C_z^\top\bar X)^\top\hat Z = -\eta\bar X^\top Z = -\eta\nabla_W L`: the
+    same rule in other coordinates, equal in exact arithmetic (and to rounding in floating point,
+    ``tests/test_span.py``). Adam, sign and steepest descent in other norms are not invariant
+    under the rotation and do not apply.
 
     The step then needs :math:`U = ZW^\top = U_0 + C_zB` (one ``baddbmm``,
     :math:`n^2 d` per trial) and :math:`C_z^\top\bar X` (:math:`n^2 d`) instead of
     :math:`ZW^\top` and :math:`\bar X^\top Z` (:math:`n d^2` each): fewer operations when
-    :math:`n < d` (``benchmarks/step_speed.py``: the rows marked "span"). :meth:`matrix`
+    :math:`n < d` (``benchmarks/span_speed.py``; at small ``d`` the small batched products'
+    own costs win: ``fit(coordinates="auto")`` takes it from ``d >= 12``). :meth:`matrix`
     gives :math:`W` itself (records, snapshots, the final iterate)."""
 
     name = "W"
