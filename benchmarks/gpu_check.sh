@@ -34,7 +34,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 python3 -c "import sys, torch, numpy, cvxpy; print(sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'cvxpy', cvxpy.__version__, 'cuda', torch.cuda.is_available())"
 
 stamp "1. CUDA tests"
-timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_graph.py tests/test_driver_devices.py tests/test_records.py \
+timeout 150 python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_graph.py tests/test_driver_devices.py tests/test_records.py tests/test_span.py \
     2>&1 | tee "$OUTDIR/cuda_tests.txt" | tail -25
 if ! grep -q " passed" "$OUTDIR/cuda_tests.txt" || grep -qE "[0-9]+ (failed|error)" "$OUTDIR/cuda_tests.txt"; then
     echo "gpu_check: the CUDA tests did not all pass: the profile runs with ATTNSVM_CUDA_GRAPH=0"

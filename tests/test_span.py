@@ -163,3 +163,19 @@ def test_span_on_the_block_path():
     assert h2.config["engine"] == "graph-eager"
     assert _rel(h2.params["W"], h1.params["W"]) <= RTOL
     assert _rel(h2.log_loss, h1.log_loss) <= RTOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("optimizer", ["ngd", "polyak"])
+def test_span_on_cuda_equals_the_cpu(optimizer):
+    """On CUDA (``engine="auto"``: the captured graph) the span coordinates give the CPU's run:
+    final ``W`` and log-loss to 1e-9 relative (the devices' exp/log differ by an ulp; the run is
+    not chaotic at these steps). Run by ``benchmarks/gpu_check.sh``."""
+    data = random_unit(6, 4, 16, trials=8, seed=5)
+    opts = dict(model="W", optimizer=optimizer, steps=300, init="random", init_scale=0.5,
+                progress=False, coordinates="span")
+    cpu = fit(data, device="cpu", **opts)
+    gpu = fit(data, device="cuda", **opts)
+    assert gpu.config["coordinates"] == "span" and gpu.config["engine"] == "cuda-graph"
+    assert _rel(gpu.params["W"], cpu.params["W"]) <= 1e-9
+    assert _rel(gpu.log_loss, cpu.log_loss) <= 1e-9
