@@ -68,7 +68,7 @@ SPAN_RULES = frozenset({"gd", "ngd", "polyak", "polyak_star"})
 #: ``coordinates="auto"`` takes the span coordinates from this dimension on, where ``n`` is at most
 #: :data:`SPAN_MAX_RATIO` ``d``: measured by ``benchmarks/span_speed.py`` on the 2-core AMD EPYC
 #: CPU (B = 100, one thread): 0.9x at (n, d) = (6, 10) (the small batched products' per-item
-#: costs), 1.06-1.6x at every measured shape with d >= 12 and n <= 3d/4, 1.0x at (30, 32)
+#: costs), 1.03-1.6x at every measured shape with d >= 12 and n <= 3d/4, 1.0x at (30, 32)
 SPAN_MIN_D = 12
 #: see :data:`SPAN_MIN_D`
 SPAN_MAX_RATIO = 0.75
@@ -815,7 +815,7 @@ def fit(data, **options):
     coordinates : {"auto", "matrix", "span"}
         How the ``W`` model holds its matrix. ``"matrix"``: ``W`` itself. ``"span"``:
         :math:`W = W_0 + B^\top\hat Z` with :math:`\hat Z` an orthonormal basis of the queries'
-        span and ``B`` (B, n, d) trained
+        span and ``B`` (trials, n, d) trained
         (:class:`attnsvm.models.parameterizations.WSpanScores`): every rule of
         :data:`SPAN_RULES` moves ``W`` by multiples of the gradient, which lies in that span, so
         the run is the same (equal to rounding, ``tests/test_span.py``) and its step needs two
