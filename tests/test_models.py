@@ -473,8 +473,7 @@ def test_exp_flush_changes_no_value_only_speed(monkeypatch):
     its attention weights differ (exact 0 or subnormal against ~1e-304: asserted)."""
     step, full, params0, loss = _huge_norm_case()
     u, g, s = step.net.grad(params0, full, loss)
-    w = AttentionClassifier("W")
-    a = w.scores(params0, full)
+    a = step.net.scores(params0, full)
     from attnsvm.jacobian import softmax_parts
     s_flushed = softmax_parts(a)[3]
     _with_mutant(monkeypatch, "flush")

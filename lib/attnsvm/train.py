@@ -392,29 +392,28 @@ class FitConfig:
         applies, ``d >=`` :data:`SPAN_MIN_D` and ``n <=`` :data:`SPAN_MAX_RATIO` ``d``, else
         "matrix"."""
         check_choice("coordinates", self.coordinates, ("auto", "matrix", "span"))
-        if self.coordinates == "auto":
-            self.coordinates = "span"
-            try:
-                self._check_coordinates(data)
-            except ValueError:
-                self.coordinates = "matrix"
-            if self.coordinates == "span" and (data.d < SPAN_MIN_D
-                                               or data.n > SPAN_MAX_RATIO * data.d):
-                self.coordinates = "matrix"
-            return
         if self.coordinates == "matrix":
             return
-        rules = set(self.rules) if self.rules is not None else {self.rule}
-        why = ("model='W' with a fixed linear head" if self.objective or self.model != "W"
-               or self.head != "linear" or self.train_v else
-               f"the full-batch rules {sorted(SPAN_RULES)}" if self.stochastic
-               or self.batch_size is not None or not rules <= SPAN_RULES else
-               "no penalty" if self.penalty else
-               f"fewer sequences than dimensions (n < d), got n={data.n}, d={data.d}"
-               if data.n >= data.d else None)
-        if why is not None:
+        why = self._span_blocker(data)
+        if self.coordinates == "auto":
+            self.coordinates = ("span" if why is None and data.d >= SPAN_MIN_D
+                                and data.n <= SPAN_MAX_RATIO * data.d else "matrix")
+        elif why is not None:
             raise ValueError(f"coordinates='span' needs {why} (optimizer={self.optimizer!r}, "
                              f"model={self.model!r})")
+
+    def _span_blocker(self, data):
+        """What keeps this run from the span coordinates (None: nothing)."""
+        rules = set(self.rules) if self.rules is not None else {self.rule}
+        if self.objective or self.model != "W" or self.head != "linear" or self.train_v:
+            return "model='W' with a fixed linear head"
+        if self.stochastic or self.batch_size is not None or not rules <= SPAN_RULES:
+            return f"the full-batch rules {sorted(SPAN_RULES)}"
+        if self.penalty:
+            return "no penalty"
+        if data.n >= data.d:
+            return f"fewer sequences than dimensions (n < d), got n={data.n}, d={data.d}"
+        return None
 
     def _check_init_and_penalty(self):
         if self.init_scale is not None:
@@ -1228,8 +1227,7 @@ class _MarginTerms:
         return out
 
     def final_params(self, params):
-        span = self.cfg.coordinates == "span"
-        if span:                             # the matrix, not its coordinates
+        if self.cfg.coordinates == "span":   # the matrix, not its coordinates
             return {"W": self.net.matrix(params).cpu().numpy(),
                     **{k: p.cpu().numpy() for k, p in params.items()
                        if k not in ("B",) + SPAN_FIXED}}

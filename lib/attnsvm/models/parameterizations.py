@@ -2,7 +2,9 @@ r"""How the attention scores are parameterized, one small class each.
 
 * :class:`WScores`: :math:`a_{it} = x_{it}^\top W z_i`, :math:`W \in \mathbb{R}^{d\times d}`;
 * :class:`KQScores`: :math:`a_{it} = x_{it}^\top K Q^\top z_i`, :math:`K, Q \in \mathbb{R}^{d\times m}`;
-* :class:`PromptScores`: :math:`a_{it} = x_{it}^\top p`, :math:`p \in \mathbb{R}^d`.
+* :class:`PromptScores`: :math:`a_{it} = x_{it}^\top p`, :math:`p \in \mathbb{R}^d`;
+* :class:`WSpanScores`: the scores of :class:`WScores` with :math:`W = W_0 + B^\top\hat Z` held in
+  the span of the queries (the engine's ``coordinates="span"``; not a model of its own).
 
 Each gives its parameter ``names`` and ``shapes``, the main attention parameter
 (:meth:`matrix`), the scores (:meth:`scores`) and, from
@@ -164,12 +166,12 @@ class WSpanScores:
     :math:`n^2 d` per trial) and :math:`C_z^\top\bar X` (:math:`n^2 d`) instead of
     :math:`ZW^\top` and :math:`\bar X^\top Z` (:math:`n d^2` each): fewer operations when
     :math:`n < d` (``benchmarks/span_speed.py``; at small ``d`` the small batched products'
-    own costs win: ``fit(coordinates="auto")`` takes it from ``d >= 12``). :meth:`matrix`
+    own costs win, and ``fit(coordinates="auto")`` takes it only from
+    :data:`attnsvm.train.SPAN_MIN_D` on). :meth:`matrix`
     gives :math:`W` itself (records, snapshots, the final iterate)."""
 
     name = "W"
     names = ("B",)
-    fixed = SPAN_FIXED
     query = True
 
     @staticmethod
